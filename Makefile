@@ -1,0 +1,33 @@
+# The two commands a newcomer runs (as root, on a fresh Debian/Ubuntu machine):
+#   make demo   bring up the built-in lab and run the main job on it
+#   make test   install what the tests need, lint, run every test (unit + lab)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint unit lab-test deps clean
+
+deps:
+	./scripts/bootstrap
+
+demo: deps
+	./scripts/demo
+
+test: deps lint
+	$(PY) -m pytest -q
+
+unit: deps
+	$(PY) -m pytest -q tests/unit
+
+lab-test: deps
+	$(PY) -m pytest -q -m lab tests/lab
+
+lint: deps
+	$(BIN)/ruff check cluster_tool tests benchmarks
+	$(BIN)/ruff format --check cluster_tool tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/yamllint -s .
+	./scripts/ansible-lint
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,74 @@
+"""The `cluster-tool` command: a thin Typer layer that parses, calls the library, prints."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import typer
+
+from cluster_tool import __version__, output
+from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
+
+app = typer.Typer(
+    name="cluster-tool",
+    help="Racked H100/H200 servers to a validated Slurm cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"cluster-tool {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """cluster-tool: one spec in, a converged and verified cluster out."""
+    _state["debug"] = debug
+
+
+# Each area registers its commands; see cluster_tool/commands/.
+_AREAS: tuple = ()
+for _module in _AREAS:
+    _module.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and maps errors to one line and the contract's exit codes."""
+    args = sys.argv[1:] if argv is None else argv
+    _state["debug"] = "--debug" in args
+    try:
+        result = app(args=args, prog_name="cluster-tool", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        return EXIT_INTERRUPTED
+    except typer.TyperException as exc:  # usage errors from the argument parser
+        output.error_line(exc.format_message())
+        return exc.exit_code or EXIT_USAGE
+    except KeyboardInterrupt:
+        output.error_line("interrupted")
+        return EXIT_INTERRUPTED
+    except ClusterToolError as exc:
+        if _state["debug"]:
+            traceback.print_exc()
+        output.error_line(str(exc))
+        return exc.exit_code
+    except Exception as exc:  # the last line of defence: one line, traceback on --debug
+        if _state["debug"]:
+            traceback.print_exc()
+        output.error_line(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)")
+        return 1
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,32 @@
+"""Shared test fixtures: where the real captured outputs and the project's own fixtures live."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# Real outputs captured on real H100/H200 systems live in the shared folder beside the
+# checkout (CI lays a copy there too). Missing them is an error, never a skip.
+REAL_OUTPUTS = Path(
+    os.environ.get(
+        "CLUSTER_TOOL_REAL_OUTPUTS", REPO.parent / "shared" / "fixtures" / "real-outputs"
+    )
+)
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def read_real_output(name: str) -> str:
+    """A real captured output, without its first line (which names the source)."""
+    path = REAL_OUTPUTS / name
+    if not path.is_file():
+        raise FileNotFoundError(f"real output {path} is missing; the shared fixtures are required")
+    text = path.read_text(encoding="utf-8")
+    return text.split("\n", 1)[1] if "\n" in text else ""
+
+
+@pytest.fixture
+def real_output() -> object:
+    return read_real_output
