@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import Annotated
 
 import typer
 
 from cluster_tool import __version__, output
+from cluster_tool.commands import parse as parse_commands
 from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
 
 app = typer.Typer(
@@ -30,17 +32,18 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version."
-    ),
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
 ) -> None:
     """cluster-tool: one spec in, a converged and verified cluster out."""
     _state["debug"] = debug
 
 
 # Each area registers its commands; see cluster_tool/commands/.
-_AREAS: tuple = ()
+_AREAS: tuple = (parse_commands,)
 for _module in _AREAS:
     _module.register(app)
 

@@ -1,0 +1,45 @@
+"""`cluster-tool parse KIND FILE`: print what a parser sees in a captured output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cluster_tool import output
+from cluster_tool.errors import UsageError
+from cluster_tool.parsers import KINDS, to_jsonable
+
+
+def _kinds_help() -> str:
+    return "\n\n".join(f"{k.name}: {k.help}" for k in sorted(KINDS.values(), key=lambda k: k.name))
+
+
+def parse(
+    kind: Annotated[str, typer.Argument(help="Which tool output the file holds (see --help).")],
+    file: Annotated[Path, typer.Argument(help="The captured output; '-' reads stdin.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
+) -> int:
+    """Parse a captured tool output and print the records the toolkit sees."""
+    if kind not in KINDS:
+        raise UsageError(f"unknown kind {kind!r}; one of: {', '.join(sorted(KINDS))}")
+    if str(file) == "-":
+        import sys
+
+        text = sys.stdin.read()
+    else:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise UsageError(f"{file}: {exc.strerror or exc}") from exc
+    records = to_jsonable(KINDS[kind].parse(text))
+    if json_out:
+        output.emit_json(records)
+    else:
+        output.stdout.print_json(data=records)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("parse", help="Parse a captured tool output.\n\nKinds:\n\n" + _kinds_help())(parse)
