@@ -1,0 +1,343 @@
+"""Runs a playbook through ansible-runner; per-host results come from `playbook_on_stats`.
+
+Secrets never reach the artifacts this keeps: extra vars travel in a 0600 file outside the
+private data directory (removed after the run), `env/` files are never written, the copy of
+the environment ansible-runner records in `artifacts/<ident>/command` is cut down to
+non-secret ANSIBLE_* settings, and results of `no_log` tasks are censored by the callback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from cluster_tool.errors import (
+    EXIT_CHECKS_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    ClusterToolError,
+    UsageError,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
+
+# Environment names that look like they carry a secret; their values never reach an artifact.
+_SECRET_NAME = re.compile(r"PASS|SECRET|TOKEN|KEY|CRED|VAULT", re.IGNORECASE)
+
+# Events worth keeping in the result: task outcomes and play boundaries.
+_KEPT_EVENTS = frozenset(
+    {
+        "playbook_on_play_start",
+        "playbook_on_task_start",
+        "playbook_on_stats",
+        "runner_on_ok",
+        "runner_on_changed",
+        "runner_on_failed",
+        "runner_on_unreachable",
+        "runner_on_skipped",
+        "runner_item_on_failed",
+        "runner_on_async_failed",
+    }
+)
+
+EventHandler = Callable[["PlaybookEvent"], None]
+
+
+def default_private_data_dir() -> Path:
+    """Where runs keep their artifacts unless told otherwise: `<repo>/runs/ansible`."""
+    return REPO_ROOT / "runs" / "ansible"
+
+
+@dataclass(frozen=True)
+class HostStats:
+    """One host's line of the play recap."""
+
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass(frozen=True)
+class PlaybookEvent:
+    """The part of one ansible-runner event a caller needs to show progress or explain a failure."""
+
+    event: str
+    counter: int
+    host: str | None = None
+    play: str | None = None
+    task: str | None = None
+    role: str | None = None
+    changed: bool = False
+    message: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.event in {"runner_on_failed", "runner_item_on_failed", "runner_on_async_failed"}
+
+    @property
+    def unreachable(self) -> bool:
+        return self.event == "runner_on_unreachable"
+
+
+@dataclass
+class PlaybookResult:
+    """What a playbook run did, per host, read from `playbook_on_stats` and the task events."""
+
+    playbook: str
+    status: str
+    rc: int
+    hosts: dict[str, HostStats]
+    events: list[PlaybookEvent] = field(default_factory=list)
+    artifact_dir: Path | None = None
+    wall_s: float = 0.0
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.failed)
+
+    @property
+    def unreachable_hosts(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.unreachable)
+
+    @property
+    def changed_hosts(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.changed)
+
+    @property
+    def changed_total(self) -> int:
+        return sum(s.changed for s in self.hosts.values())
+
+    @property
+    def succeeded(self) -> bool:
+        return self.rc == 0 and not self.failed_hosts and not self.unreachable_hosts
+
+    def exit_code(self) -> int:
+        """The CLI contract: 3 when a host was unreachable, 1 on any other failure, else 0."""
+        if self.unreachable_hosts:
+            return EXIT_UNREACHABLE
+        if self.failed_hosts or self.rc != 0:
+            return EXIT_CHECKS_FAILED
+        return EXIT_OK
+
+    def failures(self) -> list[PlaybookEvent]:
+        """The failed and unreachable task events, in the order they happened."""
+        return [e for e in self.events if e.failed or e.unreachable]
+
+
+def _stats_from_event(event_data: Mapping[str, Any]) -> dict[str, HostStats]:
+    """Turns the `playbook_on_stats` event into per-host counters."""
+    keys = {
+        "ok": "ok",
+        "changed": "changed",
+        "failures": "failed",
+        "dark": "unreachable",
+        "skipped": "skipped",
+        "rescued": "rescued",
+        "ignored": "ignored",
+    }
+    per_host: dict[str, dict[str, int]] = {}
+    for source, target in keys.items():
+        for host, count in (event_data.get(source) or {}).items():
+            per_host.setdefault(host, {})[target] = int(count)
+    for host in event_data.get("processed") or {}:
+        per_host.setdefault(host, {})
+    return {host: HostStats(**counters) for host, counters in sorted(per_host.items())}
+
+
+def _message(res: Mapping[str, Any]) -> str | None:
+    for key in ("msg", "stderr", "reason", "censored"):
+        value = res.get(key)
+        if value:
+            return str(value)
+    return None
+
+
+def _event_summary(raw: Mapping[str, Any]) -> PlaybookEvent:
+    data = raw.get("event_data") or {}
+    res = data.get("res") if isinstance(data.get("res"), Mapping) else {}
+    event = str(raw.get("event", ""))
+    changed = bool(res.get("changed")) if event.startswith("runner_on_") else False
+    message = _message(res) if event not in {"runner_on_ok", "runner_on_skipped"} else None
+    return PlaybookEvent(
+        event=event,
+        counter=int(raw.get("counter", 0)),
+        host=data.get("host") or data.get("remote_addr"),
+        play=data.get("play"),
+        task=data.get("task"),
+        role=data.get("role"),
+        changed=changed,
+        message=message,
+    )
+
+
+def _safe_env(env: Mapping[str, str], keep: Iterable[str]) -> dict[str, str]:
+    """The part of an environment worth recording: ANSIBLE_* and named keys, never a secret."""
+    wanted = set(keep)
+    return {
+        k: v
+        for k, v in env.items()
+        if (k.startswith("ANSIBLE_") or k in wanted) and not _SECRET_NAME.search(k)
+    }
+
+
+def _scrub_command_artifact(artifact_dir: Path, keep_env: Iterable[str]) -> None:
+    """ansible-runner records the whole inherited environment next to the command: cut it down."""
+    command_file = artifact_dir / "command"
+    if not command_file.is_file():
+        return
+    try:
+        recorded = json.loads(command_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        command_file.unlink(missing_ok=True)
+        return
+    recorded["env"] = _safe_env(recorded.get("env") or {}, keep_env)
+    tmp = command_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(recorded), encoding="utf-8")
+    tmp.chmod(0o600)
+    tmp.replace(command_file)
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path | list[str | Path],
+    *,
+    limit: str | None = None,
+    tags: str | Iterable[str] | None = None,
+    skip_tags: str | Iterable[str] | None = None,
+    extravars: Mapping[str, Any] | None = None,
+    envvars: Mapping[str, str] | None = None,
+    check: bool = False,
+    diff: bool = False,
+    forks: int | None = None,
+    event_handler: EventHandler | None = None,
+    private_data_dir: str | Path | None = None,
+    ident: str | None = None,
+    keep_artifacts: int = 20,
+    ansible_cfg: str | Path | None = None,
+) -> PlaybookResult:
+    """Runs `playbook` against `inventory` and returns per-host counters and the task events.
+
+    `extravars` may hold secrets (a munge key, the slurmdbd password): they are handed to
+    ansible-playbook in a private file that is removed after the run, never on its command
+    line or under `private_data_dir`. `envvars` are for non-secret settings. Raises
+    UsageError for a missing playbook or inventory and ClusterToolError when ansible-runner
+    cannot start the run at all.
+    """
+    playbook_path = Path(playbook).resolve()
+    if not playbook_path.is_file():
+        raise UsageError(f"{playbook}: no such playbook")
+    inventories = inventory if isinstance(inventory, list) else [inventory]
+    inventory_paths = [str(Path(i).resolve()) for i in inventories]
+    for given, resolved in zip(inventories, inventory_paths, strict=True):
+        if not Path(resolved).exists():
+            raise UsageError(f"{given}: no such inventory")
+
+    data_dir = Path(private_data_dir) if private_data_dir else default_private_data_dir()
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    run_ident = ident or time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{playbook_path.stem}"
+
+    cfg = Path(ansible_cfg) if ansible_cfg else ANSIBLE_CFG
+    env: dict[str, str] = {"PATH": _search_path()}
+    if cfg.is_file():
+        env["ANSIBLE_CONFIG"] = str(cfg.resolve())
+    env.update(envvars or {})
+
+    collected: list[PlaybookEvent] = []
+    stats: dict[str, HostStats] = {}
+
+    def on_event(raw: dict[str, Any]) -> bool:
+        name = raw.get("event")
+        if name == "playbook_on_stats":
+            stats.update(_stats_from_event(raw.get("event_data") or {}))
+        if name in _KEPT_EVENTS:
+            summary = _event_summary(raw)
+            collected.append(summary)
+            if event_handler is not None:
+                event_handler(summary)
+        return True
+
+    cmdline: list[str] = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+
+    secrets_dir = Path(tempfile.mkdtemp(prefix="cluster-tool-vars-"))
+    started = time.monotonic()
+    runner: Any = None
+    try:
+        secrets_dir.chmod(0o700)
+        if extravars:
+            vars_file = secrets_dir / "extravars.json"
+            fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(dict(extravars), handle)
+            cmdline += ["-e", f"@{vars_file}"]
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=str(data_dir),
+                playbook=str(playbook_path),
+                inventory=inventory_paths,
+                limit=limit,
+                tags=_join(tags),
+                skip_tags=_join(skip_tags),
+                forks=forks,
+                cmdline=" ".join(shlex.quote(a) for a in cmdline) or None,
+                envvars=env,
+                ident=run_ident,
+                rotate_artifacts=keep_artifacts,
+                suppress_env_files=True,
+                quiet=True,
+                event_handler=on_event,
+            )
+        finally:
+            _scrub_command_artifact(data_dir / "artifacts" / run_ident, env.keys())
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ClusterToolError(f"ansible-runner could not run {playbook}: {exc}") from exc
+    finally:
+        shutil.rmtree(secrets_dir, ignore_errors=True)
+
+    return PlaybookResult(
+        playbook=str(playbook),
+        status=str(getattr(runner, "status", "failed")),
+        rc=int(getattr(runner, "rc", 1) if runner is not None else 1),
+        hosts=stats,
+        events=collected,
+        artifact_dir=Path(runner.config.artifact_dir) if runner is not None else None,
+        wall_s=time.monotonic() - started,
+    )
+
+
+def _search_path() -> str:
+    """PATH with this interpreter's bin first, so the venv's ansible-playbook runs unactivated."""
+    here = str(Path(sys.executable).parent)
+    rest = os.environ.get("PATH", os.defpath)
+    if not (Path(here) / "ansible-playbook").is_file() and shutil.which("ansible-playbook") is None:
+        raise ClusterToolError("ansible-playbook not found next to Python or on PATH")
+    return here + os.pathsep + rest
+
+
+def _join(values: str | Iterable[str] | None) -> str | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        return values or None
+    joined = ",".join(values)
+    return joined or None

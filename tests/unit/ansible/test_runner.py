@@ -1,0 +1,130 @@
+"""run_playbook against a tiny local playbook: counters from playbook_on_stats, no secret kept."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.ansible import PlaybookEvent, run_playbook
+from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
+
+TINY = Path(__file__).parent / "playbooks" / "tiny.yml"
+
+
+def _inventory(tmp_path: Path, hosts: dict[str, str]) -> Path:
+    lines = ["[all]"]
+    lines += [f"{name} {extra}" for name, extra in hosts.items()]
+    lines += ["", "[all:vars]", f"ansible_python_interpreter={sys.executable}"]
+    path = tmp_path / "hosts.ini"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _all_artifact_text(root: Path) -> str:
+    chunks = []
+    for path in root.rglob("*"):
+        if path.is_file():
+            chunks.append(path.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(chunks)
+
+
+def test_counts_per_host_come_from_the_stats_event(tmp_path: Path) -> None:
+    inventory = _inventory(
+        tmp_path,
+        {"alpha": "ansible_connection=local", "beta": "ansible_connection=local tiny_fail=true"},
+    )
+    seen: list[PlaybookEvent] = []
+    result = run_playbook(
+        TINY, inventory, private_data_dir=tmp_path / "pdd", event_handler=seen.append
+    )
+
+    assert result.hosts["alpha"].changed == 1
+    assert result.hosts["alpha"].failed == 0
+    assert result.hosts["beta"].failed == 1
+    assert result.failed_hosts == ["beta"]
+    assert result.changed_hosts == ["alpha", "beta"]
+    assert result.exit_code() == EXIT_CHECKS_FAILED
+    failure = result.failures()[0]
+    assert failure.host == "beta"
+    assert failure.task == "Fail only on the host told to fail"
+    assert failure.message == "beta was told to fail"
+    # The handler saw the same events the result keeps, stats last.
+    assert seen == result.events
+    assert seen[-1].event == "playbook_on_stats"
+
+
+def test_limit_and_check_mode(tmp_path: Path) -> None:
+    inventory = _inventory(
+        tmp_path,
+        {"alpha": "ansible_connection=local", "beta": "ansible_connection=local tiny_fail=true"},
+    )
+    result = run_playbook(
+        TINY, inventory, limit="alpha", check=True, private_data_dir=tmp_path / "pdd"
+    )
+
+    assert list(result.hosts) == ["alpha"]
+    assert result.succeeded
+    assert result.exit_code() == EXIT_OK
+    # command is skipped in check mode, so nothing is reported changed.
+    assert result.changed_total == 0
+
+
+def test_unreachable_host_maps_to_exit_3(tmp_path: Path) -> None:
+    inventory = _inventory(
+        tmp_path,
+        {
+            "alpha": "ansible_connection=local",
+            # Nothing listens on port 1: the SSH connection is refused at once.
+            "ghost": "ansible_host=127.0.0.1 ansible_port=1 "
+            "ansible_ssh_common_args='-o ConnectTimeout=2'",
+        },
+    )
+    result = run_playbook(TINY, inventory, private_data_dir=tmp_path / "pdd")
+
+    assert result.unreachable_hosts == ["ghost"]
+    assert result.hosts["alpha"].unreachable == 0
+    assert result.exit_code() == EXIT_UNREACHABLE
+    assert any(e.unreachable and e.host == "ghost" for e in result.events)
+
+
+def test_secrets_reach_the_host_but_no_artifact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "munge-S3CR3T-7f3a9c"
+    env_secret = "slurmdbd-Pa55-91bd"
+    monkeypatch.setenv("TINY_DB_PASSWORD", env_secret)
+    out = tmp_path / "out"
+    out.mkdir()
+    inventory = _inventory(tmp_path, {"alpha": "ansible_connection=local"})
+    pdd = tmp_path / "pdd"
+
+    result = run_playbook(
+        TINY,
+        inventory,
+        extravars={"tiny_secret": secret, "tiny_secret_dir": str(out)},
+        envvars={"ANSIBLE_FORCE_COLOR": "0"},
+        private_data_dir=pdd,
+    )
+
+    assert result.succeeded
+    # The secrets did their job on the host ...
+    assert (out / "alpha.secret").read_text() == secret
+    assert (out / "alpha.envsecret").read_text() == env_secret
+    assert oct((out / "alpha.secret").stat().st_mode & 0o777) == "0o400"
+    # ... and appear nowhere in what the run keeps.
+    kept = _all_artifact_text(pdd)
+    assert secret not in kept
+    assert env_secret not in kept
+    assert not (pdd / "env").exists()
+    # The no_log tasks still show up, censored.
+    assert any(e.task and "secret" in e.task for e in result.events)
+
+
+def test_missing_playbook_or_inventory_is_a_usage_error(tmp_path: Path) -> None:
+    inventory = _inventory(tmp_path, {"alpha": "ansible_connection=local"})
+    with pytest.raises(UsageError, match="no such playbook"):
+        run_playbook(tmp_path / "nope.yml", inventory, private_data_dir=tmp_path / "pdd")
+    with pytest.raises(UsageError, match="no such inventory"):
+        run_playbook(TINY, tmp_path / "nope.ini", private_data_dir=tmp_path / "pdd")
