@@ -171,7 +171,8 @@ def _message(res: Mapping[str, Any]) -> str | None:
 
 def _event_summary(raw: Mapping[str, Any]) -> PlaybookEvent:
     data = raw.get("event_data") or {}
-    res = data.get("res") if isinstance(data.get("res"), Mapping) else {}
+    raw_res = data.get("res")
+    res: Mapping[str, Any] = raw_res if isinstance(raw_res, Mapping) else {}
     event = str(raw.get("event", ""))
     changed = bool(res.get("changed")) if event.startswith("runner_on_") else False
     message = _message(res) if event not in {"runner_on_ok", "runner_on_skipped"} else None
