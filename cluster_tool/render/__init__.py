@@ -1,0 +1,1 @@
+"""Rendering a cluster spec into an inventory folder (layout documented in render())."""

@@ -1,0 +1,210 @@
+"""The cabling plan the wiring check holds the fabric to (`cabling.csv`, `switch-links.csv`).
+
+SuperPOD rule: in SU s, node i's rail-r HCA goes to leaf (s, r), down-port i; a leaf's
+up-ports (those after the SU's down-ports) go round-robin over the spines, so each spine
+gets the same number of links from every leaf.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+from cluster_tool.errors import ParseError
+from cluster_tool.spec.models import Cluster
+
+CABLING_HEADER = ("node", "hca", "gpu", "rail", "su", "leaf", "leaf_port")
+SWITCH_LINKS_HEADER = ("leaf", "leaf_port", "spine", "spine_port")
+
+
+@dataclass(frozen=True, order=True)
+class CablingRow:
+    """One HCA port and the leaf port it must be cabled to."""
+
+    node: str
+    hca: str
+    gpu: int
+    rail: int
+    su: int
+    leaf: str
+    leaf_port: int
+
+
+@dataclass(frozen=True, order=True)
+class SwitchLink:
+    """One leaf up-port and the spine port it must be cabled to."""
+
+    leaf: str
+    leaf_port: int
+    spine: str
+    spine_port: int
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A leaf switch of the plan: its SU and the one rail it carries."""
+
+    name: str
+    su: int
+    rail: int
+
+
+def leaves(cluster: Cluster) -> list[Leaf]:
+    """Every leaf, SU by SU, rail by rail (one leaf per rail per SU)."""
+    fabric = cluster.fabric
+    return [
+        Leaf(fabric.leaf_name(su, rail), su, rail)
+        for su in range(1, cluster.su_count + 1)
+        for rail in range(fabric.rails)
+    ]
+
+
+def spines(cluster: Cluster) -> list[str]:
+    """Every spine name, spine01 first."""
+    return [cluster.fabric.spine_name(n) for n in range(1, cluster.spine_count + 1)]
+
+
+def cabling_plan(cluster: Cluster) -> list[CablingRow]:
+    """One row per compute HCA of every GPU node, in node then rail order."""
+    fabric = cluster.fabric
+    rows: list[CablingRow] = []
+    for node in cluster.gpu_nodes():
+        assert node.profile is not None and node.su is not None and node.index_in_su is not None
+        for hca in node.profile.compute_hcas:
+            rows.append(
+                CablingRow(
+                    node=node.name,
+                    hca=hca.device,
+                    gpu=hca.gpu,
+                    rail=hca.rail,
+                    su=node.su,
+                    leaf=fabric.leaf_name(node.su, hca.rail),
+                    leaf_port=node.index_in_su,
+                )
+            )
+    return rows
+
+
+def switch_links(cluster: Cluster) -> list[SwitchLink]:
+    """Leaf-to-spine links: leaf up-port k goes to spine k mod S.
+
+    Leaf up-ports are numbered after the SU's down-ports (`su_size + 1` ...). Spine ports
+    are handed out leaf by leaf, so spine port p belongs to leaf (p-1) // (uplinks/S).
+    """
+    fabric = cluster.fabric
+    spine_names = spines(cluster)
+    if not spine_names:
+        return []
+    per_spine = fabric.uplink_count // len(spine_names)
+    links: list[SwitchLink] = []
+    for leaf_index, leaf in enumerate(leaves(cluster)):
+        for k in range(fabric.uplink_count):
+            spine = k % len(spine_names)
+            links.append(
+                SwitchLink(
+                    leaf=leaf.name,
+                    leaf_port=fabric.su_size + 1 + k,
+                    spine=spine_names[spine],
+                    spine_port=leaf_index * per_spine + k // len(spine_names) + 1,
+                )
+            )
+    return links
+
+
+# --- CSV -------------------------------------------------------------------------------
+
+
+def cabling_csv(rows: list[CablingRow]) -> str:
+    """`cabling.csv` text (header + one line per HCA, `\\n` line ends)."""
+    return _to_csv(CABLING_HEADER, [astuple(r) for r in rows])
+
+
+def switch_links_csv(links: list[SwitchLink]) -> str:
+    """`switch-links.csv` text."""
+    return _to_csv(SWITCH_LINKS_HEADER, [astuple(link) for link in links])
+
+
+def write_cabling_csv(path: Path, rows: list[CablingRow]) -> None:
+    """Write `cabling.csv`."""
+    Path(path).write_text(cabling_csv(rows), encoding="utf-8")
+
+
+def write_switch_links_csv(path: Path, links: list[SwitchLink]) -> None:
+    """Write `switch-links.csv`."""
+    Path(path).write_text(switch_links_csv(links), encoding="utf-8")
+
+
+def read_cabling_csv(path: Path) -> list[CablingRow]:
+    """Read `cabling.csv`; raises ParseError naming the line on anything malformed."""
+    return parse_cabling_csv(Path(path).read_text(encoding="utf-8"), source=str(path))
+
+
+def read_switch_links_csv(path: Path) -> list[SwitchLink]:
+    """Read `switch-links.csv`; raises ParseError naming the line on anything malformed."""
+    return parse_switch_links_csv(Path(path).read_text(encoding="utf-8"), source=str(path))
+
+
+def parse_cabling_csv(text: str, source: str = "cabling.csv") -> list[CablingRow]:
+    """`cabling.csv` text to rows."""
+    return [CablingRow(*values) for values in _from_csv(text, CablingRow, source)]  # type: ignore[arg-type]
+
+
+def parse_switch_links_csv(text: str, source: str = "switch-links.csv") -> list[SwitchLink]:
+    """`switch-links.csv` text to links."""
+    return [SwitchLink(*values) for values in _from_csv(text, SwitchLink, source)]  # type: ignore[arg-type]
+
+
+def _to_csv(header: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _from_csv(text: str, record: type, source: str) -> list[list[object]]:
+    kinds = [(f.name, f.type) for f in fields(record)]
+    header = tuple(name for name, _ in kinds)
+    lines = text.splitlines()
+    reader = csv.reader(lines)
+    out: list[list[object]] = []
+    for line_no, values in enumerate(reader, start=1):
+        raw = lines[line_no - 1] if line_no <= len(lines) else ""
+        if line_no == 1:
+            if tuple(v.strip() for v in values) != header:
+                raise ParseError(
+                    f"expected header {','.join(header)}", line_no=1, line=raw, source=source
+                )
+            continue
+        if not values or all(not v.strip() for v in values):
+            continue
+        if len(values) != len(header):
+            raise ParseError(
+                f"expected {len(header)} fields, got {len(values)}",
+                line_no=line_no,
+                line=raw,
+                source=source,
+            )
+        row: list[object] = []
+        for (name, kind), value in zip(kinds, values, strict=True):
+            value = value.strip()
+            if kind in (int, "int"):
+                try:
+                    row.append(int(value))
+                except ValueError:
+                    raise ParseError(
+                        f"{name} must be a whole number, got {value!r}",
+                        line_no=line_no,
+                        line=raw,
+                        source=source,
+                    ) from None
+            else:
+                if not value:
+                    raise ParseError(f"{name} is empty", line_no=line_no, line=raw, source=source)
+                row.append(value)
+        out.append(row)
+    if not lines:
+        raise ParseError(f"empty file; expected header {','.join(header)}", source=source)
+    return out

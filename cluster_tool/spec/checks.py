@@ -1,0 +1,380 @@
+"""Cross-field rules of the cluster spec: what one field cannot know about another.
+
+Each problem comes with the spec path it belongs to, so the loader can point at the line.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import string
+from collections import Counter
+from typing import Any
+
+from cluster_tool.spec.models import (
+    LANE_RATE_GBPS,
+    SUPERPOD_SPINES,
+    WIDTH_LANES,
+    Cluster,
+    NodeProfile,
+    expand_hostlist,
+)
+
+Loc = tuple[str | int, ...]
+Problem = tuple[Loc, str]
+
+
+def cross_check(cluster: Cluster) -> list[Problem]:
+    """Every cross-field violation in a structurally valid spec (empty when the spec is good)."""
+    problems: list[Problem] = []
+    problems += _check_profiles(cluster)
+    problems += _check_hosts(cluster)
+    problems += _check_references(cluster)
+    problems += _check_fabric(cluster)
+    problems += _check_slurm(cluster)
+    return problems
+
+
+def _format_fields(pattern: str) -> set[str] | None:
+    try:
+        return {f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None}
+    except ValueError:
+        return None
+
+
+def _check_profile(profile: NodeProfile, loc: Loc) -> list[Problem]:
+    problems: list[Problem] = []
+    for i, hca in enumerate(profile.hcas):
+        if hca.gpu >= profile.gpu_count:
+            message = f"GPU {hca.gpu} does not exist ({profile.gpu_count} GPUs)"
+            problems.append(((*loc, "hcas", i, "gpu"), message))
+    rails = sorted(h.rail for h in profile.hcas)
+    if rails != list(range(len(profile.hcas))):
+        problems.append(
+            (
+                (*loc, "hcas"),
+                f"rails must be 0..{len(profile.hcas) - 1}, each once; got {rails}",
+            )
+        )
+    devices = Counter([h.device for h in profile.hcas] + [n.device for n in profile.nics])
+    for device, count in sorted(devices.items()):
+        if count > 1:
+            problems.append(((*loc, "hcas"), f"device {device} is listed {count} times"))
+    pcis = Counter([h.pci for h in profile.hcas] + [n.pci for n in profile.nics])
+    for pci, count in sorted(pcis.items()):
+        if count > 1:
+            problems.append(((*loc, "hcas"), f"PCI address {pci} is listed {count} times"))
+    if profile.gpu_pci and len(profile.gpu_pci) != profile.gpu_count:
+        problems.append(
+            ((*loc, "gpu_pci"), f"{len(profile.gpu_pci)} addresses for {profile.gpu_count} GPUs")
+        )
+    if profile.gpu_sockets:
+        if len(profile.gpu_sockets) != profile.gpu_count:
+            problems.append(
+                (
+                    (*loc, "gpu_sockets"),
+                    f"{len(profile.gpu_sockets)} entries for {profile.gpu_count} GPUs",
+                )
+            )
+        bad = [s for s in profile.gpu_sockets if not 0 <= s < profile.cpu_sockets]
+        if bad:
+            problems.append(
+                ((*loc, "gpu_sockets"), f"socket {bad[0]} does not exist ({profile.cpu_sockets})")
+            )
+    if profile.slurm_real_memory_mib > profile.memory_gib * 1024:
+        problems.append(
+            (
+                (*loc, "slurm_real_memory_mib"),
+                f"{profile.slurm_real_memory_mib} MiB is more than the installed "
+                f"{profile.memory_gib} GiB",
+            )
+        )
+    problems += _check_link(
+        profile.expected_speed, profile.expected_width, profile.expected_rate_gbps, loc
+    )
+    return problems
+
+
+def _check_link(speed: str, width: str, rate: int, loc: Loc) -> list[Problem]:
+    expected = LANE_RATE_GBPS[speed] * WIDTH_LANES[width]
+    if rate != expected:
+        message = f"{width} {speed} runs at {expected} Gb/s, not {rate}"
+        return [((*loc, "expected_rate_gbps"), message)]
+    return []
+
+
+def _check_profiles(cluster: Cluster) -> list[Problem]:
+    problems: list[Problem] = []
+    known = cluster.profile_names()
+    for name, profile in cluster.profiles.items():
+        loc: Loc = ("profiles", name)
+        if profile.extends is not None and profile.extends not in known:
+            problems.append(((*loc, "extends"), f"unknown profile {profile.extends!r}"))
+        problems += _check_profile(profile, loc)
+    for i, group in enumerate(cluster.nodes):
+        if group.profile is not None and group.profile not in known:
+            problems.append(
+                (
+                    ("nodes", i, "profile"),
+                    f"unknown profile {group.profile!r}; known: {', '.join(known)}",
+                )
+            )
+    return problems
+
+
+def _check_hosts(cluster: Cluster) -> list[Problem]:
+    problems: list[Problem] = []
+    net = cluster.management.network
+    seen_names: dict[str, int] = {}
+    seen_addresses: dict[ipaddress.IPv4Address, str] = {}
+    for i, group in enumerate(cluster.nodes):
+        names = expand_hostlist(group.hosts)
+        if not names:
+            problems.append((("nodes", i, "hosts"), "the hostlist is empty"))
+            continue
+        for name in names:
+            if not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name):
+                problems.append((("nodes", i, "hosts"), f"{name!r} is not a valid hostname"))
+                break
+        dup = [n for n in names if n in seen_names]
+        if dup:
+            problems.append(
+                (
+                    ("nodes", i, "hosts"),
+                    f"{dup[0]} is already in nodes[{seen_names[dup[0]]}]"
+                    + (f" (and {len(dup) - 1} more)" if len(dup) > 1 else ""),
+                )
+            )
+        for name in names:
+            seen_names.setdefault(name, i)
+        last = group.address + (len(names) - 1) if _fits(group.address, len(names)) else None
+        if group.address not in net or last is None or last not in net:
+            problems.append(
+                (
+                    ("nodes", i, "address"),
+                    f"{len(names)} addresses from {group.address} do not fit in the "
+                    f"management network {net}",
+                )
+            )
+            continue
+        if group.address == net.network_address or last == net.broadcast_address:
+            problems.append(
+                (
+                    ("nodes", i, "address"),
+                    f"addresses from {group.address} include the network or broadcast address",
+                )
+            )
+        for offset, name in enumerate(names):
+            address = group.address + offset
+            if address in seen_addresses:
+                problems.append(
+                    (
+                        ("nodes", i, "address"),
+                        f"{address} ({name}) is already {seen_addresses[address]}'s address",
+                    )
+                )
+                break
+            seen_addresses[address] = name
+    problems += _check_bmc(cluster)
+    return problems
+
+
+def _fits(address: ipaddress.IPv4Address, count: int) -> bool:
+    return int(address) + count - 1 <= int(ipaddress.IPv4Address("255.255.255.255"))
+
+
+def _check_bmc(cluster: Cluster) -> list[Problem]:
+    problems: list[Problem] = []
+    allowed = {"name", "number", "index", "su", "index_in_su"}
+    patterns: list[tuple[Loc, str]] = [(("bmc", "address_pattern"), cluster.bmc.address_pattern)]
+    for i, group in enumerate(cluster.nodes):
+        if group.bmc_address_pattern is not None:
+            patterns.append((("nodes", i, "bmc_address_pattern"), group.bmc_address_pattern))
+    for loc, pattern in patterns:
+        fields = _format_fields(pattern)
+        if fields is None:
+            problems.append((loc, f"not a valid format string: {pattern!r}"))
+            continue
+        unknown = {f.split(".")[0].split("[")[0] for f in fields} - allowed
+        if unknown:
+            problems.append(
+                (loc, f"unknown field {{{sorted(unknown)[0]}}}; use {', '.join(sorted(allowed))}")
+            )
+    if problems:
+        return problems
+    seen: dict[str, str] = {}
+    for node in cluster.hosts():
+        group = cluster.nodes[node.group]
+        where: Loc = ("nodes", node.group, "bmc_address_pattern")
+        if group.bmc_address_pattern is None:
+            if not group.profile:
+                continue
+            where = ("bmc", "address_pattern")
+        if node.bmc_address is None:
+            problems.append((where, f"cannot fill the pattern for {node.name}"))
+            return problems
+        if node.bmc_address in seen:
+            problems.append(
+                (
+                    where,
+                    f"{node.name} and {seen[node.bmc_address]} get the same BMC "
+                    f"address {node.bmc_address}",
+                )
+            )
+            return problems
+        seen[node.bmc_address] = node.name
+    return problems
+
+
+def _check_references(cluster: Cluster) -> list[Problem]:
+    problems: list[Problem] = []
+    names = {n.name for n in cluster.hosts()}
+    gpu = {n.name for n in cluster.gpu_nodes()}
+
+    def need(loc: Loc, hostlist: str | None, what: str, *, gpu_only: bool = False) -> None:
+        if not hostlist:
+            return
+        for name in expand_hostlist(hostlist):
+            if name not in names:
+                problems.append((loc, f"{what} {name} is not a host of this cluster"))
+                return
+            if gpu_only and name not in gpu:
+                problems.append((loc, f"{name} is not a GPU node"))
+                return
+
+    need(("slurm", "controller"), cluster.slurm.controller, "controller")
+    if len(expand_hostlist(cluster.slurm.controller)) != 1:
+        problems.append((("slurm", "controller"), "give exactly one controller host"))
+    need(("slurm", "accounting_host"), cluster.slurm.accounting_host, "slurmdbd host")
+    need(("slurm", "login_nodes"), cluster.slurm.login_nodes, "login node")
+    need(("fabric", "subnet_manager"), cluster.fabric.subnet_manager, "subnet manager")
+    for i, part in enumerate(cluster.slurm.partitions):
+        need(("slurm", "partitions", i, "nodes"), part.nodes, "partition node", gpu_only=True)
+    return problems
+
+
+def _check_fabric(cluster: Cluster) -> list[Problem]:
+    problems: list[Problem] = []
+    fabric = cluster.fabric
+    for name, profile in cluster.gpu_profiles().items():
+        where = f"profile {name}"
+        if len(profile.hcas) != fabric.rails:
+            problems.append(
+                (
+                    ("fabric", "rails"),
+                    f"{fabric.rails} rails but {where} has {len(profile.hcas)} compute HCAs",
+                )
+            )
+        link = (profile.expected_speed, profile.expected_width, profile.expected_rate_gbps)
+        fabric_link = (fabric.expected_speed, fabric.expected_width, fabric.expected_rate_gbps)
+        if link != fabric_link:
+            problems.append(
+                (
+                    ("fabric", "expected_speed"),
+                    f"the fabric is {fabric.expected_width} {fabric.expected_speed} "
+                    f"{fabric.expected_rate_gbps} Gb/s but {where} expects "
+                    f"{profile.expected_width} {profile.expected_speed} "
+                    f"{profile.expected_rate_gbps} Gb/s",
+                )
+            )
+    problems += _check_link(
+        fabric.expected_speed, fabric.expected_width, fabric.expected_rate_gbps, ("fabric",)
+    )
+    uplinks = fabric.uplink_count
+    if fabric.su_size + uplinks > fabric.leaf_ports:
+        field = "uplinks_per_leaf" if fabric.uplinks_per_leaf else "su_size"
+        loc: Loc = ("fabric", field)
+        problems.append(
+            (
+                loc,
+                f"an SU of {fabric.su_size} nodes plus {uplinks} up-ports needs "
+                f"{fabric.su_size + uplinks} leaf ports; a leaf has {fabric.leaf_ports}",
+            )
+        )
+    su_count = cluster.su_count
+    spines = fabric.spine_count(su_count)
+    if spines is None:
+        problems.append(
+            (
+                ("fabric", "spines"),
+                f"{su_count} SUs is beyond the SuperPOD table "
+                f"({', '.join(f'{k} SU: {v}' for k, v in SUPERPOD_SPINES.items())}); "
+                "give the spine count",
+            )
+        )
+    else:
+        if uplinks % spines:
+            problems.append(
+                (
+                    ("fabric", "spines"),
+                    f"{uplinks} up-ports per leaf do not divide evenly over {spines} spines",
+                )
+            )
+        leaves = su_count * fabric.rails
+        load = leaves * uplinks / spines
+        if load > fabric.spine_port_count:
+            problems.append(
+                (
+                    ("fabric", "spines"),
+                    f"{leaves} leaves x {uplinks} up-ports over {spines} spines need "
+                    f"{load:g} ports per spine; a spine has {fabric.spine_port_count}",
+                )
+            )
+    leaf_fields = _format_fields(fabric.leaf_name_pattern)
+    if leaf_fields is None or not leaf_fields <= {"su", "rail"} or "rail" not in leaf_fields:
+        problems.append(
+            (("fabric", "leaf_name_pattern"), "must be a format string over {su} and {rail}")
+        )
+    elif su_count > 1 and "su" not in leaf_fields:
+        problems.append(
+            (("fabric", "leaf_name_pattern"), "needs {su}: leaves of different SUs share names")
+        )
+    spine_fields = _format_fields(fabric.spine_name_pattern)
+    if spine_fields is None or {f.split(":")[0] for f in spine_fields} != {"n"}:
+        problems.append((("fabric", "spine_name_pattern"), "must be a format string over {n}"))
+    try:
+        regex = re.compile(fabric.switch_name_pattern)
+    except re.error as exc:
+        problems.append((("fabric", "switch_name_pattern"), f"not a valid regex: {exc}"))
+    else:
+        if "name" not in regex.groupindex:
+            problems.append(
+                (("fabric", "switch_name_pattern"), "needs a named group (?P<name>...)")
+            )
+    if "%h" not in fabric.node_description_format:
+        problems.append((("fabric", "node_description_format"), "must contain %h to name the host"))
+    return problems
+
+
+def _check_slurm(cluster: Cluster) -> list[Problem]:
+    problems: list[Problem] = []
+    parts = cluster.slurm.partitions
+    defaults = [i for i, p in enumerate(parts) if p.default]
+    if len(defaults) > 1:
+        problems.append(
+            (("slurm", "partitions", defaults[1], "default"), "only one partition can be default")
+        )
+    counts = Counter(p.name for p in parts)
+    for i, part in enumerate(parts):
+        if counts[part.name] > 1:
+            problems.append((("slurm", "partitions", i, "name"), f"{part.name} is listed twice"))
+            break
+    if not cluster.gpu_nodes() and not any(g.profile for g in cluster.nodes):
+        problems.append((("nodes",), "no GPU nodes: give at least one group a profile"))
+    return problems
+
+
+def problems_as_text(problems: list[Problem]) -> list[str]:
+    """Problems as `path: message` lines (for callers without a file)."""
+    return [f"{dotted(loc)}: {msg}" for loc, msg in problems]
+
+
+def dotted(loc: tuple[Any, ...]) -> str:
+    """`('nodes', 0, 'hosts')` -> `nodes[0].hosts`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out

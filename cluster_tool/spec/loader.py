@@ -1,0 +1,212 @@
+"""Load a spec file into a `Cluster`, reporting every problem as `FILE:LINE:COL: path: what`.
+
+YAML is composed with node marks kept, so pydantic's error locations and the cross-field
+problems can be pointed back at the line a person has to fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from cluster_tool.errors import SpecError, SpecProblem, UsageError
+from cluster_tool.spec.checks import cross_check, dotted
+from cluster_tool.spec.models import Cluster
+
+Loc = tuple[str | int, ...]
+Mark = tuple[int, int]  # 1-based line, column
+
+
+class _Marks:
+    """Where each path of the document is: the key's position and the value's position."""
+
+    def __init__(self) -> None:
+        self.key: dict[Loc, Mark] = {}
+        self.value: dict[Loc, Mark] = {}
+        self.duplicates: list[tuple[Loc, Mark]] = []
+
+    def find(self, loc: Loc, *, prefer_key: bool = False) -> Mark:
+        """The best position for `loc`: itself, else its nearest ancestor present."""
+        for end in range(len(loc), -1, -1):
+            sub = loc[:end]
+            first, second = (self.key, self.value) if prefer_key else (self.value, self.key)
+            if sub in first:
+                return first[sub]
+            if sub in second:
+                return second[sub]
+        return (1, 1)
+
+
+def _mark(node: yaml.Node) -> Mark:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also records where every mapping key and value sits."""
+
+
+def _walk(loader: _Loader, node: yaml.Node, loc: Loc, marks: _Marks) -> Any:
+    marks.value[loc] = _mark(node)
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)  # resolves `<<` merge keys like SafeLoader does
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool) or key is None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a plain value", key_node.start_mark
+                )
+            child = (*loc, key if isinstance(key, str) else str(key))
+            if key in out:
+                marks.duplicates.append((child, _mark(key_node)))
+            marks.key[child] = _mark(key_node)
+            out[key] = _walk(loader, value_node, child, marks)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_walk(loader, item, (*loc, i), marks) for i, item in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+def parse_yaml(text: str, filename: str) -> tuple[Any, _Marks]:
+    """YAML text to plain data plus marks; raises SpecError on a syntax error."""
+    loader = _Loader(text)
+    marks = _Marks()
+    try:
+        node = loader.get_single_node()
+        data = _walk(loader, node, (), marks) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        what = " ".join(p for p in (exc.context, exc.problem) if p)
+        raise SpecError([SpecProblem(filename, line, col, "", f"YAML: {what}")]) from exc
+    except yaml.YAMLError as exc:
+        raise SpecError([SpecProblem(filename, 1, 1, "", f"YAML: {exc}")]) from exc
+    finally:
+        loader.dispose()
+    return data, marks
+
+
+def load_spec(path: Path) -> Cluster:
+    """Read and validate a spec file; raises SpecError listing every problem, located."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError([SpecProblem(str(path), 1, 1, "", f"not UTF-8 text: {exc}")]) from exc
+    return load_spec_text(text, str(path))
+
+
+def load_spec_text(text: str, filename: str = "<spec>") -> Cluster:
+    """Validate spec text; `filename` only labels the problems."""
+    data, marks = parse_yaml(text, filename)
+    problems = [
+        SpecProblem(filename, line, col, dotted(loc), f"duplicate key {loc[-1]!r}")
+        for loc, (line, col) in marks.duplicates
+    ]
+    if not isinstance(data, dict):
+        raise SpecError(
+            [*problems, SpecProblem(filename, 1, 1, "", "a spec is a YAML mapping (kind: Cluster)")]
+        )
+    try:
+        cluster = Cluster.model_validate(data)
+    except ValidationError as exc:
+        problems += _pydantic_problems(exc, marks, filename)
+        raise SpecError(_sorted(problems)) from None
+    for loc, message in cross_check(cluster):
+        line, col = marks.find(loc)
+        problems.append(SpecProblem(filename, line, col, dotted(loc), message))
+    if problems:
+        raise SpecError(_sorted(problems))
+    return cluster
+
+
+def spec_from_dict(data: dict[str, Any], filename: str = "<spec>") -> Cluster:
+    """Validate an in-memory spec (tests, generators); problems carry paths, not lines."""
+    return load_spec_text(yaml.safe_dump(data, sort_keys=False), filename)
+
+
+def _sorted(problems: list[SpecProblem]) -> list[SpecProblem]:
+    unique = {(p.line, p.column, p.path, p.message): p for p in problems}
+    return [unique[k] for k in sorted(unique)]
+
+
+def _pydantic_problems(exc: ValidationError, marks: _Marks, filename: str) -> list[SpecProblem]:
+    out: list[SpecProblem] = []
+    for err in exc.errors(include_url=False):
+        loc = _clean_loc(err["loc"])
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            line, col = marks.find(loc, prefer_key=True)
+            message = f"unknown key {loc[-1]!r}" if loc else "unknown key"
+            known = _known_keys(loc[:-1])
+            if known and loc:
+                close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+                message += f"; did you mean {close[0]!r}?" if close else ""
+        elif kind == "missing":
+            line, col = marks.find(loc[:-1], prefer_key=True)
+            message = f"missing required key {loc[-1]!r}" if loc else "missing"
+        else:
+            line, col = marks.find(loc)
+            message = str(err["msg"])
+            for prefix in ("Value error, ", "Assertion failed, "):
+                message = message.removeprefix(prefix)
+            if kind not in ("value_error", "literal_error", "string_pattern_mismatch"):
+                given = err.get("input")
+                if isinstance(given, str | int | float | bool):
+                    message += f" (got {given!r})"
+            elif kind == "string_pattern_mismatch":
+                message = f"{err.get('input')!r} does not match {err['ctx']['pattern']}"
+        out.append(SpecProblem(filename, line, col, dotted(loc), message))
+    return out
+
+
+def _clean_loc(loc: Iterable[Any]) -> Loc:
+    # pydantic inserts validator tags (e.g. 'function-after[...]') into union locations.
+    return tuple(p for p in loc if isinstance(p, int) or not str(p).startswith("function-"))
+
+
+def _known_keys(loc: Loc) -> list[str]:
+    """Field names (aliases) of the model found at `loc`, for 'did you mean' hints."""
+    model: Any = Cluster
+    for part in loc:
+        model = _step(model, part)
+        if model is None:
+            return []
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [f.alias or name for name, f in model.model_fields.items()]
+    return []
+
+
+def _step(tp: Any, part: str | int) -> Any:
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        for name, field in tp.model_fields.items():
+            if part in (name, field.alias):
+                return _unwrap(field.annotation)
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is list and args:
+        return _unwrap(args[0])
+    if origin is dict and len(args) == 2:
+        return _unwrap(args[1])
+    return None
+
+
+def _unwrap(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(tp)[0])
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is not type(None):
+                return _unwrap(arg)
+    return tp

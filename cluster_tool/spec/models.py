@@ -1,0 +1,719 @@
+"""The cluster spec (`apiVersion: cluster-tool/v1`, `kind: Cluster`) as pydantic v2 models.
+
+Field descriptions document every default; `cluster-tool spec schema` exports them as JSON
+schema. Cross-field rules (hosts exist, ports fit, ...) live in `cluster_tool.spec.checks`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    model_validator,
+)
+
+from cluster_tool.spec.profiles import BUILTIN_PROFILES
+
+API_VERSION = "cluster-tool/v1"
+
+# Per-lane signalling rate of each InfiniBand generation, in Gb/s (as ibstat reports Rate).
+LANE_RATE_GBPS = {"EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
+WIDTH_LANES = {"1X": 1, "2X": 2, "4X": 4}
+
+# SuperPOD reference architecture: spine switches for 1-4 scalable units (leaves = 8 per SU).
+SUPERPOD_SPINES = {1: 4, 2: 8, 3: 16, 4: 16}
+
+
+class StrictModel(BaseModel):
+    """Base of every spec model: unknown keys are an error, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _check_hostlist(value: str) -> str:
+    try:
+        NodeSet(value)
+    except NodeSetException as exc:
+        raise ValueError(f"not a valid hostlist {value!r}: {exc}") from exc
+    if "@" in value:
+        raise ValueError(f"not a valid hostlist {value!r}: node groups (@) are not supported")
+    return value
+
+
+Hostlist = Annotated[
+    str,
+    AfterValidator(_check_hostlist),
+    Field(description="Slurm-style hostlist, e.g. `gpu[001-032]` or `login[1-2],head`."),
+]
+
+PciAddress = Annotated[
+    str,
+    Field(
+        pattern=r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$",
+        description="PCI address, lower case with domain, e.g. `0000:18:00.0`.",
+    ),
+]
+
+Url = Annotated[
+    str,
+    Field(pattern=r"^(https?|file|ftp)://\S+$", description="Repository or download URL."),
+]
+
+
+def expand_hostlist(value: str) -> list[str]:
+    """The hosts of a hostlist in NodeSet order (`gpu[001-003]` -> gpu001, gpu002, gpu003)."""
+    return list(NodeSet(value)) if value else []
+
+
+# --- node profiles -------------------------------------------------------------------
+
+
+class Hca(StrictModel):
+    """One compute HCA: the port NCCL uses for GPU `gpu`, cabled to rail `rail`."""
+
+    device: str = Field(pattern=r"^mlx5_\d+$", description="RDMA device name, e.g. `mlx5_0`.")
+    pci: PciAddress
+    gpu: int = Field(ge=0, description="Index of the GPU this HCA is closest to (PIX).")
+    rail: int = Field(ge=0, description="Rail (0-based) this HCA is cabled to.")
+    netdev: str | None = Field(None, description="IPoIB interface name, e.g. `ibp24s0`.")
+
+
+class Nic(StrictModel):
+    """A storage or management NIC: present on the node, never on a compute rail."""
+
+    device: str = Field(description="Device name, e.g. `mlx5_1` or `eno1`.")
+    pci: PciAddress
+    purpose: Literal["storage", "management", "inband"] = Field(description="What it carries.")
+    netdev: str | None = Field(None, description="Network interface name.")
+
+
+class NodeProfile(StrictModel):
+    """A kind of GPU server: GPUs, CPUs, memory, compute HCAs and expected link rate."""
+
+    extends: str | None = Field(
+        None,
+        description="Start from this profile (built-in or defined earlier) and override "
+        "the keys given here.",
+    )
+    description: str = Field("", description="Free text shown in `spec check`.")
+    gpu_model: str = Field(
+        pattern=r"^[a-z0-9_]+$", description="GPU type as Slurm GRES names it (`h100`)."
+    )
+    gpu_product: str = Field(description="Product name as nvidia-smi reports it.")
+    gpu_count: int = Field(ge=1, le=16, description="GPUs per node.")
+    gpu_memory_gib: int = Field(ge=1, description="Memory per GPU in GiB (80 for H100).")
+    gpu_pci: list[PciAddress] = Field(
+        default_factory=list, description="GPU PCI addresses in GPU index order (optional)."
+    )
+    gpu_sockets: list[int] = Field(
+        default_factory=list,
+        description="CPU socket each GPU hangs off, in GPU index order; default: first half "
+        "on socket 0, second half on socket 1 (gres.conf `Cores=`).",
+    )
+    nvlink_domain_size: int = Field(8, ge=1, description="GPUs in one NVLink domain.")
+    cpu_sockets: int = Field(ge=1, description="CPU sockets (Slurm `Sockets`).")
+    cpu_cores_per_socket: int = Field(ge=1, description="Cores per socket.")
+    cpu_threads_per_core: int = Field(1, ge=1, le=8, description="Hardware threads per core.")
+    memory_gib: int = Field(ge=1, description="Installed system memory in GiB.")
+    slurm_real_memory_mib: int = Field(
+        ge=1,
+        description="Slurm `RealMemory` in MiB; a little below installed memory so slurmd "
+        "never reports less than configured and drains the node.",
+    )
+    hcas: list[Hca] = Field(description="Compute HCAs, one per rail.")
+    nics: list[Nic] = Field(default_factory=list, description="Storage/management NICs.")
+    expected_speed: Literal["EDR", "HDR", "NDR", "XDR"] = Field(
+        "NDR", description="InfiniBand generation of the compute links (default NDR)."
+    )
+    expected_width: Literal["1X", "2X", "4X"] = Field(
+        "4X", description="Link width of the compute links (default 4X)."
+    )
+    expected_rate_gbps: int = Field(
+        400, ge=1, description="Link rate as ibstat reports it (default 400 for NDR 4X)."
+    )
+    expected_busbw_single_node_gbs: float = Field(
+        450.0, gt=0, description="all_reduce_perf busbw (GB/s) one node should reach."
+    )
+    expected_busbw_multi_node_gbs: float = Field(
+        360.0, gt=0, description="all_reduce_perf busbw (GB/s) across nodes over the rails."
+    )
+
+    @property
+    def cpus(self) -> int:
+        """Logical CPUs (Slurm `CPUs`)."""
+        return self.cpu_sockets * self.cpu_cores_per_socket * self.cpu_threads_per_core
+
+    @property
+    def compute_hcas(self) -> list[Hca]:
+        """Compute HCAs ordered by rail."""
+        return sorted(self.hcas, key=lambda h: h.rail)
+
+    def socket_of_gpu(self, gpu: int) -> int:
+        """The CPU socket GPU `gpu` is attached to."""
+        if self.gpu_sockets:
+            return self.gpu_sockets[gpu]
+        per_socket = max(1, -(-self.gpu_count // self.cpu_sockets))
+        return min(gpu // per_socket, self.cpu_sockets - 1)
+
+    def hca_for_rail(self, rail: int) -> Hca:
+        """The compute HCA cabled to `rail`."""
+        for hca in self.hcas:
+            if hca.rail == rail:
+                return hca
+        raise KeyError(f"no HCA on rail {rail}")
+
+
+# --- hosts, networks, BMCs -----------------------------------------------------------
+
+
+class NodeGroup(StrictModel):
+    """Hosts that share a profile and a consecutive block of management addresses."""
+
+    hosts: Hostlist
+    address: ipaddress.IPv4Address = Field(
+        description="Management address of the first host; the others follow in hostlist order."
+    )
+    profile: str | None = Field(
+        None, description="Node profile of GPU nodes; leave out for head/login/service hosts."
+    )
+    bmc_address_pattern: str | None = Field(
+        None,
+        description="BMC address for this group's hosts; default: `bmc.address_pattern` "
+        "for GPU nodes, none for the others.",
+    )
+
+
+class Management(StrictModel):
+    """The management (Ethernet) network every host is reached on."""
+
+    network: ipaddress.IPv4Network = Field(description="CIDR, e.g. `10.10.0.0/16`.")
+    interface: str = Field(
+        "eno1",
+        description="Interface on the management network; NCCL bootstraps over it "
+        "(`NCCL_SOCKET_IFNAME`). Default `eno1`.",
+    )
+    domain: str | None = Field(None, description="DNS domain of the hosts, if any.")
+
+
+class SecretRef(StrictModel):
+    """Where a secret lives: an environment variable or an Ansible vault variable, by name."""
+
+    env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Environment variable name."
+    )
+    vault: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Ansible vault variable name."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_literal_secret(cls, data: Any) -> Any:
+        if isinstance(data, str | int | float):
+            raise ValueError(
+                "a literal secret is not allowed in the spec; give a reference "
+                "({env: VARIABLE} or {vault: variable_name})"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.vault is None):
+            raise ValueError("give exactly one of `env` or `vault`")
+        return self
+
+    def describe(self) -> str:
+        """`env:NAME` or `vault:NAME`, for logs and rendered vars."""
+        return f"env:{self.env}" if self.env else f"vault:{self.vault}"
+
+
+class BmcCredentials(StrictModel):
+    """BMC login, by reference only: the spec never holds a secret."""
+
+    username: SecretRef = Field(description="Reference to the BMC user name.")
+    password: SecretRef = Field(description="Reference to the BMC password.")
+
+
+class Bmc(StrictModel):
+    """The nodes' BMCs (Redfish), used to re-image: one-time PXE boot + power cycle."""
+
+    address_pattern: str = Field(
+        description="BMC address of a GPU node, a Python format string over {name}, "
+        "{number} (the numeric part of the hostname), {index} (1-based in its group), "
+        "{su}, {index_in_su}; e.g. `10.11.0.{number}` or `{name}-bmc`."
+    )
+    credentials: BmcCredentials
+    verify_tls: bool = Field(True, description="Verify the BMC's TLS certificate.")
+
+
+# --- fabric --------------------------------------------------------------------------
+
+DEFAULT_SWITCH_NAME_PATTERN = r"^(?:[^;\s]*;)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?::\S*)?$"
+
+
+class Fabric(StrictModel):
+    """The rail-optimised InfiniBand compute fabric (DGX SuperPOD style, two tiers)."""
+
+    rails: int = Field(8, ge=1, description="Rails; equals compute HCAs per node. Default 8.")
+    su_size: int = Field(
+        32, ge=1, description="GPU nodes per scalable unit (SuperPOD: 32). Default 32."
+    )
+    leaf_ports: int = Field(
+        64, ge=2, description="Ports per leaf switch (64 for QM9700 NDR, 40 for QM8700 HDR)."
+    )
+    spine_ports: int | None = Field(
+        None, ge=2, description="Ports per spine switch; default: `leaf_ports`."
+    )
+    uplinks_per_leaf: int | None = Field(
+        None, ge=1, description="Leaf up-ports to the spines; default `su_size` (non-blocking)."
+    )
+    spines: int | None = Field(
+        None,
+        ge=1,
+        description="Spine switches; default from the SuperPOD reference "
+        "(1 SU: 4, 2 SU: 8, 3 SU: 16, 4 SU: 16). Required beyond 4 SU.",
+    )
+    switch_model: str = Field("MQM9700", description="Switch model, for reports.")
+    leaf_name_pattern: str = Field(
+        "su{su}-leaf-r{rail}",
+        description="Leaf switch name over {su} (1-based) and {rail} (0-based). "
+        "Default `su{su}-leaf-r{rail}`.",
+    )
+    spine_name_pattern: str = Field(
+        "spine{n:02d}", description="Spine switch name over {n} (1-based). Default `spine{n:02d}`."
+    )
+    switch_name_pattern: str = Field(
+        DEFAULT_SWITCH_NAME_PATTERN,
+        description="Regex with a `name` group that extracts the switch name from its node "
+        "description; the default accepts Quantum-2 `MF0;su1-leaf-r0:MQM9700/U1` and a plain "
+        "`su1-leaf-r0`.",
+    )
+    node_description_format: str = Field(
+        "%h %d", description="rdma-ndd node description format (default `%h %d`: `gpu001 mlx5_0`)."
+    )
+    subnet_manager: str = Field(description="Host that runs the subnet manager (OpenSM/UFM).")
+    expected_speed: Literal["EDR", "HDR", "NDR", "XDR"] = Field(
+        "NDR", description="Generation of every fabric link (default NDR)."
+    )
+    expected_width: Literal["1X", "2X", "4X"] = Field("4X", description="Link width (default 4X).")
+    expected_rate_gbps: int = Field(400, ge=1, description="Link rate in Gb/s (default 400).")
+    sharp: bool = Field(False, description="SHARP in-network reductions (NCCL CollNet) enabled.")
+
+    @property
+    def spine_port_count(self) -> int:
+        """Ports per spine switch."""
+        return self.spine_ports or self.leaf_ports
+
+    @property
+    def uplink_count(self) -> int:
+        """Up-ports per leaf."""
+        return self.uplinks_per_leaf or self.su_size
+
+    def spine_count(self, su_count: int) -> int | None:
+        """Spine switches for `su_count` SUs; None when the reference table has no answer."""
+        return self.spines or SUPERPOD_SPINES.get(su_count)
+
+    def leaf_name(self, su: int, rail: int) -> str:
+        """Name of the leaf for rail `rail` (0-based) in SU `su` (1-based)."""
+        return self.leaf_name_pattern.format(su=su, rail=rail)
+
+    def spine_name(self, n: int) -> str:
+        """Name of spine `n` (1-based)."""
+        return self.spine_name_pattern.format(n=n)
+
+    def switch_name(self, node_description: str) -> str | None:
+        """The switch name inside a discovered node description, or None if none matches."""
+        match = re.match(self.switch_name_pattern, node_description.strip())
+        return match.group("name") if match else None
+
+
+# --- Slurm, software, NCCL, thresholds ------------------------------------------------
+
+
+class Partition(StrictModel):
+    """One Slurm partition."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    nodes: Hostlist | None = Field(None, description="Hosts of the partition; default all GPUs.")
+    default: bool = Field(False, description="The default partition.")
+    max_time: str = Field("INFINITE", description="Slurm `MaxTime`.")
+
+
+class Slurm(StrictModel):
+    """Slurm roles and partitions."""
+
+    cluster_name: str | None = Field(None, description="`ClusterName`; default: cluster name.")
+    controller: str = Field(description="Host running slurmctld.")
+    accounting_host: str | None = Field(None, description="Host running slurmdbd, if any.")
+    login_nodes: Hostlist | None = Field(None, description="Login hosts, if any.")
+    partitions: list[Partition] = Field(
+        default_factory=lambda: [Partition.model_validate({"name": "gpu", "default": True})],
+        description="Partitions; default one `gpu` partition over all GPU nodes.",
+    )
+
+
+class Repositories(StrictModel):
+    """Every repository or download URL the roles use; air-gapped sites point them at mirrors."""
+
+    cuda: Url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
+    doca: Url = "https://linux.mellanox.com/public/repo/doca/2.9.1/ubuntu22.04/x86_64/"
+    hpcx: Url = (
+        "https://content.mellanox.com/hpc/hpc-x/v2.20/"
+        "hpcx-v2.20-gcc-doca_ofed-ubuntu22.04-cuda12-x86_64.tbz"
+    )
+    nccl_tests: Url = "https://github.com/NVIDIA/nccl-tests.git"
+    slurm: Url = "https://download.schedmd.com/slurm/"
+    enroot: Url = "https://github.com/NVIDIA/enroot/releases/download/"
+    pyxis: Url = "https://github.com/NVIDIA/pyxis.git"
+
+
+class Software(StrictModel):
+    """Pinned versions of the node stack (defaults: a tested 2024 H100/H200 stack)."""
+
+    nvidia_driver_branch: str = Field("550", description="Driver branch (default 550).")
+    nvidia_driver_version: str = Field("550.127.08", description="Driver version.")
+    cuda_version: str = Field("12.4", description="CUDA toolkit (default 12.4).")
+    doca_ofed_version: str = Field("2.9.1", description="DOCA-OFED (default 2.9.1 LTS).")
+    nccl_version: str = Field("2.21.5-1+cuda12.4", description="NCCL package version.")
+    hpcx_version: str = Field("2.20", description="HPC-X, which carries the SHARP plugin.")
+    sharp_plugin_version: str = Field("3.9.0", description="NCCL RDMA SHARP plugin version.")
+    slurm_version: str = Field("24.05.5", description="Slurm (default 24.05.5).")
+    dcgm_version: str = Field("3.3.9", description="DCGM (default 3.3.9).")
+    nccl_tests_version: str = Field("v2.13.11", description="nccl-tests git tag.")
+    repositories: Repositories = Field(default_factory=lambda: Repositories.model_validate({}))
+
+
+Collective = Literal[
+    "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "sendrecv"
+]
+
+
+def _default_collectives() -> list[Collective]:
+    return ["all_reduce", "all_gather", "reduce_scatter", "alltoall"]
+
+
+class NcclTests(StrictModel):
+    """How the nccl-tests job scripts run."""
+
+    collectives: list[Collective] = Field(
+        default_factory=_default_collectives, description="Which *_perf binaries to run."
+    )
+    min_bytes: str = Field("8", description="nccl-tests `-b` (default 8).")
+    max_bytes: str = Field("16G", description="nccl-tests `-e` (default 16G).")
+    step_factor: int = Field(2, ge=2, description="nccl-tests `-f` (default 2).")
+    iters: int = Field(20, ge=1, description="nccl-tests `-n` (default 20).")
+    warmup_iters: int = Field(5, ge=0, description="nccl-tests `-w` (default 5).")
+    binary_dir: str = Field(
+        "/opt/nccl-tests/build", description="Where the nccl-tests role installs the binaries."
+    )
+
+
+class Nccl(StrictModel):
+    """The NCCL environment rendered into nccl.conf."""
+
+    socket_ifname: str | None = Field(
+        None, description="`NCCL_SOCKET_IFNAME`; default `management.interface`."
+    )
+    extra_env: dict[str, str] = Field(
+        default_factory=dict, description="More NCCL_* variables, written as given."
+    )
+    tests: NcclTests = Field(default_factory=lambda: NcclTests.model_validate({}))
+
+
+class HealthThresholds(StrictModel):
+    """Limits the health checks hold nodes to (defaults suit H100/H200)."""
+
+    gpu_temp_warn_c: int = Field(83, description="GPU temperature warning (default 83 C).")
+    gpu_temp_error_c: int = Field(
+        88, description="GPU temperature error (default 88 C, near H100 slowdown)."
+    )
+    ecc_uncorrectable_max: int = Field(
+        0, ge=0, description="Volatile uncorrectable ECC errors tolerated (default 0)."
+    )
+    ecc_correctable_warn: int = Field(
+        1000, ge=0, description="Volatile correctable ECC errors before a warning (default 1000)."
+    )
+    remapped_rows_pending_max: int = Field(
+        0, ge=0, description="Pending row remaps before the GPU needs a reset (default 0)."
+    )
+    fatal_xids: list[int] = Field(
+        default_factory=lambda: [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140],
+        description="XIDs that fail a node (default: ECC, NVLink, fell off the bus, GSP).",
+    )
+    gpu_pcie_gen: int = Field(5, ge=1, description="Expected GPU PCIe generation (default 5).")
+    gpu_pcie_width: int = Field(16, ge=1, description="Expected GPU PCIe width (default 16).")
+    ib_symbol_errors_max: int = Field(10, ge=0, description="SymbolErrorCounter (default 10).")
+    ib_link_downed_max: int = Field(0, ge=0, description="LinkDownedCounter (default 0).")
+    ib_rcv_errors_max: int = Field(10, ge=0, description="PortRcvErrors (default 10).")
+    ib_link_error_recovery_max: int = Field(
+        5, ge=0, description="LinkErrorRecoveryCounter (default 5)."
+    )
+
+
+class NcclGateThresholds(StrictModel):
+    """When the nccl-tests gate admits a node (defaults documented per field)."""
+
+    busbw_fraction: float = Field(
+        0.85, gt=0, le=1, description="Pass at this fraction of the profile's expected busbw."
+    )
+    straggler_zscore: float = Field(
+        3.0, gt=0, description="A node this many standard deviations slower is a straggler."
+    )
+    watchdog_s: int = Field(900, ge=1, description="Kill a hung nccl-tests job after (s).")
+    max_failing_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Above this share of failing nodes, stop and suspect the fabric, not "
+        "the nodes (default 0.25).",
+    )
+
+
+class Thresholds(StrictModel):
+    """Health-check and nccl-gate limits."""
+
+    health: HealthThresholds = Field(default_factory=lambda: HealthThresholds.model_validate({}))
+    nccl_gate: NcclGateThresholds = Field(
+        default_factory=lambda: NcclGateThresholds.model_validate({})
+    )
+
+
+# --- the cluster ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    """One host of the cluster as the toolkit sees it (derived from the spec)."""
+
+    name: str
+    address: str
+    roles: tuple[str, ...]
+    bmc_address: str | None = None
+    profile: NodeProfile | None = field(default=None, repr=False, compare=False)
+    profile_name: str | None = None
+    su: int | None = None
+    index_in_su: int | None = None
+    group: int = 0
+
+    @property
+    def is_gpu(self) -> bool:
+        """True for GPU nodes (those with a profile)."""
+        return self.profile is not None
+
+
+ROLE_GPU = "gpu"
+ROLE_MANAGEMENT = "management"
+ROLE_CONTROLLER = "slurm_controller"
+ROLE_SLURMDBD = "slurmdbd"
+ROLE_LOGIN = "login"
+ROLE_SUBNET_MANAGER = "subnet_manager"
+
+
+class Cluster(StrictModel):
+    """A whole cluster: the one file an SRE writes."""
+
+    api_version: Literal["cluster-tool/v1"] = Field(alias="apiVersion")
+    kind: Literal["Cluster"]
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$", description="Cluster name (inventory dir).")
+    profiles: dict[str, NodeProfile] = Field(
+        default_factory=dict,
+        description="User-defined node profiles (built-in: " + ", ".join(BUILTIN_PROFILES) + ").",
+    )
+    nodes: list[NodeGroup] = Field(min_length=1, description="Host groups.")
+    management: Management
+    bmc: Bmc
+    fabric: Fabric
+    slurm: Slurm
+    software: Software = Field(default_factory=lambda: Software.model_validate({}))
+    nccl: Nccl = Field(default_factory=lambda: Nccl.model_validate({}))
+    thresholds: Thresholds = Field(default_factory=lambda: Thresholds.model_validate({}))
+    ansible_vars: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra Ansible variables merged last into group_vars/all.yml (e.g. a "
+        "lab pointing repository URLs at a local mirror).",
+    )
+
+    _hosts: list[Node] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_profile_extends(cls, data: Any) -> Any:
+        # `extends` copies the base profile and overrides the given keys, so a lab can say
+        # "an H100 box but with HDR links" in three lines.
+        if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+            return data
+        raw: dict[str, Any] = data["profiles"]
+        resolved: dict[str, Any] = {}
+
+        def resolve(name: str, seen: tuple[str, ...]) -> Any:
+            if name in resolved:
+                return resolved[name]
+            body = raw.get(name)
+            if not isinstance(body, dict) or "extends" not in body or name in seen:
+                return body
+            base_name = body["extends"]
+            if isinstance(base_name, str) and base_name in raw and base_name != name:
+                base = resolve(base_name, (*seen, name))
+            elif isinstance(base_name, str):
+                base = BUILTIN_PROFILES.get(base_name)
+            else:
+                base = None
+            if not isinstance(base, dict):
+                return body
+            merged = {k: v for k, v in base.items() if k != "extends"}
+            merged.update(body)
+            resolved[name] = merged
+            return merged
+
+        profiles = {name: resolve(name, ()) for name in raw}
+        return {**data, "profiles": profiles}
+
+    # -- derived view -----------------------------------------------------------------
+
+    def profile(self, name: str) -> NodeProfile:
+        """A profile by name: user-defined first, then built-in."""
+        if name in self.profiles:
+            return self.profiles[name]
+        return builtin_profile(name)
+
+    def profile_names(self) -> list[str]:
+        """Every profile name this spec can use."""
+        return sorted(set(self.profiles) | set(BUILTIN_PROFILES))
+
+    @property
+    def slurm_cluster_name(self) -> str:
+        """Slurm `ClusterName`."""
+        return self.slurm.cluster_name or self.name
+
+    @property
+    def socket_ifname(self) -> str:
+        """`NCCL_SOCKET_IFNAME`."""
+        return self.nccl.socket_ifname or self.management.interface
+
+    def hosts(self) -> list[Node]:
+        """Every host with its roles, in spec order (groups, then hostlist order)."""
+        if self._hosts is None:
+            self._hosts = _derive_hosts(self)
+        return self._hosts
+
+    def gpu_nodes(self) -> list[Node]:
+        """GPU nodes in SU order."""
+        return [n for n in self.hosts() if n.is_gpu]
+
+    def host(self, name: str) -> Node:
+        """One host by name (KeyError if absent)."""
+        for node in self.hosts():
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    @property
+    def su_count(self) -> int:
+        """Scalable units the GPU nodes fill."""
+        count = len(self.gpu_nodes())
+        return max(1, -(-count // self.fabric.su_size))
+
+    @property
+    def spine_count(self) -> int:
+        """Spine switches (explicit, or from the SuperPOD table); 0 if neither gives one."""
+        return self.fabric.spine_count(self.su_count) or 0
+
+    def gpu_profiles(self) -> dict[str, NodeProfile]:
+        """The profiles GPU node groups use, by name."""
+        names = {g.profile for g in self.nodes if g.profile}
+        out: dict[str, NodeProfile] = {}
+        for name in sorted(names):
+            try:
+                out[name] = self.profile(name)
+            except KeyError:
+                continue
+        return out
+
+
+def builtin_profile(name: str) -> NodeProfile:
+    """A built-in profile as a model (KeyError if unknown)."""
+    return NodeProfile.model_validate(BUILTIN_PROFILES[name])
+
+
+_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+def host_number(name: str) -> int | None:
+    """The last run of digits in a hostname (`gpu017` -> 17), or None."""
+    match = _NUMBER.search(name)
+    return int(match.group(1)) if match else None
+
+
+def format_bmc_address(pattern: str, node: Node, index: int) -> str:
+    """Fill a BMC address pattern for one node (raises KeyError/ValueError on a bad pattern)."""
+    number = host_number(node.name)
+    if number is None and "{number" in pattern:
+        raise ValueError(f"{node.name} has no number for {{number}}")
+    return pattern.format(
+        name=node.name,
+        number=number,
+        index=index,
+        su=node.su,
+        index_in_su=node.index_in_su,
+    )
+
+
+def _derive_hosts(cluster: Cluster) -> list[Node]:
+    roles_of: dict[str, list[str]] = {}
+
+    def add_role(hostlist: str | None, role: str) -> None:
+        for name in expand_hostlist(hostlist or ""):
+            roles_of.setdefault(name, []).append(role)
+
+    add_role(cluster.slurm.controller, ROLE_CONTROLLER)
+    add_role(cluster.slurm.accounting_host, ROLE_SLURMDBD)
+    add_role(cluster.slurm.login_nodes, ROLE_LOGIN)
+    add_role(cluster.fabric.subnet_manager, ROLE_SUBNET_MANAGER)
+
+    hosts: list[Node] = []
+    gpu_seen = 0
+    su_size = cluster.fabric.su_size
+    for group_index, group in enumerate(cluster.nodes):
+        profile: NodeProfile | None = None
+        if group.profile:
+            try:
+                profile = cluster.profile(group.profile)
+            except KeyError:
+                profile = None
+        pattern = group.bmc_address_pattern
+        if pattern is None and group.profile:
+            pattern = cluster.bmc.address_pattern
+        for index, name in enumerate(expand_hostlist(group.hosts), start=1):
+            address = str(group.address + (index - 1))
+            su = index_in_su = None
+            base_role = ROLE_MANAGEMENT
+            if group.profile:
+                su, index_in_su = gpu_seen // su_size + 1, gpu_seen % su_size + 1
+                gpu_seen += 1
+                base_role = ROLE_GPU
+            node = Node(
+                name=name,
+                address=address,
+                roles=(base_role, *roles_of.get(name, [])),
+                profile=profile,
+                profile_name=group.profile,
+                su=su,
+                index_in_su=index_in_su,
+                group=group_index,
+            )
+            if pattern is not None:
+                try:
+                    bmc = format_bmc_address(pattern, node, index)
+                except (KeyError, ValueError, IndexError, TypeError):
+                    bmc = None  # reported by the cross-field checks
+                node = replace(node, bmc_address=bmc)
+            hosts.append(node)
+    return hosts

@@ -1,0 +1,95 @@
+"""Built-in node profiles: what an HGX H100/H200 8-GPU server with 8 NDR HCAs looks like.
+
+The layout follows the DGX H100/H200 system (the HGX reference board): eight ConnectX-7
+compute HCAs, one per GPU behind the same PCIe switch, and the storage/in-band NICs kept
+apart so they never end up in `NCCL_IB_HCA`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (mlx5 device, PCI address, closest GPU, netdev). The rail is the closest GPU's index:
+# on a rail-optimised fabric GPU k of every node talks over rail k.
+_HGX_COMPUTE_HCAS: tuple[tuple[str, str, int, str], ...] = (
+    ("mlx5_0", "0000:18:00.0", 0, "ibp24s0"),
+    ("mlx5_3", "0000:40:00.0", 1, "ibp64s0"),
+    ("mlx5_4", "0000:4f:00.0", 2, "ibp79s0"),
+    ("mlx5_5", "0000:5e:00.0", 3, "ibp94s0"),
+    ("mlx5_6", "0000:9a:00.0", 4, "ibp154s0"),
+    ("mlx5_9", "0000:c0:00.0", 5, "ibp192s0"),
+    ("mlx5_10", "0000:ce:00.0", 6, "ibp206s0"),
+    ("mlx5_11", "0000:dc:00.0", 7, "ibp220s0"),
+)
+
+# Dual-port ConnectX-7 cards for storage and in-band management: never on a compute rail.
+_HGX_OTHER_NICS: tuple[tuple[str, str, str, str], ...] = (
+    ("mlx5_1", "0000:29:00.0", "storage", "enp41s0f0np0"),
+    ("mlx5_2", "0000:29:00.1", "storage", "enp41s0f1np1"),
+    ("mlx5_7", "0000:aa:00.0", "management", "enp170s0f0np0"),
+    ("mlx5_8", "0000:aa:00.1", "management", "enp170s0f1np1"),
+)
+
+_HGX_GPU_PCI = (
+    "0000:1b:00.0",
+    "0000:43:00.0",
+    "0000:52:00.0",
+    "0000:61:00.0",
+    "0000:9d:00.0",
+    "0000:c3:00.0",
+    "0000:d1:00.0",
+    "0000:df:00.0",
+)
+
+
+def _hgx(
+    *, description: str, gpu_model: str, gpu_product: str, gpu_memory_gib: int
+) -> dict[str, Any]:
+    return {
+        "description": description,
+        "gpu_model": gpu_model,
+        "gpu_product": gpu_product,
+        "gpu_count": 8,
+        "gpu_memory_gib": gpu_memory_gib,
+        "gpu_pci": list(_HGX_GPU_PCI),
+        "gpu_sockets": [0, 0, 0, 0, 1, 1, 1, 1],
+        "nvlink_domain_size": 8,
+        "cpu_sockets": 2,
+        "cpu_cores_per_socket": 56,
+        "cpu_threads_per_core": 2,
+        "memory_gib": 2048,
+        # Slurm drains a node whose RealMemory exceeds what the kernel reports; leave
+        # room for the kernel and firmware reservations.
+        "slurm_real_memory_mib": 2_000_000,
+        "hcas": [
+            {"device": dev, "pci": pci, "gpu": gpu, "rail": gpu, "netdev": netdev}
+            for dev, pci, gpu, netdev in _HGX_COMPUTE_HCAS
+        ],
+        "nics": [
+            {"device": dev, "pci": pci, "purpose": purpose, "netdev": netdev}
+            for dev, pci, purpose, netdev in _HGX_OTHER_NICS
+        ],
+        "expected_speed": "NDR",
+        "expected_width": "4X",
+        "expected_rate_gbps": 400,
+        # all_reduce_perf busbw at large messages: ~480 GB/s in one node with NVLS,
+        # ~370 GB/s across nodes over 8x NDR (see the captured outputs in the fixtures).
+        "expected_busbw_single_node_gbs": 450.0,
+        "expected_busbw_multi_node_gbs": 360.0,
+    }
+
+
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    "hgx-h100-8x-ndr": _hgx(
+        description="HGX H100 8-GPU (80 GB HBM3), 8x ConnectX-7 NDR compute HCAs, 2x Xeon",
+        gpu_model="h100",
+        gpu_product="NVIDIA H100 80GB HBM3",
+        gpu_memory_gib=80,
+    ),
+    "hgx-h200-8x-ndr": _hgx(
+        description="HGX H200 8-GPU (141 GB HBM3e), 8x ConnectX-7 NDR compute HCAs, 2x Xeon",
+        gpu_model="h200",
+        gpu_product="NVIDIA H200",
+        gpu_memory_gib=141,
+    ),
+}
