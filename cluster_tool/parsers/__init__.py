@@ -3,8 +3,13 @@
 Importing this package registers every parser kind for `cluster-tool parse`.
 """
 
-from cluster_tool.parsers.base import KINDS, ParseError, parser, to_jsonable
-
 # One import per parser module registers its kinds (keep sorted).
+from cluster_tool.parsers import dcgmi as dcgmi
+from cluster_tool.parsers import kernel_log as kernel_log
+from cluster_tool.parsers import nvidia_query as nvidia_query
+from cluster_tool.parsers import nvidia_smi as nvidia_smi
+from cluster_tool.parsers import nvidia_topo as nvidia_topo
+from cluster_tool.parsers import nvlink as nvlink
+from cluster_tool.parsers.base import KINDS, ParseError, parser, to_jsonable
 
 __all__ = ["KINDS", "ParseError", "parser", "to_jsonable"]

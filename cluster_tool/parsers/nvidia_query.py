@@ -1,0 +1,148 @@
+"""`nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]`: one typed row per GPU
+for any field list, numbers as numbers and `[N/A]` / `[Not Supported]` as None."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cluster_tool.parsers.base import ParseError, parser
+
+__all__ = ["QueryResult", "QueryRow", "QueryValue", "parse_query_csv"]
+
+QueryValue = int | float | str | None
+
+# A header column: the field name as passed to --query-gpu, then its unit when it has one
+# ("memory.total [MiB]"); nvidia-smi keeps the unit in the header even with nounits.
+_HEADER_COLUMN = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_.]*)(?: \[(?P<unit>[^\]]+)\])?$")
+_INT = re.compile(r"^[+-]?\d+$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+# Units nvidia-smi appends to values without nounits, when no header says which.
+_KNOWN_UNITS = ("MiB", "KiB", "GiB", "MHz", "W", "%", "C", "mV", "KB/s", "us", "ms", "s")
+_NOT_AVAILABLE = frozenset({"N/A", "[N/A]", "Not Supported", "[Not Supported]"})
+NO_DEVICES = "No devices were found"
+
+
+@dataclass(frozen=True)
+class QueryRow:
+    """One GPU's values keyed by the field name (without unit)."""
+
+    values: dict[str, QueryValue]
+    line_no: int
+
+    def __getitem__(self, name: str) -> QueryValue:
+        return self.values[name]
+
+    def get(self, name: str, default: QueryValue = None) -> QueryValue:
+        return self.values.get(name, default)
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """The field list, the unit of each field when the header gave one, and the rows."""
+
+    fields: tuple[str, ...]
+    units: dict[str, str | None]
+    header: bool
+    rows: tuple[QueryRow, ...]
+
+
+def _split_header(name: str) -> tuple[str, str | None]:
+    match = _HEADER_COLUMN.match(name.strip())
+    if match is None:
+        raise ValueError(name)
+    return match["name"], match["unit"]
+
+
+def _typed(raw: str, unit: str | None) -> QueryValue:
+    value = raw.strip()
+    if value in _NOT_AVAILABLE or (value.startswith("[") and value.endswith("]")):
+        # Every bracketed value is nvidia-smi saying it could not read the field
+        # ([N/A], [Not Supported], [Unknown Error], [Insufficient Permissions], ...).
+        return None
+    if unit and value.endswith(" " + unit):
+        value = value[: -len(unit) - 1]
+    elif unit is None:
+        for known in _KNOWN_UNITS:
+            head = value[: -len(known) - 1]
+            if value.endswith(" " + known) and _FLOAT.match(head):
+                value = head
+                break
+    if _INT.match(value):
+        return int(value)
+    if _FLOAT.match(value):
+        return float(value)
+    return value
+
+
+@parser(
+    "nvidia-smi-query",
+    "nvidia-smi --query-gpu=... --format=csv (with header): one typed row per GPU",
+)
+def parse_query_csv(text: str, fields: Sequence[str] | str | None = None) -> QueryResult:
+    """Parse `--query-gpu` CSV. Without `fields`, the first line must be the header;
+    with `fields` (the list passed to --query-gpu), a header is optional and must match."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    expected: list[tuple[str, str | None]] | None = None
+    if fields is not None:
+        names = fields.split(",") if isinstance(fields, str) else list(fields)
+        try:
+            expected = [_split_header(name) for name in names]
+        except ValueError as exc:
+            raise ParseError(f"field list: {exc.args[0]!r} is not a --query-gpu field") from exc
+        if not expected:
+            raise ParseError("field list is empty")
+    if len(lines) == 1 and lines[0][1].strip() == NO_DEVICES:
+        columns = expected or []
+        return QueryResult(tuple(n for n, _ in columns), {n: u for n, u in columns}, False, ())
+    if not lines:
+        raise ParseError("expected nvidia-smi --query-gpu CSV; the input is empty")
+
+    header_cells = [cell.strip() for cell in lines[0][1].split(",")]
+    header: list[tuple[str, str | None]] | None = None
+    try:
+        header = [_split_header(cell) for cell in header_cells]
+    except ValueError:
+        header = None
+    if expected is None:
+        if header is None:
+            raise ParseError(
+                "expected a CSV header naming the --query-gpu fields "
+                "(or pass the field list for --format=csv,noheader)",
+                line_no=lines[0][0],
+                line=lines[0][1],
+            )
+        columns, has_header = header, True
+    elif header is not None and [n for n, _ in header] == [n for n, _ in expected]:
+        columns = [(n, hu or eu) for (n, hu), (_, eu) in zip(header, expected, strict=True)]
+        has_header = True
+    else:
+        columns, has_header = expected, False
+
+    if len({n for n, _ in columns}) != len(columns):
+        raise ParseError("a field is named twice in the header", line_no=lines[0][0])
+    rows: list[QueryRow] = []
+    for line_no, line in lines[1:] if has_header else lines:
+        cells = line.split(",")
+        if len(cells) != len(columns):
+            raise ParseError(
+                f"expected {len(columns)} comma-separated values, found {len(cells)}",
+                line_no=line_no,
+                line=line,
+            )
+        rows.append(
+            QueryRow(
+                values={
+                    name: _typed(cell, unit)
+                    for (name, unit), cell in zip(columns, cells, strict=True)
+                },
+                line_no=line_no,
+            )
+        )
+    return QueryResult(
+        fields=tuple(n for n, _ in columns),
+        units={n: u for n, u in columns},
+        header=has_header,
+        rows=tuple(rows),
+    )
