@@ -1,0 +1,65 @@
+"""What the InfiniBand parsers share: GUID spelling, speed names, numbers that name their line."""
+
+from __future__ import annotations
+
+import re
+
+from cluster_tool.errors import ParseError
+
+_PLAIN_GUID = re.compile(r"(?:0[xX])?([0-9a-fA-F]{1,16})")
+
+# Per-lane signalling rate (Gb/s, as iblinkinfo prints it) -> the IBTA generation name.
+LANE_SPEED_NAMES: dict[float, str] = {
+    2.5: "SDR",
+    5.0: "DDR",
+    10.0: "QDR",
+    14.0625: "FDR",
+    25.78125: "EDR",
+    53.125: "HDR",
+    106.25: "NDR",
+    212.5: "XDR",
+}
+
+# Effective data rate per lane (Gb/s) of each generation: 4X NDR = 400, 2X NDR = 200.
+GENERATION_LANE_GBPS: dict[str, float] = {
+    "SDR": 2.0,
+    "DDR": 4.0,
+    "QDR": 8.0,
+    "FDR10": 10.0,
+    "FDR": 13.64,
+    "EDR": 25.0,
+    "HDR": 50.0,
+    "NDR": 100.0,
+    "XDR": 200.0,
+}
+
+
+def normalize_guid(text: str) -> str:
+    """A GUID as `0x` + 16 lowercase hex digits; text that is not plain hex (a redacted GUID
+    such as `0x9c05<redacted>`) is kept as written, with one `0x` prefix, so it still compares."""
+    body = text.strip()
+    m = _PLAIN_GUID.fullmatch(body)
+    if m is not None:
+        return "0x" + m.group(1).lower().zfill(16)
+    if body[:2] in ("0x", "0X"):
+        body = body[2:]
+    return "0x" + body.lower()
+
+
+def to_int(value: str, what: str, line_no: int, line: str) -> int:
+    """An integer field (decimal or 0x hex), or a ParseError naming the line."""
+    try:
+        return int(value, 16) if value[:2] in ("0x", "0X") else int(value)
+    except ValueError:
+        raise ParseError(f"{what} is not a number: {value!r}", line_no=line_no, line=line) from None
+
+
+def to_float(value: str, what: str, line_no: int, line: str) -> float:
+    """A decimal field, or a ParseError naming the line."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise ParseError(f"{what} is not a number: {value!r}", line_no=line_no, line=line) from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ParseError(f"{what} is not a finite number: {value!r}", line_no=line_no, line=line)
+    return number
