@@ -1,0 +1,292 @@
+"""The nccl-tests binaries of the lab (`all_reduce_perf`, `all_gather_perf`,
+`reduce_scatter_perf`, `alltoall_perf`): one process per rank under Slurm + PMIx, rank 0
+prints the whole output computed from the lab model, every rank exits the same way.
+
+Ranks never talk to each other: each computes the same answer from the same model, so no
+barrier is needed. Stdlib only (runs inside lab nodes)."""
+
+from __future__ import annotations
+
+import getopt
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .hw import NodeHardware, node_down, node_hardware
+from .perf import Bandwidth, PathFailure, peak_busbw
+from .render_nccl import (
+    COLLECTIVES,
+    TABLE_HEAD,
+    Options,
+    Rank,
+    avg_busbw,
+    compute_rows,
+    failure_lines,
+    nccl_info_lines,
+    parse_size,
+    render_footer,
+    render_header,
+    render_rows,
+)
+
+
+class UsageFailure(Exception):
+    """A command line nccl-tests would reject."""
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm hostlist syntax (`gpu[001-003,007],head`) as names, in order."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]*(?:\[[^\]]*\])?[^,]*", text):
+        if not part:
+            continue
+        m = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", part)
+        if not m:
+            names.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            for i in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{i:0{len(lo)}d}{suffix}")
+    return names
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """SLURM_STEP_TASKS_PER_NODE (`8(x2),4`) as one count per node."""
+    out: list[int] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise UsageFailure(f"cannot read tasks per node {text!r}")
+        out += [int(m.group(1))] * int(m.group(2) or 1)
+    return out
+
+
+_SHORT = "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:hG:C:a:N:"
+_LONG = [
+    "nthreads=", "ngpus=", "minbytes=", "maxbytes=", "stepbytes=", "stepfactor=", "iters=",
+    "agg_iters=", "warmup_iters=", "parallel_init=", "check=", "op=", "datatype=", "root=",
+    "blocking=", "stream_null=", "timeout=", "cudagraph=", "report_cputime=", "average=",
+    "help", "local_register=",
+]  # fmt: skip
+
+
+def parse_args(argv: list[str]) -> Options:
+    try:
+        pairs, rest = getopt.gnu_getopt(argv, _SHORT, _LONG)
+    except getopt.GetoptError as e:
+        raise UsageFailure(str(e)) from e
+    if rest:
+        raise UsageFailure(f"unexpected argument {rest[0]!r}")
+    o = Options()
+    for flag, value in pairs:
+        name = flag.lstrip("-")
+        if name in ("b", "minbytes"):
+            o.min_bytes = parse_size(value)
+        elif name in ("e", "maxbytes"):
+            o.max_bytes = parse_size(value)
+        elif name in ("f", "stepfactor"):
+            o.step_factor = int(value)
+        elif name in ("i", "stepbytes"):
+            o.step_bytes = parse_size(value)
+        elif name in ("g", "ngpus"):
+            o.ngpus = int(value)
+        elif name in ("t", "nthreads"):
+            o.nthreads = int(value)
+        elif name in ("n", "iters"):
+            o.iters = int(value)
+        elif name in ("w", "warmup_iters"):
+            o.warmup = int(value)
+        elif name in ("m", "agg_iters"):
+            o.agg_iters = int(value)
+        elif name in ("c", "check"):
+            o.check = int(value)
+        elif name in ("o", "op"):
+            o.op = value
+        elif name in ("d", "datatype"):
+            o.datatype = value
+        elif name in ("r", "root"):
+            o.root = int(value)
+        elif name in ("z", "blocking"):
+            o.blocking = int(value)
+        elif name in ("G", "cudagraph"):
+            o.graph = int(value)
+        elif name in ("h", "help"):
+            raise UsageFailure("help")
+        else:
+            o.extra[name] = value
+    if o.min_bytes > o.max_bytes:
+        raise UsageFailure(f"minbytes {o.min_bytes} is larger than maxbytes {o.max_bytes}")
+    return o
+
+
+@dataclass
+class Job:
+    """Where this process sits in the job: its rank, every rank's host, GPUs per process."""
+
+    rank: int
+    nprocs: int
+    hosts_by_proc: list[str]
+    local_id: int
+
+
+def job_from_env(env: Mapping[str, str], hostname: str) -> Job:
+    """Ranks from PMIx/Slurm (or Open MPI's mpirun, single node). Without an MPI launcher
+    (srun without --mpi=pmix) every process is its own one-rank job, as with the real
+    MPI-built nccl-tests."""
+    mpi = "PMIX_RANK" in env or "pmi" in env.get("SLURM_MPI_TYPE", "")
+    if "SLURM_PROCID" in env and mpi:
+        rank = int(env.get("PMIX_RANK", env["SLURM_PROCID"]))
+        nprocs = int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS", "1")))
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or hostname
+        hosts = expand_hostlist(nodelist)
+        per_node_text = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "")
+        if per_node_text:
+            per_node = expand_tasks_per_node(per_node_text)
+        else:
+            per_node = [nprocs // len(hosts)] * len(hosts)
+        by_proc = [h for h, n in zip(hosts, per_node, strict=False) for _ in range(n)]
+        if len(by_proc) != nprocs:
+            raise UsageFailure(f"{nprocs} tasks do not fit tasks-per-node {per_node_text!r}")
+        return Job(rank, nprocs, by_proc, int(env.get("SLURM_LOCALID", "0")))
+    if "OMPI_COMM_WORLD_RANK" in env:
+        n = int(env.get("OMPI_COMM_WORLD_SIZE", "1"))
+        return Job(
+            int(env["OMPI_COMM_WORLD_RANK"]),
+            n,
+            [hostname] * n,
+            int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")),
+        )
+    return Job(0, 1, [hostname], 0)
+
+
+@dataclass
+class Outcome:
+    """What this process prints and how it ends; `hang` means it never returns."""
+
+    stdout: str
+    exit_code: int
+    hang: bool = False
+
+
+def _gpu_count(hw: NodeHardware) -> int:
+    return len(hw.present_gpus())
+
+
+def run(
+    collective: str,
+    argv: list[str],
+    env: Mapping[str, str],
+    model: dict[str, Any],
+    hostname: str,
+    pid: int,
+) -> Outcome:
+    """One process of `<collective>_perf ARGV`: what it prints and its exit status."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}")
+    try:
+        opts = parse_args(argv)
+        job = job_from_env(env, hostname)
+    except UsageFailure as e:
+        usage = f"USAGE: {collective}_perf [-t,--nthreads <num threads>] [-g,--ngpus <gpus>] ..."
+        return Outcome(
+            f"{usage}\n" if str(e) == "help" else f"{e}\n{usage}\n", 0 if str(e) == "help" else 1
+        )
+    hosts_in_order: list[str] = []
+    for h in job.hosts_by_proc:
+        if h not in hosts_in_order:
+            hosts_in_order.append(h)
+    nodes = [node_hardware(model, h) for h in hosts_in_order]
+    per_proc = opts.nthreads * opts.ngpus
+    ranks: list[Rank] = []
+    local_seen: dict[str, int] = {}
+    for proc, host in enumerate(job.hosts_by_proc):
+        hw = nodes[hosts_in_order.index(host)]
+        gpus = hw.present_gpus()
+        local = local_seen.get(host, 0)
+        local_seen[host] = local + 1
+        for k in range(per_proc):
+            device = local * per_proc + k
+            if device >= len(gpus):
+                return Outcome(
+                    f"{host}: Test CUDA failure common.cu:1028 'invalid device ordinal'\n"
+                    f" .. {host} pid {pid}: Test failure common.cu:891\n"
+                    if job.rank == proc
+                    else "",
+                    1,
+                )
+            g = gpus[device]
+            ranks.append(
+                Rank(
+                    rank=len(ranks),
+                    host=host,
+                    # Each process knows only its own pid; the others are stand-ins.
+                    pid=pid if proc == job.rank else pid - job.rank + proc,
+                    device=device,
+                    bus_id=g.short_bus_id,
+                    gpu_name=g.spec.name,
+                )
+            )
+    down = [h for h in hosts_in_order if node_down(model, h)]
+    gpus_per_node = max(local_seen.values()) * per_proc
+    algo = env.get("NCCL_ALGO") or None
+    bandwidth: Bandwidth | PathFailure = peak_busbw(model, nodes, collective, gpus_per_node, algo)
+    if down:
+        bandwidth = PathFailure(down[0], "eth0", "hang", f"{down[0]} is down")
+    debug = env.get("NCCL_DEBUG", "").upper()
+    lead = job.rank == 0
+    lines: list[str] = []
+    if lead:
+        lines += render_header(opts, ranks)
+        hw0 = nodes[0]
+        if debug == "INFO":
+            addresses = {
+                name: n.get("address", "")
+                for name, n in (
+                    model["nodes"].items()
+                    if isinstance(model.get("nodes"), dict)
+                    else ((n["name"], n) for n in model.get("nodes", []))
+                )
+            }
+            lines += nccl_info_lines(
+                nodes, ranks, bandwidth, hw0.nccl_version, hw0.cuda_version, addresses
+            )
+        elif debug in ("VERSION", "WARN"):
+            lines.append(f"NCCL version {hw0.nccl_version}+cuda{hw0.cuda_version}")
+        lines += TABLE_HEAD
+    if isinstance(bandwidth, PathFailure):
+        if bandwidth.mode == "hang":
+            return Outcome("\n".join(lines) + "\n" if lines else "", 0, hang=True)
+        peer = next((h for h in hosts_in_order if h != bandwidth.node), bandwidth.node)
+        if lead:
+            lines += failure_lines(bandwidth, ranks, peer)
+        return Outcome("\n".join(lines) + "\n" if lines else "", 1)
+    if not lead:
+        return Outcome("", 0)
+    run_key = f"{collective}/{','.join(hosts_in_order)}/{len(ranks)}"
+    rows = compute_rows(collective, opts, len(ranks), bandwidth, run_key)
+    lines += render_rows(collective, opts, len(ranks), rows)
+    lines += render_footer(avg_busbw(collective, len(ranks), rows))
+    return Outcome("\n".join(lines) + "\n", 0)
+
+
+def main(collective: str, argv: list[str]) -> int:
+    """Entry point of the `<collective>_perf` executables inside lab nodes."""
+    import socket
+    import sys
+
+    from .hw import load_model
+
+    hostname = socket.gethostname().split(".")[0]
+    outcome = run(collective, argv, os.environ, load_model(), hostname, os.getpid())
+    sys.stdout.write(outcome.stdout)
+    sys.stdout.flush()
+    if outcome.hang:
+        # A dead path leaves NCCL waiting forever; Slurm's time limit ends it.
+        while True:
+            time.sleep(3600)
+    return outcome.exit_code

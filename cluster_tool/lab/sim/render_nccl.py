@@ -1,0 +1,275 @@
+"""nccl-tests output (`all_reduce_perf` and friends) exactly as nccl-tests prints it, with times
+from the bandwidth model, plus the NCCL INFO/WARN lines NCCL_DEBUG asks for. Stdlib only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .hw import NodeHardware
+from .perf import Bandwidth, PathFailure, jitter, time_us
+
+# collective -> (redop, bus bandwidth factor as a function of ranks, element count per size)
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+_TYPE_SIZES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+               "half": 2, "float": 4, "double": 8, "bfloat16": 2}  # fmt: skip
+
+
+@dataclass
+class Rank:
+    """One rank of the job: where it runs and which GPU it drives."""
+
+    rank: int
+    host: str
+    pid: int
+    device: int  # CUDA device index on its host
+    bus_id: str  # "0000:19:00"
+    gpu_name: str
+
+
+@dataclass
+class Options:
+    """The nccl-tests command line (same flags and defaults as nccl-tests)."""
+
+    min_bytes: int = 32 * 2**20
+    max_bytes: int = 32 * 2**20
+    step_factor: int = 2
+    step_bytes: int = 0  # -i: fixed increment instead of a factor
+    nthreads: int = 1
+    ngpus: int = 1
+    iters: int = 20
+    warmup: int = 5
+    agg_iters: int = 1
+    check: int = 1
+    op: str = "sum"
+    datatype: str = "float"
+    root: int = 0
+    blocking: int = 0
+    graph: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def parse_size(text: str) -> int:
+    """nccl-tests sizes: plain bytes or with a K/M/G suffix (powers of 1024)."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    t = text.strip().upper().rstrip("B")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def bus_factor(collective: str, nranks: int) -> float:
+    if nranks <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        return 2 * (nranks - 1) / nranks
+    return (nranks - 1) / nranks
+
+
+def sizes(opts: Options) -> list[int]:
+    out = []
+    size = opts.min_bytes
+    while size <= opts.max_bytes:
+        out.append(size)
+        if opts.step_bytes:
+            size += opts.step_bytes
+        else:
+            if opts.step_factor <= 1:
+                break
+            size *= opts.step_factor
+    return out
+
+
+def _counts(collective: str, size: int, nranks: int, type_size: int) -> tuple[int, int]:
+    """(bytes shown in the size column, element count column) as nccl-tests computes them."""
+    count = max(size // type_size, 1) if size else 0
+    if collective in ("all_gather", "reduce_scatter", "alltoall"):
+        per_rank = count // nranks
+        return per_rank * nranks * type_size, per_rank
+    return count * type_size, count
+
+
+def _time_str(us: float) -> str:
+    if us >= 10000.0:
+        return f"{us:7.0f}"
+    if us >= 100.0:
+        return f"{us:7.1f}"
+    return f"{us:7.2f}"
+
+
+def _fmt_g(value: float) -> str:
+    return f"{value:g}"
+
+
+def render_header(opts: Options, ranks: list[Rank]) -> list[str]:
+    lines = [
+        f"# nThread {opts.nthreads} nGpus {opts.ngpus} minBytes {opts.min_bytes} "
+        f"maxBytes {opts.max_bytes} step: "
+        + (f"{opts.step_bytes}(bytes)" if opts.step_bytes else f"{opts.step_factor}(factor)")
+        + f" warmup iters: {opts.warmup} iters: {opts.iters} agg iters: {opts.agg_iters} "
+        f"validation: {opts.check} graph: {opts.graph}",
+        "#",
+        "# Using devices",
+    ]
+    for r in ranks:
+        lines.append(
+            f"#  Rank {r.rank:2d} Group  0 Pid {r.pid:6d} on {r.host:>10} device "
+            f"{r.device:2d} [{r.bus_id}] {r.gpu_name}"
+        )
+    return lines
+
+
+TABLE_HEAD = [
+    "#",
+    "#                                                              out-of-place"
+    "                       in-place",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    "     time   algbw   busbw #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+    "            (us)  (GB/s)  (GB/s)",
+]
+
+
+@dataclass
+class Row:
+    size: int
+    count: int
+    out_time_us: float
+    in_time_us: float
+
+
+def compute_rows(
+    collective: str, opts: Options, nranks: int, bandwidth: Bandwidth, run_key: str
+) -> list[Row]:
+    type_size = _TYPE_SIZES.get(opts.datatype, 4)
+    factor = bus_factor(collective, nranks)
+    rows = []
+    for size in sizes(opts):
+        shown, count = _counts(collective, size, nranks, type_size)
+        base = time_us(shown, factor, bandwidth.busbw_gbs, bandwidth.multi_node)
+        rows.append(
+            Row(
+                size=shown,
+                count=count,
+                out_time_us=base * jitter(run_key, size, "out"),
+                in_time_us=base * jitter(run_key, size, "in"),
+            )
+        )
+    return rows
+
+
+def render_rows(collective: str, opts: Options, nranks: int, rows: list[Row]) -> list[str]:
+    redop = opts.op if collective in ("all_reduce", "reduce_scatter") else "none"
+    root = -1
+    factor = bus_factor(collective, nranks)
+    out = []
+    for row in rows:
+        cells = f"{row.size:12d}  {row.count:12d}  {opts.datatype:>8}  {redop:>6}  {root:6d}"
+        for t in (row.out_time_us, row.in_time_us):
+            algbw = row.size / (t * 1e3) if t > 0 else 0.0
+            wrong = "0" if opts.check else "N/A"
+            cells += f"  {_time_str(t)}  {algbw:6.2f}  {algbw * factor:6.2f}  {wrong:>5}"
+        out.append(cells)
+    return out
+
+
+def avg_busbw(collective: str, nranks: int, rows: list[Row]) -> float:
+    factor = bus_factor(collective, nranks)
+    if not rows:
+        return 0.0
+    total = sum(row.size / (row.out_time_us * 1e3) * factor for row in rows if row.out_time_us)
+    return total / len(rows)
+
+
+def render_footer(bw_avg: float) -> list[str]:
+    return [
+        "# Out of bounds values : 0 OK",
+        f"# Avg bus bandwidth    : {_fmt_g(round(bw_avg, 6))}",
+        "#",
+    ]
+
+
+def nccl_info_lines(
+    nodes: list[NodeHardware],
+    ranks: list[Rank],
+    bandwidth: Bandwidth | PathFailure,
+    nccl_version: str,
+    cuda: str,
+    address_of: dict[str, str],
+) -> list[str]:
+    """The NCCL_DEBUG=INFO lines the gate reads: the network NCCL picked and, per channel that
+    crosses nodes, `via NET/IB/<nic>/GDRDMA` (GPUDirect RDMA) or plain `via NET/IB/<nic>`."""
+    if not ranks:
+        return []
+    lines = []
+    r0 = ranks[0]
+    hw0 = next(hw for hw in nodes if hw.name == r0.host)
+    prefix = f"{r0.host}:{r0.pid}:{r0.pid}"
+    addr = address_of.get(r0.host, "127.0.0.1")
+    lines.append(f"{prefix} [0] NCCL INFO Bootstrap : Using eth0:{addr}<0>")
+    lines.append(f"{prefix} [0] NCCL INFO NCCL version {nccl_version}+cuda{cuda}")
+    multi = len({r.host for r in ranks}) > 1
+    if multi:
+        devs = " ".join(f"[{i}]{h.device}:1/IB" for i, h in enumerate(hw0.hcas))
+        lines.append(f"{prefix} [0] NCCL INFO NET/IB : Using {devs} ; OOB eth0:{addr}<0>")
+        lines.append(f"{prefix} [0] NCCL INFO Using network IB")
+        if hw0.dmabuf:
+            lines.append(f"{prefix} [0] NCCL INFO DMA-BUF is available on GPU device 0")
+    gdr = isinstance(bandwidth, Bandwidth) and bandwidth.gdr
+    by_host: dict[str, list[Rank]] = {}
+    for r in ranks:
+        by_host.setdefault(r.host, []).append(r)
+    hosts = list(by_host)
+    n = len(ranks)
+    for channel, r in enumerate(by_host[hosts[0]]):
+        # Ring edges: the last rank of each node sends to the next node over its GPU's NIC.
+        nxt = ranks[(r.rank + 1) % n]
+        p = f"{r.host}:{r.pid}:{r.pid + 17} [{r.device}]"
+        if nxt.host != r.host:
+            hw = next(h for h in nodes if h.name == r.host)
+            gpu_minor = r.device
+            nic = next(
+                (i for i, h in enumerate(hw.hcas) if h.gpu_minor == gpu_minor),
+                channel % max(len(hw.hcas), 1),
+            )
+            via = f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
+            lines.append(
+                f"{p} NCCL INFO Channel {channel:02d}/0 : {r.rank}[{r.device}] -> "
+                f"{nxt.rank}[{nxt.device}] [send] via {via}"
+            )
+        else:
+            lines.append(
+                f"{p} NCCL INFO Channel {channel:02d}/0 : {r.rank}[{r.device}] -> "
+                f"{nxt.rank}[{nxt.device}] via P2P/CUMEM/read"
+            )
+    if multi:
+        # The first rank receives the ring back from the last node's last rank.
+        last = ranks[-1]
+        hw = hw0
+        nic = next((i for i, h in enumerate(hw.hcas) if h.gpu_minor == r0.device), 0)
+        via = f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
+        lines.append(
+            f"{prefix} [{r0.device}] NCCL INFO Channel 00/0 : {last.rank}[{last.device}] -> "
+            f"{r0.rank}[{r0.device}] [receive] via {via}"
+        )
+    lines.append(f"{prefix} [{r0.device}] NCCL INFO Connected all rings")
+    lines.append(
+        f"{prefix} [{r0.device}] NCCL INFO comm 0x5581c6a0 rank 0 nranks {n} cudaDev "
+        f"{r0.device} nvmlDev {r0.device} busId {r0.bus_id[5:7]}000 commId 0x7b1c4e2d9a3f1e60 "
+        "- Init COMPLETE"
+    )
+    return lines
+
+
+def failure_lines(failure: PathFailure, ranks: list[Rank], peer_address: str) -> list[str]:
+    """What NCCL and nccl-tests print when a rank's network path dies mid-run."""
+    r = next((r for r in ranks if r.host == failure.node), ranks[0])
+    return [
+        f"{r.host}:{r.pid}:{r.pid + 23} [{r.device}] transport/net_ib.cc:1696 NCCL WARN "
+        f"NET/IB : Got completion from peer {peer_address}<{40000 + r.rank}> with status=12 "
+        f"opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:0.0.0.0 "
+        f"remoteGids::ffff:0.0.0.0 hca {failure.hca}",
+        f"{r.host}:{r.pid}:{r.pid + 23} [{r.device}] NCCL INFO transport/net.cc:1298 -> 6",
+        f"{r.host}: Test NCCL failure common.cu:1007 'remote process exited or there was a "
+        "network error / NET/IB : Got completion from peer with status=12'",
+        f" .. {r.host} pid {r.pid}: Test failure common.cu:891",
+    ]

@@ -1,0 +1,132 @@
+"""A fake `/sys/class/infiniband` tree for one node, so the real `ibstat` (libibumad reads sysfs)
+reports the node's HCAs, their state and rate as the lab model has them.
+
+The lab mounts the tree over `/sys/class` as an overlay lower layer at node boot (sysfs is
+read-only in the node: nothing can be created in it directly). Stdlib only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from .hw import Hca, Nic, NodeHardware
+from .perf import LANE_GBS, WIDTH_LANES
+
+# sysfs text of each port state, as the mlx5 driver writes it.
+_STATE = {"Active": "4: ACTIVE", "Down": "1: DOWN", "Initializing": "2: INIT", "Armed": "3: ARMED"}
+_PHYS = {"Active": "5: LinkUp", "Armed": "5: LinkUp", "Initializing": "5: LinkUp"}
+# Capability masks a ConnectX-7 port reports (IB) and in Ethernet/RoCE mode.
+_CAP_MASK_IB = "0xa751e848"
+_CAP_MASK_ETH = "0x00010000"
+
+
+def _guid_sysfs(guid_hex: str) -> str:
+    g = guid_hex.lower().removeprefix("0x").rjust(16, "0")
+    return ":".join(g[i : i + 4] for i in range(0, 16, 4))
+
+
+def hca_rate(hca: Hca) -> str:
+    """The port's `rate` file: "200 Gb/sec (4X HDR)"; a down port falls back to SDR."""
+    if hca.state == "Down":
+        return "10 Gb/sec (4X SDR)"
+    gbps = LANE_GBS.get(hca.speed, 6.25) * WIDTH_LANES.get(hca.width, 4) * 8
+    return f"{gbps:g} Gb/sec ({hca.width} {hca.speed})"
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="ascii")
+
+
+def _write_device(
+    root: Path,
+    device: str,
+    *,
+    hca_type: str,
+    fw_ver: str,
+    guid: str,
+    state: str,
+    phys_state: str,
+    rate: str,
+    lid: int,
+    sm_lid: int,
+    cap_mask: str,
+    link_layer: str,
+) -> None:
+    dev = root / "infiniband" / device
+    _write(dev / "node_type", "1: CA")
+    _write(dev / "fw_ver", fw_ver)
+    _write(dev / "hca_type", hca_type)
+    _write(dev / "hw_rev", "0")
+    _write(dev / "board_id", "MT_0000000838")
+    _write(dev / "node_guid", _guid_sysfs(guid))
+    _write(dev / "sys_image_guid", _guid_sysfs(guid))
+    _write(dev / "node_desc", device)
+    port = dev / "ports" / "1"
+    _write(port / "state", state)
+    _write(port / "phys_state", phys_state)
+    _write(port / "rate", rate)
+    _write(port / "lid", f"0x{lid:x}")
+    _write(port / "lid_mask_count", "0")
+    _write(port / "sm_lid", f"0x{sm_lid:x}")
+    _write(port / "sm_sl", "0")
+    _write(port / "cap_mask", cap_mask)
+    _write(port / "link_layer", link_layer)
+    _write(port / "gids" / "0", "fe80:0000:0000:0000:" + _guid_sysfs(guid))
+    _write(port / "pkeys" / "0", "0xffff")
+
+
+def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
+    """Write `dest/infiniband/…` and `dest/infiniband_mad/abi_version` for `node`, replacing
+    what an earlier call wrote there. Returns `dest` (the overlay's lower layer)."""
+    dest = Path(dest)
+    for sub in ("infiniband", "infiniband_mad"):
+        if (dest / sub).exists():
+            shutil.rmtree(dest / sub)
+    _write(dest / "infiniband_mad" / "abi_version", "5")
+    for n, hca in enumerate(node.hcas):
+        up = hca.state != "Down"
+        _write_device(
+            dest,
+            hca.device,
+            hca_type=hca.hca_type,
+            fw_ver=hca.fw_ver,
+            guid=hca.node_guid,
+            state=_STATE.get(hca.state, "1: DOWN"),
+            phys_state=_PHYS.get(hca.state, "3: Disabled"),
+            rate=hca_rate(hca),
+            # A port the SM never saw keeps no LID; lab LIDs follow the HCA's place otherwise.
+            lid=(hca.lid or 2 + n) if up else 0,
+            sm_lid=hca.sm_lid if up else 0,
+            cap_mask=_CAP_MASK_IB,
+            link_layer="InfiniBand",
+        )
+    for nic in node.other_nics:
+        _write_nic(dest, node, nic)
+    # The overlay layer must be readable by unprivileged tools in the node.
+    for dirpath, _, files in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), 0o444)
+    return dest
+
+
+def _write_nic(dest: Path, node: NodeHardware, nic: Nic) -> None:
+    import hashlib
+
+    d = hashlib.sha256(f"{node.name}/nic/{nic.device}".encode()).hexdigest()
+    _write_device(
+        dest,
+        nic.device,
+        hca_type="MT4129",
+        fw_ver="28.39.1002",
+        guid=f"a088c20300{d[:6]}",
+        state="4: ACTIVE",
+        phys_state="5: LinkUp",
+        rate=f"{nic.rate_gbps} Gb/sec (4X EDR)",
+        lid=0,
+        sm_lid=0,
+        cap_mask=_CAP_MASK_ETH,
+        link_layer=nic.link_layer,
+    )
