@@ -1,0 +1,206 @@
+"""From what the ladder concluded to findings and Slurm drains, with the fleet-wide safety stop.
+
+A drain reason says the check, the number against its floor and the partners it was
+measured with, so `sinfo -R` alone tells the next person why the node is out:
+`cluster-tool gate: nccl.pair 212 GB/s < 333 GB/s with gpu004 and gpu019`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from cluster_tool.findings import Finding
+from cluster_tool.gate.localize import Localisation, PairResult
+from cluster_tool.gate.thresholds import Expectation
+from cluster_tool.gate.topology import Topology
+from cluster_tool.slurm import Slurm
+
+REASON_PREFIX = "cluster-tool gate:"
+# Slurm keeps reasons short in `sinfo` columns; scontrol accepts more, but nobody reads it.
+_REASON_MAX = 200
+# Checks whose error findings put a node out of service.
+DRAINING_CHECKS = frozenset(
+    {"nccl.pair", "nccl.single", "nccl.rail", "nccl.hang", "nccl.wrong", "nccl.ib", "nccl.cuda"}
+)
+
+
+def _gbs(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} GB/s"
+
+
+def _what(res: PairResult, floor: float) -> str:
+    # The job's own words ("212 GB/s < 333 GB/s", "no output for 300 s"), else the numbers.
+    return res.detail or f"{_gbs(res.busbw_gbs)} < {_gbs(floor)}"
+
+
+def drain_reason(check: str, what: str, partners: Iterable[str]) -> str:
+    """The structured reason a drained node carries in Slurm."""
+    names = sorted(set(partners))
+    with_ = f" with {' and '.join(names)}" if names else ""
+    reason = f"{REASON_PREFIX} {check} {what}{with_}"
+    return reason if len(reason) <= _REASON_MAX else reason[: _REASON_MAX - 3] + "..."
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """A node the gate holds guilty, the finding that says so, and the reason to drain it."""
+
+    node: str
+    finding: Finding
+    reason: str
+
+
+def localisation_findings(
+    loc: Localisation,
+    expectation: Expectation,
+    topology: Topology | None = None,
+    *,
+    check: str = "nccl.pair",
+) -> tuple[list[Finding], list[NodeVerdict]]:
+    """Findings for bad nodes, paths, stragglers, flaky and unresolved pairs; the guilty nodes."""
+    floor, expected = expectation.floor_gbs, expectation.expected_gbs
+    findings: list[Finding] = []
+    guilty: list[NodeVerdict] = []
+    if loc.stop_reason:
+        findings.append(
+            Finding(
+                check="nccl.fleet",
+                severity="error",
+                expected="failures on a few nodes, not a large share of the fleet",
+                observed=loc.stop_reason,
+                message=f"{loc.stop_reason}; nothing drained",
+            )
+        )
+    for node, evidence in sorted(loc.bad.items()):
+        partners = [r.partner_of(node) for r in evidence]
+        worst = min(evidence, key=lambda r: r.busbw_gbs if r.busbw_gbs is not None else -1.0)
+        res_check = worst.check if worst.check != "nccl.pair" else check
+        comps = sorted({c for r in evidence for c in r.components})
+        what = _what(worst, floor)
+        f = Finding(
+            check=res_check,
+            severity="error",
+            node=node,
+            component=", ".join(comps) or None,
+            expected=f">= {_gbs(floor)} ({expectation.basis}, {_gbs(expected)} expected)",
+            observed="; ".join(f"{_what(r, floor)} with {r.partner_of(node)}" for r in evidence),
+            message=(
+                f"{node} fails with two partners ({' and '.join(partners)}): "
+                + "; ".join(f"{_what(r, floor)} with {r.partner_of(node)}" for r in evidence)
+            ),
+        )
+        findings.append(f)
+        guilty.append(NodeVerdict(node, f, drain_reason(res_check, what, partners)))
+    for res in loc.paths:
+        a, b = sorted(res.nodes)[:2]
+        hops = topology.path(a, b) if topology is not None else []
+        findings.append(
+            Finding(
+                check="nccl.path",
+                severity="error",
+                node=None,
+                component=f"path {a} <-> {b}",
+                expected=f">= {_gbs(floor)}",
+                observed=f"{_what(res, floor)}, twice; both pass with other partners",
+                message=(
+                    f"{a} and {b} fail only together: suspect the cables/switches between them"
+                    + (": " + " | ".join(hops) if hops else "")
+                ),
+            )
+        )
+    for node, (z, evidence) in sorted(loc.stragglers.items()):
+        median = loc.stats.median if loc.stats else None
+        findings.append(
+            Finding(
+                check="nccl.straggler",
+                severity="warning",
+                node=node,
+                component=", ".join(sorted({c for r in evidence for c in r.components})) or None,
+                expected=f"fleet median {_gbs(median)}",
+                observed="; ".join(
+                    f"{_gbs(r.busbw_gbs)} with {r.partner_of(node)}" for r in evidence
+                )
+                + f" (z = {z})",
+                message=f"{node} is far below the fleet (robust z = {z}) though above the floor",
+            )
+        )
+    for res in loc.flaky:
+        findings.append(
+            Finding(
+                check="nccl.flaky",
+                severity="warning",
+                node=None,
+                component="job " + " + ".join(res.nodes),
+                expected=f">= {_gbs(floor)}",
+                observed=f"{_what(res, floor)} once, passed when re-run",
+                message=f"{' + '.join(res.nodes)} failed once and passed on re-run",
+            )
+        )
+    for node, why in sorted(loc.unresolved.items()):
+        findings.append(
+            Finding(
+                check="nccl.unresolved",
+                severity="warning",
+                node=node,
+                message=f"{node} could not be cleared or blamed: {why}",
+            )
+        )
+    return findings, guilty
+
+
+@dataclass
+class DrainPlan:
+    """Which nodes to drain and why; empty with `stopped` set when the safety stop holds."""
+
+    drains: dict[str, str] = field(default_factory=dict)
+    stopped: str | None = None
+    applied: bool = False
+
+    def lines(self) -> list[str]:
+        if self.stopped:
+            return [f"drain nothing: {self.stopped}"]
+        verb = "drained" if self.applied else "would drain"
+        return [f"{verb} {node}: {reason}" for node, reason in sorted(self.drains.items())]
+
+
+def plan_drains(
+    guilty: Iterable[NodeVerdict], total_nodes: int, max_fail_share: float = 0.25
+) -> DrainPlan:
+    """Drain every guilty node, unless more than `max_fail_share` of the fleet is guilty."""
+    drains: dict[str, str] = {}
+    for v in guilty:
+        drains.setdefault(v.node, v.reason)  # the first (strongest) reason wins
+    if total_nodes and len(drains) > max_fail_share * total_nodes:
+        return DrainPlan(
+            stopped=(
+                f"{len(drains)} of {total_nodes} nodes failed (more than {max_fail_share:.0%}): "
+                "suspect the fabric or the software, not the nodes"
+            )
+        )
+    return DrainPlan(drains=drains)
+
+
+def apply_drains(plan: DrainPlan, slurm: Slurm) -> DrainPlan:
+    """Drain each node with its own reason (one scontrol call per distinct reason)."""
+    if plan.stopped:
+        return plan
+    by_reason: dict[str, list[str]] = {}
+    for node, reason in plan.drains.items():
+        by_reason.setdefault(reason, []).append(node)
+    for reason, nodes in by_reason.items():
+        slurm.drain(nodes, reason)
+    plan.applied = True
+    return plan
+
+
+def node_findings_from_mapping(failures: Mapping[str, Finding]) -> list[NodeVerdict]:
+    """Single-node failures name their node directly: no pairing needed."""
+    return [
+        NodeVerdict(
+            node,
+            f,
+            drain_reason(f.check, f.observed or f.message, []),
+        )
+        for node, f in sorted(failures.items())
+    ]

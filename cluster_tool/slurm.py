@@ -1,0 +1,259 @@
+"""The one door to Slurm: submit, poll, cancel, drain/resume, node states; parsers of their output.
+
+`SlurmCLI` runs the real commands through a `CommandRunner`; tests hand it one that
+replays captured text, so everything above it runs unchanged against a fake cluster.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.errors import ClusterToolError, ParseError
+
+# States after which a job will never run again (sacct/squeue long names).
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+    }
+)
+
+
+class SlurmError(ClusterToolError):
+    """A Slurm command failed; carries the command and what it said on stderr."""
+
+
+class CommandRunner(Protocol):
+    def __call__(self, argv: Sequence[str]) -> str: ...
+
+
+def run_command(argv: Sequence[str], timeout: float = 60.0) -> str:
+    """Run a Slurm client command, return stdout; a non-zero exit is a SlurmError with stderr."""
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError as exc:
+        raise SlurmError(f"{argv[0]}: not found (is this a Slurm login node?)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{' '.join(argv)}: no answer in {timeout:g} s") from exc
+    if proc.returncode != 0:
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        raise SlurmError(f"{' '.join(argv[:2])}: {err[-1] if err else f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job's state as Slurm reports it (long name, `CANCELLED by 0` reduced to `CANCELLED`)."""
+
+    job_id: str
+    state: str
+    exit_code: str = ""
+    reason: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node as `scontrol show node -o` or `sinfo` shows it: state flags and drain reason."""
+
+    name: str
+    state: str
+    reason: str = ""
+    flags: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining: Slurm will not start new jobs there."""
+        return "DRAIN" in self.flags or self.state in {"DRAINED", "DRAINING"}
+
+
+def parse_sbatch_parsable(text: str) -> str:
+    """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ParseError("sbatch printed no job id")
+    last = lines[-1]
+    job_id = last.split(";", 1)[0]
+    if not job_id.isdigit():
+        raise ParseError("expected a job id", line_no=len(text.splitlines()), line=last)
+    return job_id
+
+
+def _state_word(raw: str) -> str:
+    # sacct: "CANCELLED by 0"; squeue may add flags after a space or a '+'.
+    return raw.strip().split(" ", 1)[0].split("+", 1)[0].upper()
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """`sacct -n -P -X -o JobID,State,ExitCode` lines: `123|COMPLETED|0:0`."""
+    states: dict[str, JobState] = {}
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) < 2 or not parts[0].strip():
+            raise ParseError("expected JobID|State|ExitCode", line_no=no, line=line)
+        job_id = parts[0].strip()
+        if "." in job_id:  # a step (123.batch); -X should have left them out
+            continue
+        states[job_id] = JobState(
+            job_id, _state_word(parts[1]), parts[2].strip() if len(parts) > 2 else ""
+        )
+    return states
+
+
+def parse_squeue(text: str) -> dict[str, JobState]:
+    """`squeue -h -o %i|%T|%r` lines: `123|RUNNING|None`."""
+    states: dict[str, JobState] = {}
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) < 2 or not parts[0].strip():
+            raise ParseError("expected JobID|State|Reason", line_no=no, line=line)
+        reason = parts[2].strip() if len(parts) > 2 else ""
+        states[parts[0].strip()] = JobState(parts[0].strip(), _state_word(parts[1]), "", reason)
+    return states
+
+
+# A `Key=value` field of `scontrol show node -o`; values may hold spaces (Reason, OS).
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z/_]*)=")
+
+
+def parse_scontrol_fields(line: str) -> dict[str, str]:
+    """Split one `scontrol show ... -o` line into its fields, keeping spaces inside values."""
+    matches = list(_FIELD.finditer(line))
+    fields: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        fields[m.group(1)] = line[m.end() : end].strip()
+    return fields
+
+
+def _node_flags(state: str) -> tuple[str, frozenset[str]]:
+    # "IDLE+DRAIN", "MIXED+DRAIN", "DOWN*+DRAIN": base state then flags.
+    parts = [p.rstrip("*~#!%$@^-") for p in state.upper().split("+")]
+    return parts[0], frozenset(parts[1:])
+
+
+def parse_scontrol_nodes(text: str) -> list[NodeState]:
+    """`scontrol show node -o`: one line per node (NodeName=… State=IDLE+DRAIN … Reason=…)."""
+    nodes: list[NodeState] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = parse_scontrol_fields(line)
+        if "NodeName" not in fields or "State" not in fields:
+            raise ParseError("expected NodeName=… State=…", line_no=no, line=line)
+        base, flags = _node_flags(fields["State"])
+        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", fields.get("Reason", ""))  # [user@time]
+        nodes.append(NodeState(fields["NodeName"].split()[0], base, reason, flags))
+    return nodes
+
+
+_SINFO_LONG = {"DRAINED": ("IDLE", "DRAIN"), "DRAINING": ("ALLOCATED", "DRAIN")}
+
+
+def parse_sinfo_nodes(text: str) -> list[NodeState]:
+    """`sinfo -h -N -o %N|%T|%E` lines: `gpu001|drained|cluster-tool gate: …`."""
+    nodes: dict[str, NodeState] = {}
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("|", 2)
+        if len(parts) < 2 or not parts[0].strip():
+            raise ParseError("expected NODE|STATE|REASON", line_no=no, line=line)
+        raw = parts[1].strip().upper().rstrip("*~#!%$@^-")
+        base, flags = _SINFO_LONG.get(raw, (raw, None))
+        reason = parts[2].strip() if len(parts) > 2 else ""
+        if reason == "none":
+            reason = ""
+        name = parts[0].strip()
+        # sinfo -N repeats a node once per partition; the first line is enough.
+        nodes.setdefault(
+            name, NodeState(name, base, reason, frozenset({flags}) if flags else frozenset())
+        )
+    return list(nodes.values())
+
+
+class Slurm(Protocol):
+    """What the gate and the workflows need from Slurm."""
+
+    def submit(self, script: Path) -> str: ...
+    def job_states(self, job_ids: Sequence[str]) -> dict[str, JobState]: ...
+    def cancel(self, job_id: str) -> None: ...
+    def drain(self, nodes: Iterable[str], reason: str) -> None: ...
+    def resume(self, nodes: Iterable[str]) -> None: ...
+    def node_states(self, nodes: Iterable[str] | None = None) -> list[NodeState]: ...
+
+
+@dataclass
+class SlurmCLI:
+    """Slurm through its client commands (sbatch, squeue, sacct, scancel, scontrol)."""
+
+    run: Callable[[Sequence[str]], str] = run_command
+
+    def submit(self, script: Path) -> str:
+        return parse_sbatch_parsable(self.run(["sbatch", "--parsable", str(script)]))
+
+    def job_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        """squeue for jobs still known to the controller, sacct for those that left it."""
+        if not job_ids:
+            return {}
+        ids = ",".join(job_ids)
+        states = parse_squeue(self.run(["squeue", "-h", "-j", ids, "-o", "%i|%T|%r"]))
+        missing = [j for j in job_ids if j not in states]
+        if missing:
+            acct = parse_sacct(
+                self.run(
+                    [
+                        "sacct",
+                        "-n",
+                        "-P",
+                        "-X",
+                        "-j",
+                        ",".join(missing),
+                        "-o",
+                        "JobID,State,ExitCode",
+                    ]
+                )
+            )
+            states.update(acct)
+        return states
+
+    def cancel(self, job_id: str) -> None:
+        self.run(["scancel", job_id])
+
+    def drain(self, nodes: Iterable[str], reason: str) -> None:
+        names = str(NodeSet.fromlist(list(nodes)))
+        self.run(["scontrol", "update", f"nodename={names}", "state=drain", f"reason={reason}"])
+
+    def resume(self, nodes: Iterable[str]) -> None:
+        names = str(NodeSet.fromlist(list(nodes)))
+        self.run(["scontrol", "update", f"nodename={names}", "state=resume"])
+
+    def node_states(self, nodes: Iterable[str] | None = None) -> list[NodeState]:
+        argv = ["scontrol", "show", "node", "-o"]
+        if nodes is not None:
+            argv.append(str(NodeSet.fromlist(list(nodes))))
+        return parse_scontrol_nodes(self.run(argv))
