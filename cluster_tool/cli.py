@@ -10,6 +10,7 @@ import typer
 
 from cluster_tool import __version__, output
 from cluster_tool.commands import parse as parse_commands
+from cluster_tool.commands import spec as spec_commands
 from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
 
 app = typer.Typer(
@@ -43,7 +44,7 @@ def root(
 
 
 # Each area registers its commands; see cluster_tool/commands/.
-_AREAS: tuple = (parse_commands,)
+_AREAS: tuple = (parse_commands, spec_commands)
 for _module in _AREAS:
     _module.register(app)
 

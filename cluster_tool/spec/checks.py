@@ -213,7 +213,7 @@ def _check_bmc(cluster: Cluster) -> list[Problem]:
         if node.bmc_address is None:
             problems.append((where, f"cannot fill the pattern for {node.name}"))
             return problems
-        if node.bmc_address in seen:
+        if node.bmc_address in seen and seen[node.bmc_address] != node.name:
             problems.append(
                 (
                     where,

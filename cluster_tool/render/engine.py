@@ -1,0 +1,432 @@
+"""Turns a validated `Cluster` into the files of an inventory folder and writes them atomically."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.errors import ClusterToolError, UsageError
+from cluster_tool.render.plan import (
+    cabling_csv,
+    cabling_plan,
+    leaves,
+    spines,
+    switch_links,
+    switch_links_csv,
+)
+from cluster_tool.spec.models import (
+    ROLE_CONTROLLER,
+    ROLE_GPU,
+    ROLE_LOGIN,
+    ROLE_MANAGEMENT,
+    ROLE_SLURMDBD,
+    ROLE_SUBNET_MANAGER,
+    Cluster,
+    Node,
+    NodeProfile,
+    expand_hostlist,
+)
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "render"
+
+# Inventory group of each role; roles get these names from group_vars, never hard-coded.
+GROUPS = {
+    ROLE_CONTROLLER: "slurm_controller",
+    ROLE_SLURMDBD: "slurmdbd",
+    ROLE_LOGIN: "login",
+    ROLE_GPU: "gpu",
+    ROLE_MANAGEMENT: "management",
+    ROLE_SUBNET_MANAGER: "subnet_manager",
+}
+
+HEADER = "Rendered by cluster-tool from the cluster spec; edit the spec and re-render."
+
+
+class RenderError(ClusterToolError):
+    """The output folder could not be written; the previous output is left as it was."""
+
+    exit_code = 2
+
+
+@dataclass
+class RenderResult:
+    """What a render wrote (or, with --diff, would change)."""
+
+    out_dir: Path
+    files: list[str]
+    changed: list[str] = field(default_factory=list)
+    diff: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able summary."""
+        return {
+            "out_dir": str(self.out_dir),
+            "files": self.files,
+            "changed": self.changed,
+        }
+
+
+def render(cluster: Cluster, out_dir: Path) -> RenderResult:
+    """Render every file and swap the folder into place; returns what changed."""
+    files = render_files(cluster)
+    changed = _changed(files, Path(out_dir))
+    write_atomically(files, Path(out_dir))
+    return RenderResult(Path(out_dir), sorted(files), changed)
+
+
+def diff_rendered(cluster: Cluster, out_dir: Path) -> RenderResult:
+    """What `render` would change in `out_dir`, as a unified diff; writes nothing."""
+    files = render_files(cluster)
+    out = Path(out_dir)
+    lines: list[str] = []
+    existing = _existing_files(out)
+    for rel in sorted(set(files) | set(existing)):
+        old = _read(out / rel) if rel in existing else ""
+        new = files.get(rel, "")
+        if old == new:
+            continue
+        lines += difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"a/{rel}" if rel in existing else "/dev/null",
+            tofile=f"b/{rel}" if rel in files else "/dev/null",
+        )
+    return RenderResult(out, sorted(files), _changed(files, out), lines)
+
+
+def render_files(cluster: Cluster) -> dict[str, str]:
+    """Every output file, relative path -> content. Pure: same spec, same bytes."""
+    env = _environment()
+    ctx = _context(cluster)
+    files: dict[str, str] = {}
+    for template in sorted(env.list_templates(extensions=["j2"])):
+        rel = template.removesuffix(".j2")
+        if rel == "nccl-tests/collective.sbatch":
+            for coll in cluster.nccl.tests.collectives:
+                files[f"nccl-tests/{coll}.sbatch"] = env.get_template(template).render(
+                    ctx, collective=coll
+                )
+            continue
+        files[rel] = env.get_template(template).render(ctx)
+    files["cabling.csv"] = cabling_csv(cabling_plan(cluster))
+    files["switch-links.csv"] = switch_links_csv(switch_links(cluster))
+    spec = cluster.model_dump(mode="json", by_alias=True)
+    files["spec.json"] = json.dumps(spec, indent=2, sort_keys=True) + "\n"
+    return dict(sorted(files.items()))
+
+
+def write_atomically(files: dict[str, str], out_dir: Path) -> None:
+    """Write into a temporary sibling folder, then rename it over `out_dir`.
+
+    A failure before the rename leaves the previous output untouched.
+    """
+    out_dir = Path(out_dir)
+    parent = out_dir.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.render-", dir=parent))
+    except OSError as exc:
+        raise RenderError(f"{out_dir}: cannot create the output folder: {exc}") from exc
+    try:
+        for rel, content in files.items():
+            target = tmp / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+        tmp.chmod(0o755)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise RenderError(f"{out_dir}: exists and is not a folder")
+        old = None
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=parent))
+            os.rename(out_dir, old / "previous")
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            if old is not None:
+                os.rename(old / "previous", out_dir)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RenderError(f"{out_dir}: render failed, previous output kept: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def default_out_dir(cluster: Cluster) -> Path:
+    """`inventory/<cluster name>`, relative to the working directory."""
+    return Path("inventory") / cluster.name
+
+
+# --- internals ---------------------------------------------------------------------------
+
+
+def _existing_files(out: Path) -> set[str]:
+    if not out.is_dir():
+        return set()
+    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _changed(files: dict[str, str], out: Path) -> list[str]:
+    existing = _existing_files(out)
+    changed = [
+        rel for rel, text in files.items() if rel not in existing or _read(out / rel) != text
+    ]
+    removed = [rel for rel in existing if rel not in files]
+    return sorted(changed + removed)
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Indents list items under their key, as yamllint's default style wants."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _to_yaml(data: Any) -> str:
+    text = yaml.dump(
+        data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=110
+    )
+    return text.rstrip("\n")
+
+
+def _environment() -> jinja2.Environment:
+    if not TEMPLATE_DIR.is_dir():
+        raise UsageError(f"templates not found at {TEMPLATE_DIR}")
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # plain config files, not HTML
+    )
+    env.filters["to_yaml"] = _to_yaml
+    env.filters["fold"] = _fold
+    return env
+
+
+def _fold(names: list[str]) -> str:
+    """Hosts as a folded Slurm hostlist (`gpu[001-004]`)."""
+    return str(NodeSet.fromlist(names)) if names else ""
+
+
+def _fold_ints(values: list[int]) -> str:
+    """`[0, 1, 2, 3]` -> `0-3`, `[0, 2, 3]` -> `0,2-3`."""
+    runs: list[list[int]] = []
+    for v in sorted(set(values)):
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _runs(nodes: list[Node], key: Any) -> list[tuple[Any, list[Node]]]:
+    """Consecutive nodes grouped by `key(node)`, order kept."""
+    out: list[tuple[Any, list[Node]]] = []
+    for node in nodes:
+        k = key(node)
+        if out and out[-1][0] == k:
+            out[-1][1].append(node)
+        else:
+            out.append((k, [node]))
+    return out
+
+
+def _gres_lines(profile: NodeProfile) -> list[dict[str, str]]:
+    """One gres.conf entry per run of GPUs on the same socket."""
+    lines: list[dict[str, str]] = []
+    gpus_by_socket: list[tuple[int, list[int]]] = []
+    for gpu in range(profile.gpu_count):
+        socket = profile.socket_of_gpu(gpu)
+        if gpus_by_socket and gpus_by_socket[-1][0] == socket:
+            gpus_by_socket[-1][1].append(gpu)
+        else:
+            gpus_by_socket.append((socket, [gpu]))
+    for socket, gpus in gpus_by_socket:
+        first = socket * profile.cpu_cores_per_socket
+        cores = f"{first}-{first + profile.cpu_cores_per_socket - 1}"
+        files = _fold_ints(gpus)
+        device = f"/dev/nvidia{files}" if len(gpus) == 1 else f"/dev/nvidia[{files}]"
+        lines.append({"file": device, "cores": cores})
+    return lines
+
+
+def _context(cluster: Cluster) -> dict[str, Any]:
+    hosts = cluster.hosts()
+    gpu_nodes = cluster.gpu_nodes()
+    fabric = cluster.fabric
+    su_groups = [f"su{su}" for su in range(1, cluster.su_count + 1)]
+
+    # Inventory: host vars once under `all`, then role and SU groups by membership.
+    host_vars: dict[str, Any] = {}
+    for node in hosts:
+        entry: dict[str, Any] = {"ansible_host": node.address}
+        if node.bmc_address is not None:
+            entry["bmc_address"] = node.bmc_address
+        if node.su is not None:
+            entry["su"] = node.su
+            entry["index_in_su"] = node.index_in_su
+        if node.profile_name is not None:
+            entry["node_profile"] = node.profile_name
+        host_vars[node.name] = entry
+    children: dict[str, Any] = {}
+    for role, group in GROUPS.items():
+        members = [n.name for n in hosts if role in n.roles]
+        if members:
+            children[group] = {"hosts": {name: {} for name in members}}
+    for su, group in enumerate(su_groups, start=1):
+        children[group] = {"hosts": {n.name: {} for n in gpu_nodes if n.su == su}}
+    inventory = {"all": {"hosts": host_vars, "children": children}}
+
+    profiles = cluster.gpu_profiles()
+    profile = next(iter(profiles.values())) if profiles else None
+    compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
+
+    nccl_env: dict[str, str] = {
+        # A leading '=' makes NCCL match names exactly: plain `mlx5_1` would also
+        # select mlx5_10 and mlx5_11 by prefix.
+        "NCCL_IB_HCA": "=" + ",".join(compute_hcas),
+        "NCCL_SOCKET_IFNAME": "=" + cluster.socket_ifname,
+        "NCCL_COLLNET_ENABLE": "1" if fabric.sharp else "0",
+    }
+    if fabric.sharp:
+        nccl_env["SHARP_COLL_ENABLE_SAT"] = "1"
+        nccl_env["SHARP_COLL_LOCK_ON_COMM_INIT"] = "1"
+    nccl_env.update(dict(sorted(cluster.nccl.extra_env.items())))
+
+    software = cluster.software
+    repos = software.repositories
+    slurm = cluster.slurm
+    partitions = []
+    for part in slurm.partitions:
+        names = expand_hostlist(part.nodes) if part.nodes else [n.name for n in gpu_nodes]
+        partitions.append(
+            {
+                "name": part.name,
+                "nodes": _fold(names),
+                "default": part.default,
+                "max_time": part.max_time,
+            }
+        )
+    group_vars: dict[str, Any] = {
+        "cluster_name": cluster.name,
+        "cluster_domain": cluster.management.domain or "",
+        "cluster_groups": {role: GROUPS[role] for role in GROUPS} | {"su": su_groups},
+        "cluster_slurm_controller": _fold(expand_hostlist(slurm.controller)),
+        "cluster_slurmdbd_host": slurm.accounting_host or "",
+        "cluster_login_nodes": expand_hostlist(slurm.login_nodes or ""),
+        "cluster_subnet_manager": fabric.subnet_manager,
+        "cluster_management_network": str(cluster.management.network),
+        "cluster_management_interface": cluster.management.interface,
+        "cluster_bmc_credentials": {
+            "username": cluster.bmc.credentials.username.describe(),
+            "password": cluster.bmc.credentials.password.describe(),
+        },
+        "cluster_bmc_verify_tls": cluster.bmc.verify_tls,
+        "cluster_fabric": {
+            "rails": fabric.rails,
+            "su_size": fabric.su_size,
+            "su_count": cluster.su_count,
+            "leaf_ports": fabric.leaf_ports,
+            "spine_ports": fabric.spine_port_count,
+            "uplinks_per_leaf": fabric.uplink_count,
+            "leaves": [leaf.name for leaf in leaves(cluster)],
+            "spines": spines(cluster),
+            "switch_model": fabric.switch_model,
+            "switch_name_pattern": fabric.switch_name_pattern,
+            "node_description_format": fabric.node_description_format,
+            "expected_speed": fabric.expected_speed,
+            "expected_width": fabric.expected_width,
+            "expected_rate_gbps": fabric.expected_rate_gbps,
+            "sharp": fabric.sharp,
+        },
+        "cluster_compute_hcas": compute_hcas,
+        "cluster_cabling_csv": "{{ inventory_dir }}/cabling.csv",
+        "cluster_switch_links_csv": "{{ inventory_dir }}/switch-links.csv",
+        "cluster_thresholds": cluster.thresholds.model_dump(mode="json"),
+        "nvidia_driver_branch": software.nvidia_driver_branch,
+        "nvidia_driver_version": software.nvidia_driver_version,
+        "cuda_version": software.cuda_version,
+        "cuda_repo_url": repos.cuda,
+        "doca_ofed_version": software.doca_ofed_version,
+        "doca_ofed_repo_url": repos.doca,
+        "nccl_version": software.nccl_version,
+        "nccl_env": nccl_env,
+        "nccl_conf_file": "{{ inventory_dir }}/nccl.conf",
+        "sharp_enabled": fabric.sharp,
+        "sharp_hpcx_version": software.hpcx_version,
+        "sharp_hpcx_url": repos.hpcx,
+        "sharp_plugin_version": software.sharp_plugin_version,
+        "slurm_version": software.slurm_version,
+        "slurm_download_url": repos.slurm,
+        "slurm_cluster_name": cluster.slurm_cluster_name,
+        "slurm_partitions": partitions,
+        "slurm_nodes_conf_file": "{{ inventory_dir }}/slurm/nodes.conf",
+        "slurm_gres_conf_file": "{{ inventory_dir }}/slurm/gres.conf",
+        "slurm_topology_conf_file": "{{ inventory_dir }}/slurm/topology.conf",
+        "dcgm_version": software.dcgm_version,
+        "nccl_tests_version": software.nccl_tests_version,
+        "nccl_tests_repo_url": repos.nccl_tests,
+        "nccl_tests_binary_dir": cluster.nccl.tests.binary_dir,
+        "nccl_tests_jobs_dir": "{{ inventory_dir }}/nccl-tests",
+        "enroot_download_url": repos.enroot,
+        "pyxis_repo_url": repos.pyxis,
+    }
+    # The spec's free-form variables win: a lab points repository URLs at its mirror.
+    group_vars.update(cluster.ansible_vars)
+
+    node_lines = []
+    for name, run in _runs(gpu_nodes, lambda n: n.profile_name):
+        p = cluster.profile(name)
+        node_lines.append(
+            {
+                "nodes": _fold([n.name for n in run]),
+                "profile": name,
+                "p": p,
+                "gres": f"gpu:{p.gpu_model}:{p.gpu_count}",
+                "gres_lines": _gres_lines(p),
+            }
+        )
+    su_switches = []
+    for su in range(1, cluster.su_count + 1):
+        members = [n.name for n in gpu_nodes if n.su == su]
+        su_switches.append({"name": f"su{su}", "nodes": _fold(members)})
+
+    return {
+        "header": HEADER,
+        "cluster": cluster,
+        "inventory": inventory,
+        "group_vars": group_vars,
+        "node_lines": node_lines,
+        "partitions": partitions,
+        "su_switches": su_switches,
+        "spine_switch": "spines",
+        "nccl_env": nccl_env,
+        "tests": cluster.nccl.tests,
+        "partition": next((p["name"] for p in partitions if p["default"]), partitions[0]["name"])
+        if partitions
+        else "",
+        "gpus_per_node": profile.gpu_count if profile else 8,
+        "time_limit_min": max(1, -(-cluster.thresholds.nccl_gate.watchdog_s // 60)),
+    }
