@@ -148,7 +148,7 @@ def evaluate_job(
     """Judge every step of a job and read its raw text for classified errors and GDR use."""
     steps = []
     for step in job.steps:
-        exp = thresholds.expect(step.rung, step.collective)
+        exp = thresholds.expect(step.rung, step.collective, nodes=len(job.nodes))
         text = texts.get(step.label)
         steps.append(evaluate_step(step, text, exp, hung_after_s=hung_after_s))
     everything = "\n".join([slurm_text, *(t for t in texts.values() if t)])

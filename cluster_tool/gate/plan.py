@@ -212,12 +212,12 @@ def render_sbatch(job: GateJob, params: NcclTestParams, workdir: Path, gpus_per_
         if step.rail is not None:
             # Rail steps share the allocation (--overlap) and run at once, like split groups.
             srun = (
-                f"srun --overlap --mpi=pmix -N {n} --ntasks-per-node=1 "
+                f"srun --overlap --mpi=pmix --cpu-bind=none -N {n} --ntasks-per-node=1 "
                 f"--gpus-per-node={gpus_per_node} --output={out} env {env} {cmd} &"
             )
         else:
             srun = (
-                f"srun --mpi=pmix -N {n} --ntasks-per-node={gpus_per_node} "
+                f"srun --mpi=pmix --cpu-bind=none -N {n} --ntasks-per-node={gpus_per_node} "
                 f"--gpus-per-task=1 --output={out} env {env} {cmd}"
             )
         lines.append(f"echo 'cluster-tool gate: step {step.label}'")

@@ -25,7 +25,11 @@ Where the defaults come from (measured busbw over the link rate they run on):
 - per rail: one GPU per node over one HCA, the same ring efficiency on one rail's rate.
 - all_gather, reduce_scatter, broadcast, reduce, sendrecv: ring pipelines like all_reduce's,
   held to the ring efficiency (their busbw already carries their own traffic factor).
-- alltoall: no public reference captured; 0.75 of the bound is a conservative default.
+- alltoall: every rank sends (n-1)/n of its buffer, (n-g)/n of it off the node through its
+  own rail (g GPUs per node), so busbw is bounded by rail_rate x (n-1)/(n-g) across nodes
+  (1.875 x the rail on two 8-GPU nodes, tending to one rail's rate at scale) and by the
+  NVLink rate in one node. No public reference captured: 0.75 of the bound is a
+  conservative default.
 
 The default floor is 0.9 of expected: 370 GB/s expected on NDR gives the 333 GB/s floor
 quoted in drain reasons.
@@ -114,8 +118,8 @@ class Thresholds:
     min_fraction: float = 0.9
     efficiencies: Efficiencies = field(default_factory=Efficiencies)
 
-    def expect(self, rung: Rung, collective: str = "all_reduce") -> Expectation:
-        """Expected busbw and floor for `collective` on `rung`."""
+    def expect(self, rung: Rung, collective: str = "all_reduce", nodes: int = 2) -> Expectation:
+        """Expected busbw and floor for `collective` on `rung` over `nodes` nodes (multi-node)."""
         if collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {collective!r}; one of {', '.join(COLLECTIVES)}")
         p, eff = self.profile, self.efficiencies
@@ -127,13 +131,16 @@ class Thresholds:
                 factor, algo = eff.nvls, "NVLS"
             else:
                 factor, algo = eff.nvlink_ring, "ring"
+        elif collective == "alltoall" and rung is not Rung.RAILS:
+            ranks, g = max(nodes, 2) * p.gpus_per_node, p.gpus_per_node
+            link = p.rail_gbs * (ranks - 1) / (ranks - g)
+            link_text = f"{p.rail_gbs:g} GB/s per rail x (n-1)/(n-g) with n={ranks}, g={g}"
+            factor, algo = eff.alltoall, "alltoall"
         else:
             rails = 1 if rung is Rung.RAILS else p.rails
             link = rails * p.rail_gbs
             link_text = f"{rails} rail(s) x {p.rail_gbs:g} GB/s"
-            factor, algo = (
-                (eff.alltoall, "alltoall") if collective == "alltoall" else (eff.net_ring, "ring")
-            )
+            factor, algo = eff.net_ring, "ring"
         expected = round(link * factor, 1)
         floor = round(expected * self.min_fraction, 1)
         basis = f"{link_text} x {algo} efficiency {factor:.3f}"

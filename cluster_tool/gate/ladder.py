@@ -1,0 +1,278 @@
+"""The whole gate: single, pairs (with localisation), rails, full; findings, report and drains.
+
+`run_gate` is the live command's logic with Slurm behind the `Slurm` interface, so tests
+drive it with a fake Slurm that replays captured outputs, and the lab with the real one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster_tool.findings import Finding, Report
+from cluster_tool.gate.evaluate import JobOutcome, evaluate_job
+from cluster_tool.gate.localize import (
+    DEFAULT_STRAGGLER_Z,
+    Localisation,
+    Localizer,
+    stragglers,
+)
+from cluster_tool.gate.plan import (
+    GateJob,
+    NcclTestParams,
+    multi_node_job,
+    rails_job,
+    single_job,
+)
+from cluster_tool.gate.runner import JobRun, SlurmRunner
+from cluster_tool.gate.thresholds import Rung, Thresholds
+from cluster_tool.gate.topology import Topology
+from cluster_tool.gate.verdict import (
+    DrainPlan,
+    NodeVerdict,
+    apply_drains,
+    drain_reason,
+    localisation_findings,
+    plan_drains,
+)
+
+RUNG_NAMES = ("single", "pairs", "full")
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """What the operator asked for; defaults match the spec's `thresholds.nccl_gate`."""
+
+    rungs: tuple[str, ...] = RUNG_NAMES
+    rails: bool = False
+    rotation: int = 0
+    drain: bool = False
+    dry_run: bool = False
+    max_fail_share: float = 0.25
+    straggler_z: float = DEFAULT_STRAGGLER_Z
+
+
+@dataclass
+class GateResult:
+    """The gate's verdict: a report in the findings contract, and what it drained (or would)."""
+
+    report: Report
+    drains: DrainPlan
+    rungs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = self.report.to_json()
+        data["summary"] = {
+            **data["summary"],
+            "rungs": self.rungs,
+            "drain": {
+                "applied": self.drains.applied,
+                "stopped": self.drains.stopped,
+                "nodes": dict(sorted(self.drains.drains.items())),
+            },
+        }
+        return data
+
+
+class _Ladder:
+    def __init__(
+        self,
+        runner: SlurmRunner,
+        thresholds: Thresholds,
+        params: NcclTestParams,
+        topology: Topology,
+        options: GateOptions,
+    ) -> None:
+        self.runner = runner
+        self.thresholds = thresholds
+        self.params = params
+        self.topology = topology
+        self.options = options
+        self.findings: list[Finding] = []
+        self.guilty: list[NodeVerdict] = []
+        self.rungs: dict[str, dict[str, Any]] = {}
+        self._seen: set[tuple[str, str | None, str | None]] = set()
+        self._round = 0
+
+    def _run(self, jobs: list[GateJob]) -> list[JobOutcome]:
+        runs = self.runner.run(jobs)
+        return [self._judge(r) for r in runs]
+
+    def _judge(self, run: JobRun) -> JobOutcome:
+        outcome = evaluate_job(
+            run.job, run.texts, run.slurm_text, self.thresholds, hung_after_s=run.hung_after_s
+        )
+        for f in outcome.findings:
+            self._add(f)
+        if run.stuck_reason:
+            self._add(
+                Finding(
+                    check="slurm.pending",
+                    severity="warning",
+                    node=None,
+                    component="job " + " + ".join(run.job.nodes),
+                    observed=run.stuck_reason,
+                    message=f"gate job on {', '.join(run.job.nodes)} never ran: {run.stuck_reason}",
+                )
+            )
+        return outcome
+
+    def _add(self, f: Finding) -> None:
+        key = (f.check, f.node, f.component)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.findings.append(f)
+
+    def single(self, nodes: list[str]) -> list[str]:
+        outcomes = self._run([single_job(n, self.params) for n in nodes])
+        admitted: list[str] = []
+        nvls: dict[str, float] = {}
+        for o in outcomes:
+            node = o.job.nodes[0]
+            bad = o.first_failure
+            first = o.steps[0] if o.steps else None
+            if first is not None and first.busbw_gbs is not None and first.passed:
+                nvls[node] = first.busbw_gbs
+            if o.passed:
+                admitted.append(node)
+                continue
+            assert bad is not None
+            check = "nccl.hang" if o.hung else bad.check
+            f = Finding(
+                check=check,
+                severity="error",
+                node=node,
+                component=bad.step.label,
+                expected=f">= {bad.expectation.floor_gbs:.0f} GB/s ({bad.expectation.basis})",
+                observed=bad.detail,
+                message=f"{node} alone ({bad.step.label}): {bad.detail}",
+            )
+            self._add(f)
+            self.guilty.append(NodeVerdict(node, f, drain_reason(check, bad.detail, [])))
+        slow = stragglers(nvls, self.options.straggler_z)
+        for node, z in slow.items():
+            self._add(
+                Finding(
+                    check="nccl.straggler",
+                    severity="warning",
+                    node=node,
+                    component="single-nvls",
+                    observed=f"{nvls[node]:.0f} GB/s (z = {z})",
+                    message=f"{node} alone is far below the fleet (robust z = {z})",
+                )
+            )
+        self.rungs["single"] = {
+            "jobs": len(outcomes),
+            "passed": len(admitted),
+            "failed": sorted(set(nodes) - set(admitted)),
+            "stragglers": sorted(slow),
+        }
+        return admitted
+
+    def localise(self, name: str, rung: Rung, nodes: list[str], rotation: int) -> Localisation:
+        loc = Localizer(
+            nodes,
+            su_of=self.topology.su_of,
+            rotation=rotation,
+            max_fail_share=self.options.max_fail_share,
+            straggler_z=self.options.straggler_z,
+        )
+        profile = self.thresholds.profile
+        while pairs := loc.next_round():
+            self._round += 1
+            jobs = [self._pair_job(name, rung, p) for p in pairs]
+            loc.record([o.as_pair_result(profile) for o in self._run(jobs)])
+        result = loc.verdict()
+        exp = self.thresholds.expect(rung, "all_reduce")
+        check = "nccl.rail" if rung is Rung.RAILS else "nccl.pair"
+        found, guilty = localisation_findings(result, exp, self.topology, check=check)
+        for f in found:
+            self._add(f)
+        self.guilty += guilty
+        self.rungs[name] = {
+            "rounds": result.rounds,
+            "jobs": result.jobs,
+            "bad": sorted(result.bad),
+            "paths": [list(p.nodes) for p in result.paths],
+            "stragglers": sorted(result.stragglers),
+            "stopped": result.stop_reason,
+        }
+        return result
+
+    def _pair_job(self, name: str, rung: Rung, nodes: tuple[str, ...]) -> GateJob:
+        job_name = f"r{self._round}-{name}-{'-'.join(nodes)}"
+        if rung is Rung.RAILS:
+            return rails_job(job_name, nodes, self.thresholds.profile, round_no=self._round)
+        return multi_node_job(job_name, rung, nodes, self.params, round_no=self._round)
+
+    def full(self, nodes: list[str]) -> None:
+        if len(nodes) < 2:
+            self.rungs["full"] = {"jobs": 0, "skipped": "fewer than two admitted nodes"}
+            return
+        self._round += 1
+        (o,) = self._run([multi_node_job(f"r{self._round}-full", Rung.FULL, nodes, self.params)])
+        bad = o.first_failure
+        if bad is not None:
+            check = "nccl.hang" if o.hung else bad.check
+            self._add(
+                Finding(
+                    check=check,
+                    severity="error",
+                    node=None,
+                    component=f"all {len(nodes)} admitted nodes",
+                    expected=f">= {bad.expectation.floor_gbs:.0f} GB/s ({bad.expectation.basis})",
+                    observed=bad.detail,
+                    message=(
+                        f"the full job over {len(nodes)} nodes fails ({bad.detail}) though "
+                        "every pair passed: suspect the spines or the routing"
+                    ),
+                )
+            )
+        self.rungs["full"] = {
+            "jobs": 1,
+            "nodes": len(nodes),
+            "passed": o.passed,
+            "busbw_gbs": o.busbw_gbs,
+        }
+
+
+def run_gate(
+    nodes: Sequence[str],
+    runner: SlurmRunner,
+    thresholds: Thresholds,
+    params: NcclTestParams,
+    topology: Topology | None = None,
+    options: GateOptions | None = None,
+) -> GateResult:
+    """Climb the ladder over `nodes`, localise failures, and drain (or say what it would)."""
+    opts = options or GateOptions()
+    unknown = [r for r in opts.rungs if r not in RUNG_NAMES]
+    if unknown:
+        raise ValueError(f"unknown rung(s) {unknown}; rungs are {', '.join(RUNG_NAMES)}")
+    ladder = _Ladder(runner, thresholds, params, topology or Topology(), opts)
+    admitted = list(nodes)
+    stopped: str | None = None
+    if "single" in opts.rungs:
+        admitted = ladder.single(admitted)
+    if "pairs" in opts.rungs and len(admitted) >= 2:
+        loc = ladder.localise("pairs", Rung.PAIRS, admitted, opts.rotation)
+        stopped = stopped or loc.stop_reason
+        admitted = [n for n in admitted if n not in loc.bad]
+    if opts.rails and len(admitted) >= 2 and not stopped:
+        # Another rotation than the pairs rung, so the rails see other partners.
+        loc = ladder.localise("rails", Rung.RAILS, admitted, opts.rotation + 1)
+        stopped = stopped or loc.stop_reason
+        admitted = [n for n in admitted if n not in loc.bad]
+    if "full" in opts.rungs and not stopped:
+        ladder.full(admitted)
+    plan = plan_drains(ladder.guilty, len(nodes), opts.max_fail_share)
+    if stopped:
+        plan = DrainPlan(stopped=stopped)
+    if opts.drain and not opts.dry_run:
+        plan = apply_drains(plan, runner.slurm)
+    report = Report.from_findings(
+        ladder.findings,
+        {"nodes": len(nodes), "admitted": len(admitted), "drain": plan.lines()},
+    )
+    return GateResult(report, plan, ladder.rungs)
