@@ -240,18 +240,19 @@ def run(
     debug = env.get("NCCL_DEBUG", "").upper()
     lead = job.rank == 0
     lines: list[str] = []
+    raw_nodes = model.get("nodes", {})
+    addresses: dict[str, str] = {
+        name: str(n.get("address", name))
+        for name, n in (
+            raw_nodes.items()
+            if isinstance(raw_nodes, dict)
+            else ((n["name"], n) for n in raw_nodes)
+        )
+    }
     if lead:
         lines += render_header(opts, ranks)
         hw0 = nodes[0]
         if debug == "INFO":
-            addresses = {
-                name: n.get("address", "")
-                for name, n in (
-                    model["nodes"].items()
-                    if isinstance(model.get("nodes"), dict)
-                    else ((n["name"], n) for n in model.get("nodes", []))
-                )
-            }
             lines += nccl_info_lines(
                 nodes, ranks, bandwidth, hw0.nccl_version, hw0.cuda_version, addresses
             )
@@ -262,8 +263,12 @@ def run(
         if bandwidth.mode == "hang":
             return Outcome("\n".join(lines) + "\n" if lines else "", 0, hang=True)
         peer = next((h for h in hosts_in_order if h != bandwidth.node), bandwidth.node)
+        failed_hw = nodes[hosts_in_order.index(bandwidth.node)]
+        hca = next((h for h in failed_hw.hcas if h.device == bandwidth.hca), None)
         if lead:
-            lines += failure_lines(bandwidth, ranks, peer)
+            lines += failure_lines(
+                bandwidth, ranks, addresses.get(peer, peer), hca.gpu_minor if hca else None
+            )
         return Outcome("\n".join(lines) + "\n" if lines else "", 1)
     if not lead:
         return Outcome("", 0)

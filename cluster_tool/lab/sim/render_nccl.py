@@ -260,9 +260,13 @@ def nccl_info_lines(
     return lines
 
 
-def failure_lines(failure: PathFailure, ranks: list[Rank], peer_address: str) -> list[str]:
-    """What NCCL and nccl-tests print when a rank's network path dies mid-run."""
-    r = next((r for r in ranks if r.host == failure.node), ranks[0])
+def failure_lines(
+    failure: PathFailure, ranks: list[Rank], peer_address: str, gpu_minor: int | None
+) -> list[str]:
+    """What NCCL and nccl-tests print when a rank's network path dies mid-run: the rank
+    driving the GPU behind the dead HCA reports the completion error."""
+    on_node = [r for r in ranks if r.host == failure.node] or ranks[:1]
+    r = next((r for r in on_node if r.device == gpu_minor), on_node[0])
     return [
         f"{r.host}:{r.pid}:{r.pid + 23} [{r.device}] transport/net_ib.cc:1696 NCCL WARN "
         f"NET/IB : Got completion from peer {peer_address}<{40000 + r.rank}> with status=12 "

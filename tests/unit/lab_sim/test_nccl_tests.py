@@ -1,0 +1,229 @@
+"""The simulated nccl-tests binaries: the real nccl-tests layout, ranks from Slurm/PMIx, bus
+bandwidth from the model (NVLink, slowest rail, stragglers), errors and hangs on dead paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cluster_tool.lab.sim.hw import default_hardware
+from cluster_tool.lab.sim.nccl_tests import (
+    UsageFailure,
+    expand_hostlist,
+    expand_tasks_per_node,
+    parse_args,
+    run,
+)
+from cluster_tool.parsers.nccl_tests import parse_nccl_tests
+from tests.conftest import read_real_output
+
+NODES = ("gpu001", "gpu002", "gpu003", "gpu004")
+
+
+def lab_model() -> dict[str, Any]:
+    nodes = {}
+    for i, name in enumerate(NODES):
+        hw = default_hardware(name)
+        for hca in hw.hcas:
+            hca.leaf, hca.leaf_port = f"su1-leaf-r{hca.rail}", i + 1
+        nodes[name] = {"name": name, "address": f"10.77.0.{11 + i}", "hardware": hw.to_dict()}
+    return {"nodes": nodes}
+
+
+def srun_env(rank: int, nodes: str = "gpu[001-002]", per_node: str = "8(x2)") -> dict[str, str]:
+    """What `srun --mpi=pmix -N2 --ntasks-per-node=8` gives each task."""
+    total = sum(int(p.split("(")[0]) * (int(p.split("x")[1][:-1]) if "x" in p else 1)
+                for p in per_node.split(","))  # fmt: skip
+    return {
+        "SLURM_PROCID": str(rank),
+        "PMIX_RANK": str(rank),
+        "SLURM_NTASKS": str(total),
+        "SLURM_STEP_NUM_TASKS": str(total),
+        "SLURM_JOB_NODELIST": nodes,
+        "SLURM_STEP_NODELIST": nodes,
+        "SLURM_STEP_TASKS_PER_NODE": per_node,
+        "SLURM_LOCALID": str(rank % 8),
+        "SLURM_MPI_TYPE": "pmix",
+    }
+
+
+ARGS = ["-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
+
+
+def two_node_busbw(model: dict[str, Any], collective: str = "all_reduce") -> float:
+    out = run(collective, ARGS, srun_env(0), model, "gpu001", 4242)
+    assert out.exit_code == 0, out.stdout
+    parsed = parse_nccl_tests(out.stdout)
+    assert parsed.complete and parsed.out_of_bounds == 0
+    return max(row.out_of_place.busbw for row in parsed.rows if row.out_of_place)
+
+
+def test_single_node_layout_matches_real_nccl_tests() -> None:
+    model = lab_model()
+    out = run("all_reduce", ["-b", "8", "-e", "16G", "-f", "2", "-g", "8"], {}, model, "gpu001", 1)
+    real = read_real_output("all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt")
+    real_lines = real.splitlines()
+    ours = out.stdout.splitlines()
+    # Column header and the first data row line up character for character.
+    head = real_lines.index(next(x for x in real_lines if x.startswith("#       size")))
+    assert (
+        ours[ours.index(real_lines[head]) - 1 : ours.index(real_lines[head]) + 2]
+        == (real_lines[head - 1 : head + 2])
+    )
+    first_row = next(x for x in ours if x.strip().startswith("8 "))
+    real_row = next(x for x in real_lines if x.strip().startswith("8 "))
+    assert [len(c) for c in first_row.split(" ") if c] == [len(c) for c in real_row.split(" ") if c]
+    assert [i for i, ch in enumerate(first_row) if ch != " "][-1] == len(real_row.rstrip()) - 1
+    assert ours[-3].startswith("# Out of bounds values : 0 OK") and ours[-1] == "#"
+    parsed = parse_nccl_tests(out.stdout)
+    assert parsed.collective == "all_reduce" and len(parsed.ranks) == 8
+    assert parsed.ranks[3].bus_id.endswith("61:00")
+    top = max(r.out_of_place.busbw for r in parsed.rows if r.out_of_place)
+    assert 450 <= top <= 482  # NVLS inside one H100 node
+    small = parsed.rows[0].out_of_place
+    assert small is not None and 10 < small.time_us < 20  # latency-bound
+
+
+def test_ring_is_slower_than_nvls_inside_a_node() -> None:
+    model = lab_model()
+    args = ["-b", "1G", "-e", "4G", "-g", "8"]
+    nvls = parse_nccl_tests(run("all_reduce", args, {}, model, "gpu001", 1).stdout)
+    ring = parse_nccl_tests(
+        run("all_reduce", args, {"NCCL_ALGO": "Ring"}, model, "gpu001", 1).stdout
+    )
+    assert nvls.avg_busbw and ring.avg_busbw
+    assert 340 < ring.avg_busbw < 380 < nvls.avg_busbw
+
+
+def test_two_nodes_are_limited_by_the_hdr_rails() -> None:
+    busbw = two_node_busbw(lab_model())
+    # 8 rails x 4X HDR (25 GB/s) x ring efficiency.
+    assert 170 < busbw < 186
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "alltoall"])
+def test_other_collectives_parse_and_count_per_rank(collective: str) -> None:
+    out = run(collective, ARGS, srun_env(0), lab_model(), "gpu001", 7)
+    parsed = parse_nccl_tests(out.stdout)
+    assert parsed.complete
+    # nccl-tests never names its binary: all_gather and alltoall print identical columns.
+    assert parsed.collective == ("reduce_scatter" if collective == "reduce_scatter" else None)
+    big = parsed.rows[-1]
+    assert big.count * 16 * 4 == big.size
+    assert big.redop == ("sum" if collective == "reduce_scatter" else "none")
+
+
+def test_only_rank_zero_prints() -> None:
+    model = lab_model()
+    for rank in (1, 8, 15):
+        out = run("all_reduce", ARGS, srun_env(rank), model, "gpu002" if rank >= 8 else "gpu001", 9)
+        assert (out.stdout, out.exit_code, out.hang) == ("", 0, False)
+
+
+def test_slow_node_lowers_busbw() -> None:
+    model = lab_model()
+    healthy = two_node_busbw(model)
+    model["nodes"]["gpu002"]["hardware"]["slow_factor"] = 0.5
+    assert two_node_busbw(model) < healthy * 0.55
+
+
+def test_degraded_rail_lowers_busbw_to_its_width() -> None:
+    model = lab_model()
+    healthy = two_node_busbw(model)
+    model["nodes"]["gpu001"]["hardware"]["hcas"][4]["width"] = "1X"
+    degraded = two_node_busbw(model)
+    # A ring moves at the pace of its slowest hop: one 1X link quarters every rail.
+    assert degraded == pytest.approx(healthy / 4, rel=0.05)
+
+
+def test_a_node_outside_the_job_changes_nothing() -> None:
+    model = lab_model()
+    healthy = two_node_busbw(model)
+    model["nodes"]["gpu004"]["hardware"]["slow_factor"] = 0.2
+    model["nodes"]["gpu004"]["hardware"]["hcas"][0]["state"] = "Down"
+    assert two_node_busbw(model) == healthy
+
+
+def test_link_down_gives_an_nccl_error_naming_the_node() -> None:
+    model = lab_model()
+    model["nodes"]["gpu002"]["hardware"]["hcas"][2]["state"] = "Down"
+    out = run("all_reduce", ARGS, srun_env(0), model, "gpu001", 4242)
+    assert out.exit_code == 1 and not out.hang
+    assert "NET/IB : Got completion from peer 10.77.0.11<" in out.stdout
+    parsed = parse_nccl_tests(out.stdout)
+    assert not parsed.complete
+    assert any("gpu002" in e for e in parsed.errors)
+    # Every rank fails, only rank 0 prints.
+    other = run("all_reduce", ARGS, srun_env(9), model, "gpu002", 4243)
+    assert (other.stdout, other.exit_code) == ("", 1)
+
+
+def test_link_down_can_hang_instead() -> None:
+    model = lab_model()
+    hca = model["nodes"]["gpu002"]["hardware"]["hcas"][2]
+    hca["state"], hca["nccl_on_down"] = "Down", "hang"
+    out = run("all_reduce", ARGS, srun_env(0), model, "gpu001", 4242)
+    assert out.hang
+    assert "# Avg bus bandwidth" not in out.stdout
+
+
+def test_nccl_debug_info_shows_gdr_only_with_peermem_or_dmabuf() -> None:
+    model = lab_model()
+    env = {**srun_env(0), "NCCL_DEBUG": "INFO"}
+    out = run("all_reduce", ARGS, env, model, "gpu001", 4242).stdout
+    assert "via NET/IB/0/GDRDMA" in out
+    for name in ("gpu001", "gpu002"):
+        hw = model["nodes"][name]["hardware"]
+        hw["modules"].remove("nvidia_peermem")
+    # dma-buf alone still gives GPUDirect
+    assert "GDRDMA" in run("all_reduce", ARGS, env, model, "gpu001", 4242).stdout
+    model["nodes"]["gpu002"]["hardware"]["dmabuf"] = False
+    out = run("all_reduce", ARGS, env, model, "gpu001", 4242).stdout
+    assert "GDRDMA" not in out and "via NET/IB/0" in out
+    assert parse_nccl_tests(out).complete
+
+
+def test_srun_without_pmix_runs_independent_one_rank_tests() -> None:
+    env = srun_env(5)
+    del env["PMIX_RANK"]
+    env["SLURM_MPI_TYPE"] = "none"
+    out = run("all_reduce", ARGS, env, lab_model(), "gpu001", 99)
+    parsed = parse_nccl_tests(out.stdout)
+    assert len(parsed.ranks) == 1 and parsed.complete
+
+
+def test_command_line_flags() -> None:
+    opts = parse_args(["-b", "1M", "-e", "1G", "-f", "4", "-g", "8", "-n", "50", "-w", "10",
+                       "-c", "0", "-o", "max", "-d", "half", "-z", "1"])  # fmt: skip
+    assert (opts.min_bytes, opts.max_bytes, opts.step_factor, opts.ngpus) == (
+        2**20,
+        2**30,
+        4,
+        8,
+    )
+    assert (opts.iters, opts.warmup, opts.check, opts.op, opts.datatype, opts.blocking) == (
+        50,
+        10,
+        0,
+        "max",
+        "half",
+        1,
+    )
+    with pytest.raises(UsageFailure):
+        parse_args(["-b", "1G", "-e", "1M"])
+    out = run("all_reduce", ["-b", "1M", "-e", "4M", "-i", "1M", "-c", "0"], {}, lab_model(),
+              "gpu001", 1)  # fmt: skip
+    parsed = parse_nccl_tests(out.stdout)
+    assert [r.size for r in parsed.rows] == [2**20, 2 * 2**20, 3 * 2**20, 4 * 2**20]
+
+
+def test_slurm_hostlists() -> None:
+    assert expand_hostlist("gpu[001-003,007],head") == [
+        "gpu001",
+        "gpu002",
+        "gpu003",
+        "gpu007",
+        "head",
+    ]
+    assert expand_tasks_per_node("8(x2),4") == [8, 8, 4]

@@ -1,0 +1,62 @@
+"""The fake /sys/class/infiniband tree: the REAL `ibstat` reads it (through an overlay over
+/sys/class in a private mount namespace) and the project's ibstat parser reads that."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.lab.sim.hw import default_hardware
+from cluster_tool.lab.sim.sysfs import write_sysfs_tree
+from cluster_tool.parsers.ibstat import parse_ibstat
+
+
+def test_tree_has_the_files_libibumad_reads(tmp_path: Path) -> None:
+    hw = default_hardware("gpu001")
+    write_sysfs_tree(hw, tmp_path)
+    port = tmp_path / "infiniband" / "mlx5_0" / "ports" / "1"
+    assert (port / "rate").read_text() == "200 Gb/sec (4X HDR)\n"
+    assert (port / "state").read_text() == "4: ACTIVE\n"
+    assert (port / "phys_state").read_text() == "5: LinkUp\n"
+    assert (port / "gids" / "0").read_text().startswith("fe80:0000:0000:0000:946d:ae03:00")
+    assert (tmp_path / "infiniband_mad" / "abi_version").read_text() == "5\n"
+    assert sorted(p.name for p in (tmp_path / "infiniband").iterdir()) == sorted(
+        [h.device for h in hw.hcas] + [n.device for n in hw.other_nics]
+    )
+    # A second write replaces the first: a healed link must not leave a stale file behind.
+    hw.hcas[0].state = "Down"
+    write_sysfs_tree(hw, tmp_path)
+    assert (port / "state").read_text() == "1: DOWN\n"
+
+
+def _real_ibstat(tree: Path) -> str:
+    script = f"mount -t overlay overlay -o ro,lowerdir={tree}:/sys/class /sys/class && exec ibstat"
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting an overlay over /sys/class needs root")
+def test_real_ibstat_reports_the_model(tmp_path: Path) -> None:
+    assert shutil.which("ibstat"), "infiniband-diags (ibstat) is required on the test machine"
+    hw = default_hardware("gpu001")
+    hw.hcas[1].state = "Down"  # mlx5_3: cable cut
+    hw.hcas[2].width = "1X"  # mlx5_4: degraded to one lane
+    cas = {ca.name: ca for ca in parse_ibstat(_real_ibstat(write_sysfs_tree(hw, tmp_path)))}
+    assert set(cas) == {h.device for h in hw.hcas} | {n.device for n in hw.other_nics}
+    healthy = cas["mlx5_0"]
+    assert healthy.ca_type == "MT4129"
+    assert healthy.node_guid == "0x" + hw.hcas[0].node_guid
+    assert (healthy.ports[0].state, healthy.ports[0].physical_state) == ("Active", "LinkUp")
+    assert healthy.ports[0].rate_gbps == 200
+    assert healthy.ports[0].link_layer == "InfiniBand"
+    cut = cas["mlx5_3"].ports[0]
+    assert (cut.state, cut.physical_state) == ("Down", "Disabled")
+    assert cas["mlx5_4"].ports[0].rate_gbps == 50
+    assert cas["mlx5_1"].ports[0].link_layer == "Ethernet"
