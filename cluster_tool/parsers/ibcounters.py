@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -102,12 +103,13 @@ def parse_perfquery(text: str) -> list[PerfCounters]:
 class PortErrors:
     """One `GUID 0x.. port N: [Counter == value] ...` line of ibqueryerrors."""
 
+    section: str  # "errors" (`Errors for ...`) or "data" (`Data Counters for ...`, with -d)
     node_description: str
     node_guid: str | None  # printed for switches (`Errors for 0x.. "desc"`)
     guid: str  # the GUID on the port line (a CA's port GUID, a switch's node GUID)
     port: int | None  # None for the switch's `port ALL` aggregate
     counters: dict[str, int]
-    link_info: str | None  # `Link info: ...` when run with -r/--report-port
+    link_info: str | None  # the `Link info: ...` line that follows with -r/--report-port
     line_no: int
 
 
@@ -128,10 +130,18 @@ class IbQueryErrors:
     def for_node(self, description: str) -> list[PortErrors]:
         return [p for p in self.ports if p.node_description == description]
 
+    @property
+    def error_ports(self) -> tuple[PortErrors, ...]:
+        """Ports over threshold (not the `port ALL` aggregate, not data counters)."""
+        return tuple(p for p in self.ports if p.section == "errors" and p.port is not None)
 
-_IQE_NODE = re.compile(r'^Errors for\s+(?:(0x[0-9A-Fa-f]+)\s+)?"(.*)"\s*$')
+
+_IQE_NODE = re.compile(r'^(Errors|Data Counters) for\s+(?:(0x[0-9A-Fa-f]+)\s+)?"(.*)"\s*$')
 _IQE_PORT = re.compile(r"^\s+GUID\s+(0x[0-9A-Fa-f]+)\s+port\s+(\d+|ALL):\s*(.*?)\s*$")
-_IQE_COUNTER = re.compile(r"\[(\w+) == (\d+)\]")
+# `[SymbolErrorCounter == 1234]`; with extended counters a human-readable copy follows:
+# `[PortXmitWait == 3404542 (3.405M)]`, `[PortXmitData == 2448 (9.562KB)]`.
+_IQE_COUNTER = re.compile(r"\[(\w+) == (\d+)(?:\s*\(\s*[\d.]+\s*[A-Za-z]*\))?\]")
+_IQE_LINK_INFO = re.compile(r"^\s+Link info:\s*(.*?)\s*$")
 _IQE_SUMMARY = re.compile(r"^## Summary:\s*(\d+) nodes checked,\s*(\d+) bad nodes found\s*$")
 _IQE_PORTS = re.compile(
     r"^##\s+(\d+) ports checked,\s*(\d+) ports have errors beyond threshold\s*$"
@@ -143,7 +153,7 @@ _IQE_PMA = re.compile(r"^##\s+(\d+) PMA query failures\s*$")
 def parse_ibqueryerrors(text: str) -> IbQueryErrors:
     """The per-port error lines and the `## Summary` of `ibqueryerrors`."""
     ports: list[PortErrors] = []
-    node: tuple[str | None, str] | None = None
+    node: tuple[str, str | None, str] | None = None
     summary: dict[str, int] = {}
     thresholds: str | None = None
     suppressed: tuple[str, ...] = ()
@@ -153,17 +163,20 @@ def parse_ibqueryerrors(text: str) -> IbQueryErrors:
             continue
         m = _IQE_NODE.match(line)
         if m:
-            node = (normalize_guid(m.group(1)) if m.group(1) else None, m.group(2))
+            section = "errors" if m.group(1) == "Errors" else "data"
+            node = (section, normalize_guid(m.group(2)) if m.group(2) else None, m.group(3))
+            continue
+        m = _IQE_LINK_INFO.match(line)
+        if m:
+            if not ports:
+                raise ParseError("`Link info:` before any port line", line_no=line_no, line=line)
+            ports[-1] = dataclasses.replace(ports[-1], link_info=m.group(1))
             continue
         m = _IQE_PORT.match(line)
         if m:
             if node is None:
                 raise ParseError("port line before any `Errors for`", line_no=line_no, line=line)
             rest = m.group(3)
-            link_info = None
-            if "Link info:" in rest:
-                rest, link_info = rest.split("Link info:", 1)
-                link_info = link_info.strip()
             counters = {name: int(value) for name, value in _IQE_COUNTER.findall(rest)}
             leftover = _IQE_COUNTER.sub("", rest).strip()
             if leftover:
@@ -174,12 +187,13 @@ def parse_ibqueryerrors(text: str) -> IbQueryErrors:
                 )
             ports.append(
                 PortErrors(
-                    node_description=node[1],
-                    node_guid=node[0],
+                    section=node[0],
+                    node_description=node[2],
+                    node_guid=node[1],
                     guid=normalize_guid(m.group(1)),
                     port=None if m.group(2) == "ALL" else int(m.group(2)),
                     counters=counters,
-                    link_info=link_info,
+                    link_info=None,
                     line_no=line_no,
                 )
             )

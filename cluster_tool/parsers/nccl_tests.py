@@ -315,26 +315,41 @@ def _settings(line: str, line_no: int) -> NcclTestsHeader:
     return NcclTestsHeader(extra=tuple(extra), **values)  # type: ignore[arg-type]
 
 
+# Bytes per element of nccl-tests' datatypes, to tell all_reduce (count = size / element)
+# from reduce_scatter (count = size / element / ranks) where busbw cannot (tiny sizes).
+_TYPE_BYTES = {
+    "int8": 1, "uint8": 1, "char": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "f8e4m3": 1, "f8e5m2": 1,
+    "half": 2, "bfloat16": 2, "float16": 2, "bf16": 2,
+    "int32": 4, "uint32": 4, "int": 4, "float": 4, "float32": 4,
+    "int64": 8, "uint64": 8, "double": 8, "float64": 8,
+}  # fmt: skip
+
+
 def _infer_collective(rows: list[NcclTestsRow], ranks: int) -> str | None:
     """The collective from what the table shows, when no line names the binary: reductions print
-    a redop, rooted ones a root, and the busbw/algbw factor tells all_reduce (2(n-1)/n) apart."""
-    sides = [(r, r.out_of_place) for r in rows if r.out_of_place and r.out_of_place.algbw > 0]
-    if not sides:
+    a redop, rooted ones a root; all_reduce counts every byte, reduce_scatter one rank's share."""
+    if not rows:
         return None
-    row, side = max(sides, key=lambda rs: rs[0].size)
-    factor = side.busbw / side.algbw
+    row = max(rows, key=lambda r: r.size)
     reduces = row.redop not in (None, "none")
     rooted = row.root is not None and row.root >= 0
     if reduces and rooted:
         return "reduce"
     if rooted:
         return "broadcast"
-    if reduces:
-        # all_reduce: factor 2(n-1)/n > 1 once n > 2; reduce_scatter: (n-1)/n < 1.
-        if factor > 1.0 or (ranks and abs(factor - 2 * (ranks - 1) / ranks) < 0.02):
+    if not reduces:
+        return None  # all_gather and alltoall print the same columns and factor
+    element = _TYPE_BYTES.get(row.type.lower())
+    if element and row.size:
+        if row.count * element == row.size:
             return "all_reduce"
-        return "reduce_scatter"
-    return None  # all_gather and alltoall print the same columns and factor
+        if ranks and row.count * element * ranks == row.size:
+            return "reduce_scatter"
+    side = row.out_of_place or row.in_place
+    if side is not None and side.algbw > 0:
+        # busbw/algbw: 2(n-1)/n for all_reduce (> 1 once n > 2), (n-1)/n for reduce_scatter.
+        return "all_reduce" if side.busbw / side.algbw > 1.0 else "reduce_scatter"
+    return None
 
 
 @parser("nccl-tests", "nccl-tests (all_reduce_perf & co.): rows, busbw, footer, ranks, failures")
