@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from cluster_tool import __version__, output
+from cluster_tool.commands import gate as gate_commands
 from cluster_tool.commands import parse as parse_commands
 from cluster_tool.commands import spec as spec_commands
 from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
@@ -44,7 +45,7 @@ def root(
 
 
 # Each area registers its commands; see cluster_tool/commands/.
-_AREAS: tuple = (parse_commands, spec_commands)
+_AREAS: tuple = (parse_commands, spec_commands, gate_commands)
 for _module in _AREAS:
     _module.register(app)
 

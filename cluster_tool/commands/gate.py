@@ -1,0 +1,149 @@
+"""`cluster-tool gate`: the nccl-tests ladder through Slurm, and `gate simulate` to see its cost."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+from cluster_tool import output
+from cluster_tool.errors import UsageError
+from cluster_tool.gate.from_spec import gate_inputs
+from cluster_tool.gate.ladder import RUNG_NAMES, GateOptions, GateResult, run_gate
+from cluster_tool.gate.runner import SlurmRunner
+from cluster_tool.gate.simulate import plant_fleet, simulate
+from cluster_tool.gate.verdict import localisation_findings
+from cluster_tool.slurm import Slurm, SlurmCLI
+from cluster_tool.spec import load_spec
+
+gate_app = typer.Typer(
+    name="gate",
+    help="Run the nccl-tests gate through Slurm and name the bad node or cable.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+
+def _slurm() -> Slurm:
+    """The real Slurm client commands; tests replace this with a fake that replays captures."""
+    return SlurmCLI()
+
+
+def _rungs(value: str) -> tuple[str, ...]:
+    rungs = tuple(r.strip() for r in value.split(",") if r.strip())
+    unknown = [r for r in rungs if r not in RUNG_NAMES]
+    if unknown or not rungs:
+        raise UsageError(f"--rungs: unknown {unknown}; choose from {', '.join(RUNG_NAMES)}")
+    return rungs
+
+
+def _print_result(result: GateResult, json_out: bool) -> None:
+    if json_out:
+        output.emit_json(result.to_json())
+        return
+    out = output.stdout
+    for name, info in result.rungs.items():
+        out.print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in info.items()))
+    for f in result.report.findings:
+        where = f.node or f.component or "-"
+        out.print(f"{f.severity.upper():7} {f.check:16} {where}: {f.message}")
+    for line in result.drains.lines():
+        out.print(line)
+    out.print(f"gate {result.report.status.upper()}")
+
+
+@gate_app.callback()
+def gate(
+    ctx: typer.Context,
+    spec: Annotated[Path | None, typer.Option("--spec", help="The cluster spec.")] = None,
+    rungs: Annotated[
+        str, typer.Option("--rungs", help="Comma-separated rungs: single,pairs,full.")
+    ] = ",".join(RUNG_NAMES),
+    rails: Annotated[bool, typer.Option("--rails", help="Also run per-rail all_reduce.")] = False,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="Only these GPU nodes (hostlist).")
+    ] = None,
+    rotation: Annotated[
+        int, typer.Option("--rotation", help="Pair rotation; change it between runs.")
+    ] = 0,
+    workdir: Annotated[
+        Path | None,
+        typer.Option("--workdir", help="Job scripts and outputs; must be shared with the nodes."),
+    ] = None,
+    drain: Annotated[bool, typer.Option("--drain", help="Drain the guilty nodes.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what --drain would drain.")
+    ] = False,
+    poll_s: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 10.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
+) -> int:
+    """Climb the ladder (single, pairs, full; --rails) and localise what fails."""
+    if ctx.invoked_subcommand is not None:
+        return 0
+    if spec is None:
+        raise UsageError("gate: --spec FILE is required (or use `gate simulate`)")
+    if drain and dry_run:
+        raise UsageError("--drain and --dry-run are exclusive")
+    inputs = gate_inputs(load_spec(spec))
+    selected = inputs.nodes
+    if nodes:
+        try:
+            wanted = set(NodeSet(nodes))
+        except NodeSetParseError as exc:
+            raise UsageError(f"--nodes: {exc}") from exc
+        unknown = sorted(wanted - set(inputs.nodes))
+        if unknown:
+            raise UsageError(f"--nodes: not GPU nodes of the spec: {NodeSet.fromlist(unknown)}")
+        selected = [n for n in inputs.nodes if n in wanted]
+    slurm = _slurm()
+    runner = SlurmRunner(
+        slurm=slurm,
+        workdir=(workdir or Path("gate-runs") / time.strftime("%Y%m%dT%H%M%S")).resolve(),
+        params=inputs.params,
+        gpus_per_node=inputs.thresholds.profile.gpus_per_node,
+        watchdog_s=inputs.watchdog_s,
+        poll_s=poll_s,
+    )
+    options = GateOptions(
+        rungs=_rungs(rungs),
+        rails=rails,
+        rotation=rotation,
+        drain=drain,
+        dry_run=dry_run,
+        max_fail_share=inputs.max_fail_share,
+        straggler_z=inputs.straggler_z,
+    )
+    result = run_gate(selected, runner, inputs.thresholds, inputs.params, inputs.topology, options)
+    _print_result(result, json_out)
+    raise typer.Exit(result.report.exit_code)
+
+
+@gate_app.command("simulate")
+def simulate_command(
+    nodes: Annotated[int, typer.Option("--nodes", min=2, help="Fleet size.")],
+    bad: Annotated[int, typer.Option("--bad", min=0, help="Bad nodes to plant.")],
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
+) -> int:
+    """Localise planted bad nodes in a simulated fleet with the gate's own code; print the cost."""
+    if bad > nodes:
+        raise UsageError(f"--bad {bad} is more than --nodes {nodes}")
+    fleet = plant_fleet(nodes, bad, seed=seed)
+    result, loc = simulate(fleet)
+    if json_out:
+        output.emit_json(result.to_json())
+    else:
+        out = output.stdout
+        out.print(f"rounds={result.rounds} jobs={result.jobs} gpu_hours={result.gpu_hours}")
+        out.print(f"bad_nodes: {NodeSet.fromlist(result.bad_nodes) if result.bad_nodes else '-'}")
+        out.print(f"found:     {NodeSet.fromlist(result.found) if result.found else '-'}")
+        findings, _ = localisation_findings(loc, fleet.expectation)
+        for f in findings:
+            out.print(f"{f.severity.upper():7} {f.check:16} {f.node or f.component}: {f.message}")
+    return 0 if sorted(result.found) == sorted(result.bad_nodes) else 1
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(gate_app, name="gate")
