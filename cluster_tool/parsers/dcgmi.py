@@ -62,7 +62,8 @@ class DcgmTest:
 @dataclass(frozen=True)
 class DcgmDiag:
     """The whole run: metadata (4.x and late 3.x print it), tests in printed order, the
-    overall verdict (worst test), and the GPUs any test failed on."""
+    overall verdict (worst test), and the GPUs any test failed on. A capture cut off
+    before the closing border is still read (`complete` False): its rows are real."""
 
     layout: str  # "3.x" (Pass - All / GPU lists) or "4.x" (per-GPU "GPU0: Pass" lines)
     dcgm_version: str | None
@@ -72,6 +73,7 @@ class DcgmDiag:
     tests: tuple[DcgmTest, ...]
     verdict: str
     failed_gpus: tuple[int, ...]
+    complete: bool  # the closing border was seen; False for a cut-off capture
 
     def test(self, name: str) -> DcgmTest:
         for test in self.tests:
@@ -255,8 +257,6 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
                 line_no=line_no,
                 line=line,
             )
-    if closed_at is None:
-        raise ParseError("expected the closing '+----+----+' border; the table is cut off")
     if seen_3x and seen_4x:
         raise ParseError("mixes DCGM 3.x 'Pass - GPUs:' rows with 4.x 'GPU0: Pass' rows")
 
@@ -273,6 +273,7 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
         tests=frozen,
         verdict=verdict,
         failed_gpus=tuple(failed),
+        complete=closed_at is not None,
     )
 
 

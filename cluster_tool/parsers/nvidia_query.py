@@ -21,7 +21,32 @@ _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 # Units nvidia-smi appends to values without nounits, when no header says which.
 _KNOWN_UNITS = ("MiB", "KiB", "GiB", "MHz", "W", "%", "C", "mV", "KB/s", "us", "ms", "s")
 _NOT_AVAILABLE = frozenset({"N/A", "[N/A]", "Not Supported", "[Not Supported]"})
+# Identifiers that look numeric but are not quantities: a serial keeps its leading zero,
+# driver 418.67 is a version, not a float.
+_TEXT_FIELDS = frozenset(
+    {
+        "name",
+        "gpu_name",
+        "serial",
+        "gpu_serial",
+        "uuid",
+        "gpu_uuid",
+        "pci.bus_id",
+        "gpu_bus_id",
+        "vbios_version",
+        "driver_version",
+        "board_part_number",
+        "gpu_part_number",
+    }
+)
 NO_DEVICES = "No devices were found"
+# --query-gpu aliases and the canonical name nvidia-smi prints in the header for them.
+_CANONICAL = {
+    "gpu_name": "name",
+    "gpu_bus_id": "pci.bus_id",
+    "gpu_serial": "serial",
+    "gpu_uuid": "uuid",
+}
 
 
 @dataclass(frozen=True)
@@ -55,12 +80,14 @@ def _split_header(name: str) -> tuple[str, str | None]:
     return match["name"], match["unit"]
 
 
-def _typed(raw: str, unit: str | None) -> QueryValue:
+def _typed(field: str, raw: str, unit: str | None) -> QueryValue:
     value = raw.strip()
     if value in _NOT_AVAILABLE or (value.startswith("[") and value.endswith("]")):
         # Every bracketed value is nvidia-smi saying it could not read the field
         # ([N/A], [Not Supported], [Unknown Error], [Insufficient Permissions], ...).
         return None
+    if field in _TEXT_FIELDS or field.startswith("inforom."):
+        return value
     if unit and value.endswith(" " + unit):
         value = value[: -len(unit) - 1]
     elif unit is None:
@@ -114,9 +141,19 @@ def parse_query_csv(text: str, fields: Sequence[str] | str | None = None) -> Que
                 line=lines[0][1],
             )
         columns, has_header = header, True
-    elif header is not None and [n for n, _ in header] == [n for n, _ in expected]:
-        columns = [(n, hu or eu) for (n, hu), (_, eu) in zip(header, expected, strict=True)]
+    elif header is not None and [n for n, _ in header] == [
+        _CANONICAL.get(n, n) for n, _ in expected
+    ]:
+        # Keys stay the names the caller asked for; units come from the header.
+        columns = [(n, hu or eu) for (_, hu), (n, eu) in zip(header, expected, strict=True)]
         has_header = True
+    elif header is not None and any("." in n or u for n, u in header):
+        raise ParseError(
+            f"the header names {', '.join(n for n, _ in header)} but the field list is "
+            f"{', '.join(n for n, _ in expected)}",
+            line_no=lines[0][0],
+            line=lines[0][1],
+        )
     else:
         columns, has_header = expected, False
 
@@ -134,7 +171,7 @@ def parse_query_csv(text: str, fields: Sequence[str] | str | None = None) -> Que
         rows.append(
             QueryRow(
                 values={
-                    name: _typed(cell, unit)
+                    name: _typed(name, cell, unit)
                     for (name, unit), cell in zip(columns, cells, strict=True)
                 },
                 line_no=line_no,

@@ -558,7 +558,7 @@ def _gpu_info(nodes: list[_Node], pci_bus_id: str | None) -> GpuInfo:
     gen = link.section("PCIe Generation") if link else None
     width = link.section("Link Width") if link else None
     fb = gpu.section("FB Memory Usage")
-    ecc_mode = gpu.section("ECC Mode")
+    ecc_mode = gpu.section("ECC Mode", "Ecc Mode")
     ecc = gpu.section("ECC Errors")
     sram_sources = ecc.section("Aggregate Uncorrectable SRAM Sources") if ecc else None
     power = gpu.section("GPU Power Readings", "Power Readings")
@@ -714,6 +714,7 @@ _KNOWN_GPU_FIELDS = frozenset(
         "PCI",
         "FB Memory Usage",
         "ECC Mode",
+        "Ecc Mode",
         "ECC Errors",
         "Retired Pages",
         "Remapped Rows",

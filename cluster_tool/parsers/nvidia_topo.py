@@ -20,7 +20,7 @@ _HEADER_TOKEN = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|\S+")
 _GPU = re.compile(r"^GPU(\d+)$")
 _NIC = re.compile(r"^NIC(\d+)$")
 # Older drivers print the RDMA device itself as the row/column name (mlx5_0, not NIC0).
-_DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*\d$")
+_DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\d$")
 _LEGEND_LINE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _CODE_LEGEND_LINE = re.compile(r"^\s*(X|SYS|SOC|NODE|PHB|PXB|PIX|NV#|NV\d+)\s*=\s*\S")
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
@@ -188,12 +188,6 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
                 line_no=i + 1,
                 line=line,
             )
-        if extra and not _GPU.match(name):
-            raise ParseError(
-                f"expected affinity values only on GPU rows, found them on {name}",
-                line_no=i + 1,
-                line=line,
-            )
         rows[name] = (codes, extra, i + 1)
         i += 1
     missing = [c for c in columns if c not in rows]
@@ -225,42 +219,41 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         codes, extra, line_no = rows[name]
         links[name] = dict(zip(columns, codes, strict=True))
         values = dict(zip(affinity, extra, strict=False))
-        gpu = _GPU.match(name)
-        if gpu:
-            cpu_text = values.get("CPU Affinity")
-            cpus = _ranges(cpu_text, f"CPU Affinity of {name}", line_no, lines[line_no - 1])
-            numa_text = values.get("NUMA Affinity")
-            numa_nodes = _ranges(numa_text, f"NUMA Affinity of {name}", line_no, lines[line_no - 1])
-            numa_id = values.get("GPU NUMA ID")
-            if numa_id not in (None, "N/A") and not numa_id.isdigit():
-                raise ParseError(
-                    f"expected a GPU NUMA ID number or N/A for {name}, found {numa_id!r}",
-                    line_no=line_no,
-                    line=lines[line_no - 1],
-                )
-            devices.append(
-                TopoDevice(
-                    name=name,
-                    kind="gpu",
-                    index=int(gpu[1]),
-                    device=None,
-                    cpu_affinity=None if cpu_text in (None, "N/A") else cpu_text,
-                    cpus=cpus,
-                    numa_affinity=numa_nodes[0] if len(numa_nodes) == 1 else None,
-                    numa_nodes=numa_nodes,
-                    gpu_numa_id=int(numa_id) if numa_id not in (None, "N/A") else None,
-                )
+        row_line = lines[line_no - 1]
+        cpu_text = values.get("CPU Affinity")
+        cpus = _ranges(cpu_text, f"CPU Affinity of {name}", line_no, row_line)
+        numa_nodes = _ranges(
+            values.get("NUMA Affinity"), f"NUMA Affinity of {name}", line_no, row_line
+        )
+        numa_id = values.get("GPU NUMA ID")
+        if numa_id not in (None, "N/A") and not numa_id.isdigit():
+            raise ParseError(
+                f"expected a GPU NUMA ID number or N/A for {name}, found {numa_id!r}",
+                line_no=line_no,
+                line=row_line,
             )
-            continue
-        nic = _NIC.match(name)
-        if nic:
-            if name not in legend:
-                raise ParseError(
-                    f"expected '{name}: <device>' in the NIC legend; it is missing",
-                )
-            devices.append(TopoDevice(name, "nic", int(nic[1]), legend[name]))
+        gpu, nic = _GPU.match(name), _NIC.match(name)
+        if nic and name not in legend:
+            raise ParseError(f"expected '{name}: <device>' in the NIC legend; it is missing")
+        if gpu:
+            kind, index, device = "gpu", int(gpu[1]), None
+        elif nic:
+            kind, index, device = "nic", int(nic[1]), legend[name]
         else:
-            devices.append(TopoDevice(name, "nic", None, name))
+            kind, index, device = "nic", None, name
+        devices.append(
+            TopoDevice(
+                name=name,
+                kind=kind,
+                index=index,
+                device=device,
+                cpu_affinity=None if cpu_text in (None, "N/A") else cpu_text,
+                cpus=cpus,
+                numa_affinity=numa_nodes[0] if len(numa_nodes) == 1 else None,
+                numa_nodes=numa_nodes,
+                gpu_numa_id=int(numa_id) if numa_id is not None and numa_id != "N/A" else None,
+            )
+        )
     unknown = [n for n in legend if n not in columns]
     if unknown:
         raise ParseError(f"NIC legend names {', '.join(unknown)}, absent from the matrix")
