@@ -277,6 +277,18 @@ def _check_fabric(cluster: Cluster) -> list[Problem]:
                     f"{profile.expected_rate_gbps} Gb/s",
                 )
             )
+    layouts = {
+        name: [h.device for h in p.compute_hcas] for name, p in cluster.gpu_profiles().items()
+    }
+    if len({tuple(v) for v in layouts.values()}) > 1:
+        # nccl.conf names the compute HCAs once for the whole cluster.
+        problems.append(
+            (
+                ("nodes",),
+                "GPU profiles disagree on the compute HCAs per rail: "
+                + "; ".join(f"{k}: {','.join(v)}" for k, v in sorted(layouts.items())),
+            )
+        )
     problems += _check_link(
         fabric.expected_speed, fabric.expected_width, fabric.expected_rate_gbps, ("fabric",)
     )
