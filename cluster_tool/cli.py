@@ -10,7 +10,9 @@ import typer
 
 from cluster_tool import __version__, output
 from cluster_tool.commands import gate as gate_commands
+from cluster_tool.commands import lab as lab_commands
 from cluster_tool.commands import parse as parse_commands
+from cluster_tool.commands import plan as plan_commands
 from cluster_tool.commands import spec as spec_commands
 from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
 
@@ -45,7 +47,7 @@ def root(
 
 
 # Each area registers its commands; see cluster_tool/commands/.
-_AREAS: tuple = (parse_commands, spec_commands, gate_commands)
+_AREAS: tuple = (parse_commands, spec_commands, plan_commands, gate_commands, lab_commands)
 for _module in _AREAS:
     _module.register(app)
 

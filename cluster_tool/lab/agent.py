@@ -1,0 +1,138 @@
+"""The lab agent: turns BMC power changes into node stops, boots and re-images.
+
+Run by `lab up` as `python -m cluster_tool.lab.agent CONFIG_JSON`. Every sushy emulator
+posts each change of its system to the agent (external notifier). The fake driver applies
+a power action lazily, on the next read of the system, so the agent also reads every
+system once a second; that is what makes a requested restart actually happen.
+
+Power Off stops the node; power On boots it; On with the boot override target `Pxe`
+boots it from a wiped overlay (re-image) and then sets the target back to `Hdd`, as a
+one-time override does on a real BMC.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from cluster_tool.errors import ClusterToolError
+from cluster_tool.lab import bmc, lifecycle
+from cluster_tool.lab import model as hw
+from cluster_tool.lab.config import LabConfig
+
+log = logging.getLogger("cluster_tool.lab.agent")
+
+
+class Agent:
+    def __init__(self, config: LabConfig) -> None:
+        self.config = config
+        self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
+        self.power: dict[str, str] = {}  # what the agent last applied, per node
+
+    def notify(self, node: str, system: dict[str, Any]) -> None:
+        self.events.put((node, system))
+
+    def poll_forever(self) -> None:
+        while True:
+            try:
+                current = hw.load(self.config.model_dir)
+            except ClusterToolError:
+                time.sleep(1)
+                continue
+            for node in current.nodes:
+                if not node.bmc_address:
+                    continue
+                try:
+                    system = bmc.get_system(node.bmc_address, current.lab, node.name)
+                except ClusterToolError:
+                    continue
+                # Reading is also what applies a pending power action in the emulator.
+                boot = system.get("Boot")
+                target = boot.get("BootSourceOverrideTarget") if isinstance(boot, dict) else None
+                self.events.put(
+                    (node.name, {"power_state": system.get("PowerState"), "boot_device": target})
+                )
+            time.sleep(1)
+
+    def work_forever(self) -> None:
+        while True:
+            node, system = self.events.get()
+            try:
+                self.apply(node, system)
+            except Exception:  # keep serving the other nodes; the log says what failed
+                log.exception("applying %s for %s failed", system.get("power_state"), node)
+
+    def apply(self, node: str, system: dict[str, Any]) -> None:
+        power = system.get("power_state")
+        if power not in ("On", "Off"):
+            return
+        last = self.power.get(node, "On")
+        if power == last:
+            return
+        if power == "Off":
+            log.info("%s: power off", node)
+            lifecycle.power_off_node(self.config, node)
+        else:
+            reimage = system.get("boot_device") == "Pxe"
+            log.info("%s: power on%s", node, " from PXE (re-image)" if reimage else "")
+            lifecycle.power_on_node(self.config, node, reimage=reimage)
+            if reimage:
+                current = hw.load(self.config.model_dir)
+                address = current.node(node).bmc_address
+                if address:
+                    bmc.set_boot_target(address, current.lab, node, "Hdd")
+        self.power[node] = power
+
+
+def serve(config: LabConfig) -> None:
+    agent = Agent(config)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # the sushy external notifier uses PUT
+            self._receive()
+
+        def do_POST(self) -> None:
+            self._receive()
+
+        def _receive(self) -> None:
+            parts = self.path.strip("/").split("/")
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b"{}"
+            if len(parts) != 2 or parts[0] != "notify":
+                self.send_response(404)
+                self.end_headers()
+                return
+            try:
+                system = json.loads(body)
+            except ValueError:
+                self.send_response(400)
+                self.end_headers()
+                return
+            agent.notify(parts[1], system if isinstance(system, dict) else {})
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug(format, *args)
+
+    server = ThreadingHTTPServer((config.host_address, config.agent_port), Handler)
+    threading.Thread(target=agent.work_forever, daemon=True).start()
+    threading.Thread(target=agent.poll_forever, daemon=True).start()
+    server.serve_forever()
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = lifecycle.config_from_json(json.loads(argv[0]))
+    serve(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

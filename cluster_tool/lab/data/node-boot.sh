@@ -1,0 +1,56 @@
+#!/bin/sh
+# Boots one lab node. Runs as PID 1 of fresh PID/mount/UTS/IPC/cgroup namespaces inside the
+# node's network namespace (started by cluster_tool.lab.nodes), builds the node's root and
+# hands over to /sbin/lab-init. Everything mounted here lives and dies with the namespace.
+set -eu
+: "${LAB_NODE:?}" "${LAB_BASE:?}" "${LAB_NODE_DIR:?}" "${LAB_MODEL_DIR:?}"
+R="$LAB_NODE_DIR/root"
+
+mount --make-rprivate /
+mount -t overlay overlay \
+    -o "lowerdir=$LAB_BASE,upperdir=$LAB_NODE_DIR/upper,workdir=$LAB_NODE_DIR/work" "$R"
+hostname "$LAB_NODE"
+
+mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
+# Part 2 fills sysfs-class with fake HCAs; sysfs itself takes no new files, an overlay does.
+if [ -d "$LAB_NODE_DIR/sysfs-class" ]; then
+    mount -t overlay overlay -o "ro,lowerdir=$LAB_NODE_DIR/sysfs-class:$R/sys/class" "$R/sys/class"
+fi
+
+# The cgroup hierarchies, seen through the cgroup namespace (root = this node's cgroup);
+# slurmd will not start without them. LAB_CGROUPS: "dir:fstype:options" per line.
+mount -t tmpfs -o nosuid,nodev,noexec,mode=755,size=64k cgroup "$R/sys/fs/cgroup"
+printf '%s\n' "${LAB_CGROUPS:-}" | while IFS=: read -r dir fstype opts; do
+    [ -n "$dir" ] || continue
+    mkdir -p "$R/sys/fs/cgroup/$dir"
+    mount -t "$fstype" -o "nosuid,nodev,noexec,$opts" cgroup "$R/sys/fs/cgroup/$dir"
+done
+mount -o remount,ro,bind "$R/sys/fs/cgroup" 2>/dev/null || true
+
+mount -t tmpfs -o nosuid,mode=755,size=256k dev "$R/dev"
+mknod -m 666 "$R/dev/null" c 1 3
+mknod -m 666 "$R/dev/zero" c 1 5
+mknod -m 666 "$R/dev/full" c 1 7
+mknod -m 666 "$R/dev/random" c 1 8
+mknod -m 666 "$R/dev/urandom" c 1 9
+mknod -m 666 "$R/dev/tty" c 5 0
+mkdir -p "$R/dev/pts" "$R/dev/shm" "$R/dev/mqueue"
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620,gid=5 devpts "$R/dev/pts"
+ln -s pts/ptmx "$R/dev/ptmx"
+mount -t tmpfs -o nosuid,nodev,mode=1777,size=64m shm "$R/dev/shm"
+mount -t mqueue mqueue "$R/dev/mqueue"
+ln -s /proc/self/fd "$R/dev/fd"
+ln -s /proc/self/fd/0 "$R/dev/stdin"
+ln -s /proc/self/fd/1 "$R/dev/stdout"
+ln -s /proc/self/fd/2 "$R/dev/stderr"
+
+mount -t tmpfs -o nosuid,nodev,mode=755,size=64m run "$R/run"
+mkdir -p "$R/run/lock" "$R/run/lab-model" "$R/run/.oldroot"
+mount --bind "$LAB_MODEL_DIR" "$R/run/lab-model"
+mount -o remount,ro,bind "$R/run/lab-model"
+
+cd "$R"
+pivot_root . run/.oldroot
+# From here on the node's own binaries run.
+exec /bin/sh -c 'umount -l /run/.oldroot && rmdir /run/.oldroot && cd / && exec /sbin/lab-init'

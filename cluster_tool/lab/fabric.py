@@ -1,0 +1,256 @@
+"""The lab's InfiniBand fabric: ibsim built from the hardware model, OpenSM as subnet manager.
+
+ibsim runs in its own network namespace on the bridge (its remote mode listens on every
+address it has) and reads console commands from a FIFO opened read-write, so it never sees
+end-of-file and faults can be sent at run time (`send_command`, `unlink_hca`, ...). The real
+infiniband-diags reach it from the head node through the umad2sim preload (`diag_wrapper`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+from cluster_tool.lab import model as hw
+from cluster_tool.lab.config import LabConfig
+from cluster_tool.lab.host import LabError, ProcRef, spawn
+
+UMAD2SIM = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
+# The diags the head node gets wrappers for; ibstat/ibstatus read sysfs, not MADs.
+DIAGS = (
+    "ibnetdiscover",
+    "iblinkinfo",
+    "perfquery",
+    "ibqueryerrors",
+    "ibswitches",
+    "ibhosts",
+    "ibnodes",
+    "ibroute",
+    "ibtracert",
+    "ibaddr",
+    "ibportstate",
+    "smpquery",
+    "saquery",
+    "sminfo",
+    "ibping",
+)
+# ibsim's encoding of link properties (LAB-NOTES): width 2 = 4X, speed 7 + extspeed 7 = HDR.
+_WIDTH_CODE = {"1X": 1, "4X": 2, "8X": 4, "12X": 8}
+_EXTSPEED_CODE = {"FDR": 1, "EDR": 2, "HDR": 4}
+FABRIC_NS = "fabric"
+
+
+def net_file(model: hw.HardwareModel) -> str:
+    """The model as an ibsim topology (ibnetdiscover format), cabled as the model says.
+
+    Node ids are the node descriptions, so console commands read like the field's words:
+    `Unlink "gpu002 mlx5_3"[1]`. GUIDs and LIDs come from the model.
+    """
+    width = _WIDTH_CODE.get(model.fabric_width, 2)
+    ext = _EXTSPEED_CODE.get(model.fabric_speed, 0)
+    lines = [
+        f"# lab {model.lab}: generated from the hardware model (generation {model.generation})",
+        f"width={width}",
+        "speed=7",
+    ]
+    if ext:
+        # ibsim takes the enabled extended speeds as a bit mask; 7 enables FDR..HDR.
+        lines.append("extspeed=7")
+    lines.append("")
+    # switch -> port -> (peer id, peer port)
+    wiring: dict[str, dict[int, tuple[str, int]]] = {s.name: {} for s in model.switches}
+    ca_ports: dict[str, tuple[str, int]] = {}
+    for node in model.nodes:
+        for hca in node.hcas:
+            if not hca.present:
+                continue
+            if hca.leaf in wiring:
+                wiring[hca.leaf][hca.leaf_port] = (hca.node_description, 1)
+                ca_ports[hca.node_description] = (hca.leaf, hca.leaf_port)
+    for link in model.spine_links:
+        if link.leaf in wiring and link.spine in wiring:
+            wiring[link.leaf][link.leaf_port] = (link.spine, link.spine_port)
+            wiring[link.spine][link.spine_port] = (link.leaf, link.leaf_port)
+    for switch in model.switches:
+        lines.append(f"switchguid={switch.guid}")
+        lines.append(
+            f'Switch\t{switch.ports} "{switch.name}"\t\t# "{switch.description}"'
+            f" enhanced port 0 lid {switch.lid} lmc 0"
+        )
+        for port in sorted(wiring[switch.name]):
+            peer, peer_port = wiring[switch.name][port]
+            lines.append(f'[{port}]\t"{peer}"[{peer_port}]')
+        lines.append("")
+    for node in model.nodes:
+        for hca in node.hcas:
+            if not hca.present or hca.node_description not in ca_ports:
+                continue
+            leaf, leaf_port = ca_ports[hca.node_description]
+            lines.append(f"caguid={hca.node_guid}")
+            lines.append(f'Ca\t1 "{hca.node_description}"\t\t# "{hca.node_description}"')
+            lines.append(f'[1]\t"{leaf}"[{leaf_port}]\t\t# lid {hca.port.lid} lmc 0')
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def attach_point(model: hw.HardwareModel) -> str:
+    """The ibsim node the SM and the head's diags attach to: the first leaf's port 0.
+
+    The lab's head has no compute HCA in the plan; a managed switch port keeps the
+    discovered fabric exactly the planned one (no extra CA for the fabric check to flag).
+    """
+    for switch in model.switches:
+        if switch.tier == "leaf":
+            return switch.name
+    if model.switches:
+        return model.switches[0].name
+    raise LabError("the lab model has no switches: nothing for the subnet manager to manage")
+
+
+def fifo_path(config: LabConfig) -> Path:
+    return config.fabric_dir / "ibsim.ctl"
+
+
+def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]:
+    """Write the net file, start ibsim and OpenSM in the fabric namespace; wait for SUBNET UP."""
+    fabric = config.fabric_dir
+    fabric.mkdir(parents=True, exist_ok=True)
+    (fabric / "net").write_text(net_file(model))
+    fifo = fifo_path(config)
+    if fifo.exists() and not stat.S_ISFIFO(fifo.stat().st_mode):
+        fifo.unlink()
+    if not fifo.exists():
+        os.mkfifo(fifo, 0o600)
+    ns = config.netns(FABRIC_NS)
+    # Read-write, so ibsim never sees end-of-file when a writer closes.
+    console = os.open(fifo, os.O_RDWR)
+    try:
+        ibsim = spawn(
+            ["ip", "netns", "exec", ns, "ibsim", "-s", "-r", str(fabric / "net")],
+            log=config.log_dir / "ibsim.log",
+            stdin=console,
+            cwd=fabric,
+        )
+    finally:
+        os.close(console)
+    log = config.log_dir / "ibsim.log"
+    _wait_for_text(log, "sim>", 10, "ibsim", ibsim)
+    osm_dir = fabric / "opensm"
+    osm_dir.mkdir(exist_ok=True)
+    osm_log = config.log_dir / "opensm.log"
+    if osm_log.exists():
+        osm_log.unlink()
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "LD_PRELOAD": UMAD2SIM,
+        # From inside the fabric namespace; any other address makes OpenSM hang.
+        "IBSIM_SERVER_NAME": "127.0.0.1",
+        "SIM_HOST": attach_point(model),
+        "OSM_CACHE_DIR": str(osm_dir),
+        "OSM_TMP_DIR": str(osm_dir),
+    }
+    opensm = spawn(
+        ["ip", "netns", "exec", ns, "opensm", "-f", str(osm_log), "-d2", "-s", "5"],
+        log=config.log_dir / "opensm.out",
+        env=env,
+        cwd=osm_dir,
+    )
+    _wait_for_text(osm_log, "SUBNET UP", 30, "OpenSM", opensm)
+    return ibsim, opensm
+
+
+def _wait_for_text(path: Path, text: str, timeout: float, what: str, proc: ProcRef) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if text in path.read_text(errors="replace"):
+                return
+        except FileNotFoundError:
+            pass
+        if not proc.alive():
+            raise LabError(f"{what} exited while starting (see {path})")
+        time.sleep(0.1)
+    raise LabError(f"{what}: no {text!r} after {timeout:.0f} s (see {path})")
+
+
+def send_command(config: LabConfig, command: str, *, timeout: float = 5.0) -> str:
+    """Send one ibsim console command (e.g. `Unlink "gpu002 mlx5_3"[1]`); returns its output.
+
+    Waits until ibsim has printed its next prompt, so the change is in effect on return.
+    """
+    if "\n" in command:
+        raise LabError("one ibsim command at a time (no newlines)")
+    fifo = fifo_path(config)
+    if not fifo.exists():
+        raise LabError(f"{fifo}: the lab fabric is not running")
+    log = config.log_dir / "ibsim.log"
+    before = log.read_text(errors="replace") if log.exists() else ""
+    prompts = before.count("sim>")
+    with open(fifo, "w") as console:
+        console.write(command + "\n")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = log.read_text(errors="replace")
+        if now.count("sim>") > prompts:
+            return now[len(before) :].replace("sim>", "").strip()
+        time.sleep(0.05)
+    raise LabError(f"ibsim did not answer {command!r} within {timeout:.0f} s")
+
+
+def _port(node_id: str, port: int) -> str:
+    if '"' in node_id:
+        raise LabError(f"bad ibsim node id {node_id!r}")
+    return f'"{node_id}"[{port}]'
+
+
+def unlink_hca(config: LabConfig, node: str, device: str) -> str:
+    """Cut the cable of one HCA (the port goes Down); `relink_hca` restores it."""
+    return send_command(config, f"Unlink {_port(f'{node} {device}', 1)}")
+
+
+def relink_hca(config: LabConfig, node: str, device: str) -> str:
+    return send_command(config, f"ReLink {_port(f'{node} {device}', 1)}")
+
+
+def unlink_port(config: LabConfig, node_id: str, port: int) -> str:
+    """Cut the cable on any port: a switch name or an HCA's `"node mlx5_N"`."""
+    return send_command(config, f"Unlink {_port(node_id, port)}")
+
+
+def relink_port(config: LabConfig, node_id: str, port: int) -> str:
+    return send_command(config, f"ReLink {_port(node_id, port)}")
+
+
+def link_ports(config: LabConfig, a: str, a_port: int, b: str, b_port: int) -> str:
+    """Cable two free ports together (re-cabling: unlink both ends first)."""
+    return send_command(config, f"Link {_port(a, a_port)} {_port(b, b_port)}")
+
+
+def set_port_counter(config: LabConfig, node_id: str, port: int, counter: str, value: int) -> str:
+    """Set a PortCounters field, e.g. `SymbolErrorCounter`, as perfquery/ibqueryerrors read it."""
+    if not re.fullmatch(r"[A-Za-z]+", counter):
+        raise LabError(f"bad counter name {counter!r}")
+    return send_command(
+        config, f"PerformanceSet {_port(node_id, port)} PortCounters.{counter}={int(value)}"
+    )
+
+
+def diag_wrapper(config: LabConfig, model: hw.HardwareModel, tool: str) -> str:
+    """A /usr/local/sbin/<tool> for the head: the real diag, aimed at the lab's ibsim."""
+    return f"""#!/bin/sh
+# lab: the real {tool} against the lab's fabric simulator (ibsim at {config.ibsim_address}),
+# attached where the subnet manager is. Every diag runs under `timeout`: some hang forever.
+export IBSIM_SERVER_NAME={config.ibsim_address}
+export SIM_HOST='{attach_point(model)}'
+export LD_PRELOAD={UMAD2SIM}
+timeout --kill-after=5 "${{LAB_IB_TIMEOUT:-60}}" /usr/sbin/{tool} "$@"
+rc=$?
+# umad2sim leaves ./sys-<pid> folders behind; remove those of finished clients.
+for d in ./sys-[0-9]*; do
+    [ -d "$d" ] && ! kill -0 "${{d#./sys-}}" 2>/dev/null && rm -rf "$d"
+done
+exit $rc
+"""

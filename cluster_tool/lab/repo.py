@@ -1,0 +1,169 @@
+"""The lab's package repository: a flat apt repository served on the bridge.
+
+It holds the Debian packages the roles install, fetched once with their dependencies
+(`apt-get install --download-only` inside a throw-away overlay of the node base, so exactly
+what a bare node lacks) and cached, plus `sim/`, where part 2 drops the device simulator
+packages. Nodes use `deb [trusted=yes] http://<bridge>:<port>/ ./`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from cluster_tool.lab.base import MIRROR, SUITE
+from cluster_tool.lab.config import DEFAULT_CACHE, LabConfig
+from cluster_tool.lab.host import LabError, ProcRef, run, spawn
+
+# What the roles install on a lab node. Keep this the union of every role's package list
+# (with lab group_vars); a package missing here fails the role on a node with no route out.
+LAB_PACKAGES: tuple[str, ...] = (
+    # Slurm, its accounting database and authentication
+    "slurm-wlm",
+    "slurmctld",
+    "slurmd",
+    "slurmdbd",
+    "slurm-client",
+    "slurm-wlm-mysql-plugin",
+    "libpam-slurm-adopt",
+    "munge",
+    "mariadb-server",
+    "python3-pymysql",
+    # MPI with PMIx for `srun --mpi=pmix`
+    "openmpi-bin",
+    "libpmix2",
+    "libpmix-dev",
+    # RDMA user space and fabric tools (the real ones, against the simulator)
+    "rdma-core",
+    "ibverbs-providers",
+    "ibverbs-utils",
+    "infiniband-diags",
+    "perftest",
+    "opensm",
+    "ibsim-utils",
+    # time, and what Ansible modules and probes need on a node
+    "chrony",
+    "python3-apt",
+    "python3-debian",
+    "gnupg",
+    "curl",
+    "pciutils",
+    "kmod",
+    "numactl",
+    "hwloc",
+    "ethtool",
+    "lsof",
+    "rsync",
+    "jq",
+    "less",
+)
+
+# Part 2's simulator packages go here (under the default cache); `sim_debs_dir(config)` for
+# a lab with another cache. Call `reindex(config)` after dropping a .deb.
+SIM_DEBS_DIR = DEFAULT_CACHE / "repo" / "sim"
+
+_SOURCES = (
+    f"deb {MIRROR} {SUITE} main\n"
+    f"deb {MIRROR} {SUITE}-updates main\n"
+    f"deb http://deb.debian.org/debian-security {SUITE}-security main\n"
+)
+
+
+def sim_debs_dir(config: LabConfig) -> Path:
+    """Where simulator .debs go for this lab's cache (created on demand)."""
+    path = config.repo_dir / "sim"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def apt_source_line(config: LabConfig) -> str:
+    return f"deb [trusted=yes] {config.repo_url}/ ./"
+
+
+def _stamp(packages: tuple[str, ...], base: Path) -> str:
+    text = " ".join(sorted(packages)) + "|" + base.name
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def ensure_repo(config: LabConfig, base: Path, packages: tuple[str, ...] = LAB_PACKAGES) -> Path:
+    """The repository directory, fetching packages the first time (or when the list grows)."""
+    root = config.repo_dir
+    debs = root / "debian"
+    debs.mkdir(parents=True, exist_ok=True)
+    sim_debs_dir(config)
+    stamp_file = root / ".fetched"
+    stamp = _stamp(packages, base)
+    if not (stamp_file.is_file() and stamp_file.read_text().strip() == stamp):
+        _fetch(config, base, debs, packages)
+        stamp_file.write_text(stamp + "\n")
+    if not (root / "Packages").is_file():
+        reindex(config)
+    return root
+
+
+def _fetch(config: LabConfig, base: Path, debs: Path, packages: tuple[str, ...]) -> None:
+    config.cache_dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="fetch.", dir=config.cache_dir))
+    try:
+        for sub in ("upper", "work", "root"):
+            (scratch / sub).mkdir()
+        script = f"""set -e
+R={scratch}/root
+mount --make-rprivate /
+mount -t overlay overlay -o lowerdir={base},upperdir={scratch}/upper,workdir={scratch}/work "$R"
+mount -t proc proc "$R/proc"
+mount --rbind /dev "$R/dev"
+mount --bind {debs} "$R/var/cache/apt/archives"
+cp -L /etc/resolv.conf "$R/etc/resolv.conf"
+printf '%s' '{_SOURCES}' > "$R/etc/apt/sources.list"
+chroot "$R" apt-get -q update
+chroot "$R" env DEBIAN_FRONTEND=noninteractive \\
+    apt-get -q -y --download-only install {" ".join(packages)}
+"""
+        result = run(
+            ["unshare", "--mount", "--fork", "sh", "-c", script], check=False, timeout=3600
+        )
+        if result.returncode != 0:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+            raise LabError("fetching the lab packages failed: " + " | ".join(tail))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for leftover in ("lock", "partial"):
+        path = debs / leftover
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
+
+
+def reindex(config: LabConfig) -> None:
+    """Rebuild Packages and Release over debian/ and sim/ (run after adding a .deb)."""
+    root = config.repo_dir
+    packages = run(["apt-ftparchive", "packages", "."], timeout=600, cwd=root).stdout
+    tmp = root / ".Packages.tmp"
+    tmp.write_text(packages)
+    tmp.replace(root / "Packages")
+    release = run(["apt-ftparchive", "release", "."], timeout=120, cwd=root).stdout
+    tmp = root / ".Release.tmp"
+    tmp.write_text(release)
+    tmp.replace(root / "Release")
+
+
+def start_server(config: LabConfig) -> ProcRef:
+    """Serve the repository on the bridge address (the host side), never on other interfaces."""
+    return spawn(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            config.host_address,
+            "--directory",
+            str(config.repo_dir),
+            str(config.repo_port),
+        ],
+        log=config.log_dir / "repo.log",
+    )

@@ -1,0 +1,67 @@
+"""What a running lab created on the host, written as it is created (`<labdir>/state.json`).
+
+`lab down` and the crash cleanup of the next `lab up` remove exactly what is recorded here
+(plus objects carrying this lab's prefix), and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster_tool.lab.host import ProcRef
+from cluster_tool.lab.nodes import CgroupHierarchy
+
+
+@dataclass
+class LabState:
+    prefix: str
+    bridge: str
+    subnet: str
+    lab_dir: str
+    spec: str = ""
+    base: str = ""
+    complete: bool = False  # set once `lab up` finished; a record without it is a crash
+    hierarchies: list[CgroupHierarchy] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
+    # name -> (pid, start time) for nodes (their supervisor) and services.
+    nodes: dict[str, list[int]] = field(default_factory=dict)
+    services: dict[str, list[int]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def node_ref(self, name: str) -> ProcRef | None:
+        data = self.nodes.get(name)
+        return ProcRef.from_json(data) if data else None
+
+    def service_ref(self, name: str) -> ProcRef | None:
+        data = self.services.get(name)
+        return ProcRef.from_json(data) if data else None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LabState:
+        data = dict(data)
+        data["hierarchies"] = [CgroupHierarchy(**h) for h in data.get("hierarchies", [])]
+        return cls(**data)
+
+
+def load_state(path: Path) -> LabState | None:
+    try:
+        return LabState.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, KeyError):
+        # A torn or foreign file: treat as no record; cleanup by prefix still runs.
+        return None
+
+
+def save_state(path: Path, state: LabState) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
