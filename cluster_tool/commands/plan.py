@@ -1,0 +1,274 @@
+"""`cluster-tool plan`: parallel layouts for a model on a validated cluster, and how to launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from cluster_tool import output
+from cluster_tool.errors import EXIT_CHECKS_FAILED, UsageError
+from cluster_tool.plan import (
+    GPUS,
+    Assumptions,
+    ClusterShape,
+    ModelSpec,
+    Training,
+    parse_hostlist,
+    plan,
+    plan_json,
+    preset,
+    read_gate_results,
+)
+from cluster_tool.plan.estimate import KERNEL_EFFICIENCY
+from cluster_tool.plan.model import PRESETS
+
+# The default global batch: about 4M tokens, Llama 3's starting batch (Dubey et al. 2024, 3.4.1).
+DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
+
+
+def _model(
+    name: str | None,
+    params: float | None,
+    layers: int | None,
+    hidden: int | None,
+    heads: int | None,
+    kv_heads: int | None,
+    ffn: int | None,
+    vocab: int | None,
+    seq: int | None,
+) -> ModelSpec:
+    if name:
+        model = preset(name)
+        if seq:
+            model = model.with_seq(seq)
+        if params:
+            model = ModelSpec(**{**model.__dict__, "params_override": params * 1e9})
+        return model
+    missing = [
+        flag
+        for flag, value in (("--layers", layers), ("--hidden", hidden), ("--heads", heads))
+        if value is None
+    ]
+    if missing:
+        raise UsageError(f"give --model PRESET or a shape; missing {', '.join(missing)}")
+    assert layers and hidden and heads
+    return ModelSpec(
+        "custom",
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads or heads,
+        ffn=ffn or int(8 * hidden / 3 // 256 * 256 + 256),
+        vocab=vocab or 128256,
+        seq=seq or 8192,
+        params_override=params * 1e9 if params else None,
+    )
+
+
+def _cluster(spec: Path | None, nodes: int | None, gpu: str, nodes_per_su: int) -> ClusterShape:
+    if spec is not None:
+        from cluster_tool.spec import load_spec
+
+        return ClusterShape.from_spec(load_spec(spec))
+    if nodes is None:
+        raise UsageError("give --spec FILE (or --nodes N for a what-if cluster)")
+    if gpu not in GPUS:
+        raise UsageError(f"unknown GPU {gpu!r}; one of: {', '.join(sorted(GPUS))}")
+    return ClusterShape.synthetic(nodes=nodes, nodes_per_su=nodes_per_su, gpu=gpu)
+
+
+def plan_command(
+    spec: Annotated[
+        Path | None, typer.Option("--spec", help="Cluster spec (nodes, SUs, node profile).")
+    ] = None,
+    model_name: Annotated[
+        str | None,
+        typer.Option("--model", help=f"Preset: {', '.join(sorted(PRESETS))}."),
+    ] = None,
+    params: Annotated[
+        float | None, typer.Option("--params", help="Parameters, billions (overrides count).")
+    ] = None,
+    layers: Annotated[int | None, typer.Option("--layers", help="Transformer layers.")] = None,
+    hidden: Annotated[int | None, typer.Option("--hidden", help="Hidden size.")] = None,
+    heads: Annotated[int | None, typer.Option("--heads", help="Attention heads.")] = None,
+    kv_heads: Annotated[
+        int | None, typer.Option("--kv-heads", help="Key/value heads (GQA); default = heads.")
+    ] = None,
+    ffn: Annotated[int | None, typer.Option("--ffn", help="FFN hidden size (SwiGLU).")] = None,
+    vocab: Annotated[int | None, typer.Option("--vocab", help="Vocabulary size.")] = None,
+    seq: Annotated[int | None, typer.Option("--seq", help="Sequence length.")] = None,
+    global_batch: Annotated[
+        int | None,
+        typer.Option("--global-batch", help="Sequences per step; default ~4M tokens."),
+    ] = None,
+    micro_batch: Annotated[
+        int | None, typer.Option("--micro-batch", help="Sequences per micro-batch; default: best.")
+    ] = None,
+    precision: Annotated[str, typer.Option("--precision", help="bf16 or fp8.")] = "bf16",
+    zero: Annotated[str, typer.Option("--zero", help="ZeRO stage 0|1|2|3 or fsdp.")] = "1",
+    recompute: Annotated[
+        str, typer.Option("--recompute", help="Activation recomputation: none|selective|full.")
+    ] = "selective",
+    gate_results: Annotated[
+        Path | None,
+        typer.Option("--gate-results", help="Gate results JSON: measured busbw, drained nodes."),
+    ] = None,
+    drained: Annotated[
+        str | None, typer.Option("--drained", help="Hostlist of nodes to leave out.")
+    ] = None,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", help="What-if: a uniform cluster of N nodes.")
+    ] = None,
+    gpu: Annotated[str, typer.Option("--gpu", help="What-if GPU: h100, h200, a100.")] = "h100",
+    nodes_per_su: Annotated[int, typer.Option("--nodes-per-su", help="What-if SU size.")] = 32,
+    overlap: Annotated[
+        float, typer.Option("--overlap", help="Fraction of DP/PP/CP comm hidden by compute.")
+    ] = 0.8,
+    tp_overlap: Annotated[
+        float, typer.Option("--tp-overlap", help="Fraction of TP comm hidden by compute.")
+    ] = 0.0,
+    kernel_efficiency: Annotated[
+        float,
+        typer.Option("--kernel-efficiency", help="Fraction of peak the kernels reach."),
+    ] = KERNEL_EFFICIENCY,
+    peak_tflops: Annotated[
+        float | None, typer.Option("--peak-tflops", help="Override the GPU's peak TFLOP/s.")
+    ] = None,
+    top: Annotated[int, typer.Option("--top", help="How many layouts to show.")] = 5,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
+) -> int:
+    """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
+    if top < 1:
+        raise UsageError("--top must be at least 1")
+    model = _model(model_name, params, layers, hidden, heads, kv_heads, ffn, vocab, seq)
+    cluster = _cluster(spec, nodes, gpu, nodes_per_su)
+    if gate_results is not None:
+        gate = read_gate_results(gate_results, gpus_per_node=cluster.gpus_per_node)
+        cluster = cluster.with_busbw(
+            fabric=gate.fabric_busbw_gbs, nvlink=gate.nvlink_busbw_gbs, source=str(gate_results)
+        )
+        known = {n.name for n in cluster.nodes}
+        cluster = cluster.with_drained(n for n in gate.drained if n in known)
+    if drained:
+        cluster = cluster.with_drained(parse_hostlist(drained))
+    training = Training(
+        global_batch=global_batch or max(1, DEFAULT_BATCH_TOKENS // model.seq),
+        micro_batch=micro_batch,
+        precision=precision,
+        zero=zero,
+        recompute=recompute,
+    )
+    assumptions = Assumptions(
+        kernel_efficiency=kernel_efficiency,
+        overlap=overlap,
+        tp_overlap=tp_overlap,
+        peak_tflops=peak_tflops,
+    )
+    result = plan(model, cluster, training, assumptions)
+    doc = plan_json(model, cluster, training, assumptions, result, top=top)
+    if json_out:
+        output.emit_json(doc)
+    else:
+        _print(doc)
+    if not result.layouts:
+        output.error_line(_nothing_fits(doc))
+        return EXIT_CHECKS_FAILED
+    return 0
+
+
+def _nothing_fits(doc: dict) -> str:
+    misfit = doc.get("closest_misfit")
+    if not misfit:
+        return "no layout lines up with the usable nodes and the global batch"
+    return (
+        f"no layout fits in memory; the lightest, TP {misfit['tp']} PP {misfit['pp']} "
+        f"DP {misfit['dp']} CP {misfit['cp']}, needs {misfit['memory_per_gpu_gib']} GiB per GPU "
+        f"of {misfit['memory']['usable_gib']} usable (try --zero 3, --recompute full, more nodes)"
+    )
+
+
+def _print(doc: dict) -> None:
+    console = output.stdout
+    m, c, tr = doc["model"], doc["cluster"], doc["training"]
+    console.print(
+        f"[bold]{m['name']}[/bold] {m['params'] / 1e9:.1f}B params, seq {m['seq']}, "
+        f"global batch {tr['global_batch']} ({tr['precision']}, ZeRO {tr['zero']}, "
+        f"recompute {tr['recompute']})"
+    )
+    drained = f", drained {c['drained']}" if c["drained"] else ""
+    console.print(
+        f"{c['usable_nodes']}/{c['nodes']} nodes × {c['gpus_per_node']} {c['gpu']} "
+        f"({c['hbm_gib']:.0f} GiB){drained}; fabric busbw {c['fabric_busbw_gbs']:.0f} GB/s, "
+        f"NVLink {c['nvlink_busbw_gbs']:.0f} GB/s ({c['busbw_source']})"
+    )
+    if not doc["layouts"]:
+        return
+    table = Table(
+        title=f"Top {len(doc['layouts'])} of {doc['feasible']} layouts that fit",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for col in (
+        "#",
+        "TP×CP×PP×DP",
+        "VP",
+        "mbs",
+        "bubble",
+        "GiB",
+        "step s",
+        "MFU",
+        "TFLOP/s",
+        "nodes",
+    ):
+        table.add_column(col, justify="right", no_wrap=True)
+    for i, lay in enumerate(doc["layouts"], 1):
+        table.add_row(
+            str(i),
+            f"{lay['tp']}×{lay['cp']}×{lay['pp']}×{lay['dp']}",
+            str(lay["vp"]),
+            str(lay["micro_batch"]),
+            f"{lay['bubble']:.1%}",
+            f"{lay['memory_per_gpu_gib']:.1f}",
+            f"{lay['step_time_s']:.2f}",
+            f"{lay['mfu']:.1%}",
+            f"{lay['achieved_tflops_per_gpu']:.0f}",
+            str(lay["placement"]["nodes"]),
+        )
+    console.print(table)
+    best = doc["layouts"][0]
+    pl = best["placement"]
+    console.print(
+        f"[bold]Best:[/bold] TP {best['tp']} (in a node) × CP {best['cp']} × PP {best['pp']} "
+        f"(stages {'/'.join(str(n) for n in best['stage_layers'])}) × DP {best['dp']}"
+        f" on {pl['nodes']} nodes; pipelines whole in one SU: "
+        + _whole(pl)
+        + (f"; idle {pl['idle_nodes']}" if pl["idle_nodes"] else "")
+    )
+    console.print(f"hostfile (node rank order): {' '.join(pl['hostfile'])}", markup=False)
+    console.print("Megatron-LM:", markup=False)
+    console.print("  " + " \\\n  ".join(doc["launch"]["megatron_args"]), markup=False)
+    console.print("torchrun (NODE_RANK = the node's line in the hostfile, from 0):", markup=False)
+    console.print("  torchrun " + " ".join(doc["launch"]["torchrun_args"]), markup=False)
+    a = doc["assumptions"]
+    console.print(
+        f"Assumptions: kernel efficiency {a['kernel_efficiency']:.3f} of peak, DP/PP/CP overlap "
+        f"{a['overlap']:.0%}, TP overlap {a['tp_overlap']:.0%}, memory margin "
+        f"{a['memory_margin']:.0%} + {a['reserved_gib']:.0f} GiB; estimates ±15 %.",
+        markup=False,
+    )
+
+
+def _whole(placement: dict) -> str:
+    if placement["pp_chains_whole_in_su"]:
+        return "yes"
+    return f"no, {placement['pp_pairs_across_su']} pipeline pairs cross SUs"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan", help="Plan TP × CP × PP × DP layouts, rank placement and launch flags.")(
+        plan_command
+    )

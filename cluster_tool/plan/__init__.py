@@ -1,0 +1,76 @@
+"""3D-parallelism planner: TP × CP × PP × DP layouts that fit a validated cluster, their step
+time and MFU, rank placement (TP in a node, pipelines in an SU, DP on rails), launch flags."""
+
+from __future__ import annotations
+
+from cluster_tool.plan.cluster import (
+    GPUS,
+    ClusterShape,
+    GateResults,
+    GpuSpec,
+    PlanNode,
+    gpu_spec,
+    parse_hostlist,
+    read_gate_results,
+)
+from cluster_tool.plan.estimate import (
+    KERNEL_EFFICIENCY,
+    MODEL_ERROR,
+    Assumptions,
+    Estimate,
+    Layout,
+    Memory,
+    Training,
+    estimate,
+    layer_activation_bytes,
+    stage_layers,
+)
+from cluster_tool.plan.launch import (
+    hostfile_text,
+    megatron_args,
+    pipeline_layout,
+    slurm_hostfile_text,
+    torchrun_args,
+)
+from cluster_tool.plan.model import PRESETS, ModelSpec, megatron_gpt, preset
+from cluster_tool.plan.placement import Placement, RankSlot, place, placeable
+from cluster_tool.plan.report import layout_json, plan_json
+from cluster_tool.plan.search import PlanResult, plan
+
+__all__ = [
+    "GPUS",
+    "KERNEL_EFFICIENCY",
+    "MODEL_ERROR",
+    "PRESETS",
+    "Assumptions",
+    "ClusterShape",
+    "Estimate",
+    "GateResults",
+    "GpuSpec",
+    "Layout",
+    "Memory",
+    "ModelSpec",
+    "Placement",
+    "PlanNode",
+    "PlanResult",
+    "RankSlot",
+    "Training",
+    "estimate",
+    "gpu_spec",
+    "hostfile_text",
+    "layer_activation_bytes",
+    "layout_json",
+    "megatron_args",
+    "megatron_gpt",
+    "parse_hostlist",
+    "pipeline_layout",
+    "place",
+    "placeable",
+    "plan",
+    "plan_json",
+    "preset",
+    "read_gate_results",
+    "slurm_hostfile_text",
+    "stage_layers",
+    "torchrun_args",
+]

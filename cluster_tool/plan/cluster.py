@@ -1,0 +1,298 @@
+"""What the planner needs to know about a cluster: nodes by SU, drained nodes, NVLink domain,
+HBM, peak compute, and the bus bandwidth the gate measured (or the profile expects)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+from cluster_tool.errors import UsageError
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Peak dense tensor-core TFLOP/s by precision and HBM size of one GPU model.
+
+    Peaks are NVIDIA's datasheet figures without sparsity: H100 SXM 989 (bf16) and 1,979
+    (fp8); H200 has the same compute as H100 with 141 GB HBM3e; A100 SXM 312 (bf16), kept
+    so the model can be checked against the A100 results of the Megatron-LM paper.
+    """
+
+    name: str
+    hbm_gib: float
+    peak_tflops: Mapping[str, float]
+    # all_reduce_perf busbw within one NVLink domain at large messages (GB/s).
+    nvlink_busbw_gbs: float
+
+    def peak(self, precision: str) -> float:
+        try:
+            return self.peak_tflops[precision]
+        except KeyError:
+            raise UsageError(
+                f"{self.name} has no {precision} peak; one of: "
+                f"{', '.join(sorted(self.peak_tflops))}"
+            ) from None
+
+
+GPUS: dict[str, GpuSpec] = {
+    "h100": GpuSpec("H100 SXM 80GB", 80.0, {"bf16": 989.0, "fp8": 1979.0}, 450.0),
+    "h200": GpuSpec("H200 SXM 141GB", 141.0, {"bf16": 989.0, "fp8": 1979.0}, 450.0),
+    # A100 SXM 80GB (DGX A100, NVLink 3): NCCL all-reduce reaches ~230 GB/s busbw in one node.
+    "a100": GpuSpec("A100 SXM 80GB", 80.0, {"bf16": 312.0}, 230.0),
+}
+
+
+def gpu_spec(model: str) -> GpuSpec:
+    key = model.lower().split()[0].replace("nvidia", "").strip() or model.lower()
+    for name, spec in GPUS.items():
+        if name in model.lower() or name == key:
+            return spec
+    raise UsageError(f"no compute figures for GPU {model!r}; known: {', '.join(sorted(GPUS))}")
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """One GPU node as the planner sees it: its name, its scalable unit, whether it is drained."""
+
+    name: str
+    su: int
+    drained: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterShape:
+    """The shape of a validated cluster, reduced to what decides a parallel layout.
+
+    `fabric_busbw_gbs` is all_reduce_perf busbw across nodes with every GPU of every node in
+    the collective (what the gate measures); a rail-aligned group with one GPU per node gets
+    one rail, i.e. `fabric_busbw_gbs / rails` (see `rail_busbw_gbs`).
+    """
+
+    nodes: tuple[PlanNode, ...]
+    gpus_per_node: int
+    nvlink_domain: int
+    gpu: GpuSpec
+    fabric_busbw_gbs: float
+    nvlink_busbw_gbs: float
+    rails: int
+    busbw_source: str = "profile"
+    hbm_gib: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        if not self.hbm_gib:
+            object.__setattr__(self, "hbm_gib", self.gpu.hbm_gib)
+        if self.gpus_per_node <= 0 or self.nvlink_domain <= 0 or self.rails <= 0:
+            raise UsageError("cluster shape: GPUs per node, NVLink domain and rails must be > 0")
+
+    @property
+    def usable_nodes(self) -> list[PlanNode]:
+        return [n for n in self.nodes if not n.drained]
+
+    @property
+    def usable_gpus(self) -> int:
+        return len(self.usable_nodes) * self.gpus_per_node
+
+    @property
+    def rail_busbw_gbs(self) -> float:
+        return self.fabric_busbw_gbs / self.rails
+
+    def su_sizes(self) -> dict[int, int]:
+        """Usable nodes per SU."""
+        sizes: dict[int, int] = {}
+        for node in self.usable_nodes:
+            sizes[node.su] = sizes.get(node.su, 0) + 1
+        return sizes
+
+    def with_drained(self, names: Iterable[str]) -> ClusterShape:
+        """The same cluster with more nodes drained; an unknown name is a usage error."""
+        wanted = set(names)
+        known = {n.name for n in self.nodes}
+        unknown = wanted - known
+        if unknown:
+            raise UsageError(
+                f"drained nodes not in the cluster: {NodeSet.fromlist(sorted(unknown))}"
+            )
+        nodes = tuple(replace(n, drained=n.drained or n.name in wanted) for n in self.nodes)
+        return replace(self, nodes=nodes)
+
+    def with_busbw(
+        self, *, fabric: float | None = None, nvlink: float | None = None, source: str = "gate"
+    ) -> ClusterShape:
+        return replace(
+            self,
+            fabric_busbw_gbs=fabric or self.fabric_busbw_gbs,
+            nvlink_busbw_gbs=nvlink or self.nvlink_busbw_gbs,
+            busbw_source=source if (fabric or nvlink) else self.busbw_source,
+        )
+
+    @classmethod
+    def synthetic(
+        cls,
+        *,
+        nodes: int,
+        nodes_per_su: int = 32,
+        gpu: str | GpuSpec = "h100",
+        gpus_per_node: int = 8,
+        fabric_busbw_gbs: float = 360.0,
+        drained: Iterable[str] = (),
+        prefix: str = "gpu",
+    ) -> ClusterShape:
+        """A uniform cluster of `nodes` nodes, `nodes_per_su` to an SU: for what-if planning
+        (`--nodes`) and for tests."""
+        spec = gpu if isinstance(gpu, GpuSpec) else gpu_spec(gpu)
+        width = max(3, len(str(nodes)))
+        drained_set = set(drained)
+        plan_nodes = tuple(
+            PlanNode(
+                name=f"{prefix}{i + 1:0{width}d}",
+                su=i // nodes_per_su + 1,
+                drained=f"{prefix}{i + 1:0{width}d}" in drained_set,
+            )
+            for i in range(nodes)
+        )
+        return cls(
+            nodes=plan_nodes,
+            gpus_per_node=gpus_per_node,
+            nvlink_domain=gpus_per_node,
+            gpu=spec,
+            fabric_busbw_gbs=fabric_busbw_gbs,
+            nvlink_busbw_gbs=spec.nvlink_busbw_gbs,
+            rails=gpus_per_node,
+        )
+
+    @classmethod
+    def from_spec(cls, cluster: Any, *, drained: Iterable[str] = ()) -> ClusterShape:
+        """The shape of a loaded spec (`cluster_tool.spec.load_spec`): GPU nodes with their SU,
+        the profile's GPU, NVLink domain, compute HCAs (rails) and expected busbw."""
+        gpu_nodes = list(cluster.gpu_nodes())
+        if not gpu_nodes:
+            raise UsageError("the spec has no GPU nodes to plan on")
+        profile = gpu_nodes[0].profile
+        for node in gpu_nodes[1:]:
+            if node.profile.gpu_count != profile.gpu_count:
+                raise UsageError(
+                    f"{node.name}: {node.profile.gpu_count} GPUs where {gpu_nodes[0].name} has "
+                    f"{profile.gpu_count}; the planner needs one GPU count for all nodes"
+                )
+        base = gpu_spec(str(profile.gpu_model))
+        hbm = float(getattr(profile, "gpu_memory_gib", base.hbm_gib) or base.hbm_gib)
+        hcas = profile.compute_hcas() if callable(getattr(profile, "compute_hcas", None)) else []
+        rails = len(hcas) or int(profile.gpu_count)
+        shape = cls(
+            nodes=tuple(PlanNode(name=n.name, su=int(n.su)) for n in gpu_nodes),
+            gpus_per_node=int(profile.gpu_count),
+            nvlink_domain=int(getattr(profile, "nvlink_domain_size", profile.gpu_count)),
+            gpu=replace(base, hbm_gib=hbm),
+            fabric_busbw_gbs=float(profile.expected_busbw_multi_node_gbs),
+            nvlink_busbw_gbs=float(profile.expected_busbw_single_node_gbs),
+            rails=rails,
+            hbm_gib=hbm,
+        )
+        return shape.with_drained(drained)
+
+
+def parse_hostlist(text: str) -> list[str]:
+    """`gpu[001-004],gpu017` → names; a malformed hostlist is a usage error."""
+    try:
+        return list(NodeSet(text))
+    except NodeSetParseError as exc:
+        raise UsageError(f"bad hostlist {text!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class GateResults:
+    """What the planner takes from a gate run: measured busbw and nodes to keep out."""
+
+    fabric_busbw_gbs: float | None
+    nvlink_busbw_gbs: float | None
+    drained: tuple[str, ...]
+
+
+def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
+    """Read gate results JSON. Accepted shapes (any combination):
+
+    - `{"busbw_gbs": {"multi_node": X, "single_node": Y}}` or flat
+      `{"multi_node_busbw_gbs": X, "single_node_busbw_gbs": Y}`;
+    - nccl-tests records as `cluster-tool parse nccl-tests --json` writes them (`ranks`,
+      `rows[].in_place.busbw`), alone, in a list, or under `"results"`/`"runs"`: a run with more
+      ranks than one node's GPUs counts as fabric busbw, otherwise as NVLink busbw; the busbw
+      of the largest message is taken, the lowest over runs;
+    - drained nodes: `"drained"` (list or hostlist), or `"findings"` with severity `error`
+      and a `node` (the findings contract of every check).
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    fabric: list[float] = []
+    nvlink: list[float] = []
+    drained: set[str] = set()
+
+    def visit(obj: Any) -> None:
+        if isinstance(obj, list):
+            for item in obj:
+                visit(item)
+            return
+        if not isinstance(obj, dict):
+            return
+        bw = obj.get("busbw_gbs")
+        if isinstance(bw, Mapping):
+            _add(fabric, bw.get("multi_node"))
+            _add(nvlink, bw.get("single_node"))
+        _add(fabric, obj.get("multi_node_busbw_gbs"))
+        _add(nvlink, obj.get("single_node_busbw_gbs"))
+        if isinstance(obj.get("rows"), list) and obj["rows"]:
+            value = _largest_message_busbw(obj["rows"])
+            ranks = obj.get("ranks")
+            if value is not None:
+                many = isinstance(ranks, int) and ranks > gpus_per_node
+                (fabric if many else nvlink).append(value)
+        listed = obj.get("drained")
+        if isinstance(listed, str):
+            drained.update(parse_hostlist(listed))
+        elif isinstance(listed, list):
+            drained.update(str(x) for x in listed)
+        for finding in obj.get("findings", []) if isinstance(obj.get("findings"), list) else []:
+            if (
+                isinstance(finding, dict)
+                and finding.get("severity") == "error"
+                and finding.get("node")
+            ):
+                drained.add(str(finding["node"]))
+        for key in ("results", "runs"):
+            if key in obj:
+                visit(obj[key])
+
+    visit(data)
+    return GateResults(
+        fabric_busbw_gbs=min(fabric) if fabric else None,
+        nvlink_busbw_gbs=min(nvlink) if nvlink else None,
+        drained=tuple(sorted(drained)),
+    )
+
+
+def _add(values: list[float], value: Any) -> None:
+    if isinstance(value, int | float) and value > 0:
+        values.append(float(value))
+
+
+def _largest_message_busbw(rows: Sequence[Any]) -> float | None:
+    best: tuple[int, float] | None = None
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        size = row.get("size")
+        for key in ("in_place", "out_of_place"):
+            part = row.get(key)
+            if isinstance(part, dict) and isinstance(part.get("busbw"), int | float):
+                if isinstance(size, int) and (best is None or size > best[0]):
+                    best = (size, float(part["busbw"]))
+                break
+    return best[1] if best and best[1] > 0 else None
