@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -209,6 +210,24 @@ def _to_yaml(data: Any) -> str:
     return text.rstrip("\n")
 
 
+_PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
+_RESOLVER = yaml.resolver.Resolver()
+
+
+def _yaml_scalar(value: Any) -> str:
+    """One YAML scalar: ints and bools as such, strings plain when safe, else quoted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    # PyYAML's own implicit resolver says whether a plain scalar would stay a string.
+    str_tag = "tag:yaml.org,2002:str"
+    if _PLAIN.match(text) and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == str_tag:
+        return text
+    return json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
+
+
 def _environment() -> jinja2.Environment:
     if not TEMPLATE_DIR.is_dir():
         raise UsageError(f"templates not found at {TEMPLATE_DIR}")
@@ -221,6 +240,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,  # plain config files, not HTML
     )
     env.filters["to_yaml"] = _to_yaml
+    env.filters["yaml_scalar"] = _yaml_scalar
     env.filters["fold"] = _fold
     return env
 
@@ -279,7 +299,7 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     su_groups = [f"su{su}" for su in range(1, cluster.su_count + 1)]
 
     # Inventory: host vars once under `all`, then role and SU groups by membership.
-    host_vars: dict[str, Any] = {}
+    inventory_hosts: list[dict[str, Any]] = []
     for node in hosts:
         entry: dict[str, Any] = {"ansible_host": node.address}
         if node.bmc_address is not None:
@@ -289,15 +309,14 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             entry["index_in_su"] = node.index_in_su
         if node.profile_name is not None:
             entry["node_profile"] = node.profile_name
-        host_vars[node.name] = entry
-    children: dict[str, Any] = {}
+        inventory_hosts.append({"name": node.name, "vars": entry})
+    inventory_groups: dict[str, list[str]] = {}
     for role, group in GROUPS.items():
         members = [n.name for n in hosts if role in n.roles]
         if members:
-            children[group] = {"hosts": {name: {} for name in members}}
+            inventory_groups[group] = members
     for su, group in enumerate(su_groups, start=1):
-        children[group] = {"hosts": {n.name: {} for n in gpu_nodes if n.su == su}}
-    inventory = {"all": {"hosts": host_vars, "children": children}}
+        inventory_groups[group] = [n.name for n in gpu_nodes if n.su == su]
 
     profiles = cluster.gpu_profiles()
     profile = next(iter(profiles.values())) if profiles else None
@@ -416,7 +435,8 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     return {
         "header": HEADER,
         "cluster": cluster,
-        "inventory": inventory,
+        "inventory_hosts": inventory_hosts,
+        "inventory_groups": inventory_groups,
         "group_vars": group_vars,
         "node_lines": node_lines,
         "partitions": partitions,

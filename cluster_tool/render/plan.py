@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from cluster_tool.errors import ParseError
@@ -118,12 +118,18 @@ def switch_links(cluster: Cluster) -> list[SwitchLink]:
 
 def cabling_csv(rows: list[CablingRow]) -> str:
     """`cabling.csv` text (header + one line per HCA, `\\n` line ends)."""
-    return _to_csv(CABLING_HEADER, [astuple(r) for r in rows])
+    return _to_csv(
+        CABLING_HEADER,
+        [(r.node, r.hca, r.gpu, r.rail, r.su, r.leaf, r.leaf_port) for r in rows],
+    )
 
 
 def switch_links_csv(links: list[SwitchLink]) -> str:
     """`switch-links.csv` text."""
-    return _to_csv(SWITCH_LINKS_HEADER, [astuple(link) for link in links])
+    return _to_csv(
+        SWITCH_LINKS_HEADER,
+        [(link.leaf, link.leaf_port, link.spine, link.spine_port) for link in links],
+    )
 
 
 def write_cabling_csv(path: Path, rows: list[CablingRow]) -> None:
