@@ -200,6 +200,9 @@ class Hca:
     nccl_on_down: str = "error"
     fw_ver: str = "28.39.1002"
     hca_type: str = "MT4129"
+    port_guid: str = ""  # 16 hex digits; "" means the node GUID (ConnectX: port 1 = node)
+    present: bool = True
+    phys_state: str = ""  # "" derives it from the state (Down -> Disabled)
 
 
 @dataclass
@@ -330,24 +333,122 @@ def _model_nodes(model: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return dict(nodes)
 
 
+def _product_model(product: str) -> str:
+    for key, spec in GPU_MODELS.items():
+        if product == spec.name or key in product.upper():
+            return key
+    return "H100"
+
+
+def _hex(guid: str) -> str:
+    return guid.lower().removeprefix("0x").rjust(16, "0")
+
+
+def from_lab_node(node: dict[str, Any]) -> NodeHardware:
+    """The simulators' view of a node as the lab model (cluster_tool.lab.model.Node, dumped to
+    JSON) stores it. Fields the model does not carry (NVLink state, kernel modules, straggler
+    factor, ...) are optional extra keys on the node, GPU and HCA records; absent means
+    healthy."""
+    name = node["name"]
+    gpus = []
+    for g in node.get("gpus", []):
+        index = int(g["index"])
+        pci = g["pci_bus_id"]
+        ecc = g.get("ecc", {})
+        # `xid_events` says when each Xid came (seconds since boot); bare `xids` codes get
+        # stand-in times an hour after boot.
+        if "xid_events" in g:
+            xids = [(float(t), int(c)) for t, c in g["xid_events"]]
+        else:
+            xids = [(3600.0 + 60.0 * n + index, int(c)) for n, c in enumerate(g.get("xids", []))]
+        gpus.append(
+            Gpu(
+                minor=index,
+                model=_product_model(str(g.get("product", ""))),
+                bus_id=pci,
+                uuid=g["uuid"],
+                serial=str(g["serial"]),
+                module_id=HGX_MODULE_IDS[index % len(HGX_MODULE_IDS)],
+                numa_node=int(g.get("numa_node", _numa_of(pci[4:]))),
+                present=bool(g.get("present", True)),
+                temperature_c=int(g.get("temperature_c", 35)),
+                power_draw_w=float(g.get("power_w", 70.0)),
+                persistence_mode=bool(g.get("persistence_mode", True)),
+                ecc_volatile=EccCounts(
+                    dram_correctable=int(ecc.get("volatile_sbe", 0)),
+                    dram_uncorrectable=int(ecc.get("volatile_dbe", 0)),
+                ),
+                ecc_aggregate=EccCounts(
+                    dram_correctable=int(ecc.get("aggregate_sbe", 0)),
+                    dram_uncorrectable=int(ecc.get("aggregate_dbe", 0)),
+                ),
+                # Hopper remaps a row for every uncorrectable error; pending until a reset.
+                remapped_correctable=int(ecc.get("retired_pages_sbe", 0)),
+                remapped_uncorrectable=int(ecc.get("retired_pages_dbe", 0)),
+                remap_pending=bool(g.get("remap_pending", False)),
+                pcie_gen_current=int(g.get("pcie_gen_current", 5)),
+                pcie_width_current=int(g.get("pcie_width_current", 16)),
+                nvlinks_down=[int(x) for x in g.get("nvlinks_down", [])],
+                xids=xids,
+            )
+        )
+    hcas = []
+    for h in node.get("hcas", []):
+        port = h.get("port", {})
+        counters = port.get("counters", {})
+        hcas.append(
+            Hca(
+                device=h["device"],
+                bus_id=h["pci"],
+                gpu_minor=int(h["gpu"]),
+                rail=int(h["rail"]),
+                numa_node=_numa_of(h["pci"]),
+                node_guid=_hex(h["node_guid"]),
+                port_guid=_hex(h.get("port_guid", h["node_guid"])),
+                lid=int(port.get("lid", 0)),
+                sm_lid=int(port.get("sm_lid", 1)),
+                state=str(port.get("state", "Active")),
+                phys_state=str(port.get("phys_state", "")),
+                width=str(port.get("width", "4X")),
+                speed=str(port.get("speed", "HDR")),
+                leaf=str(h.get("leaf", "")),
+                leaf_port=int(h.get("leaf_port", 0)),
+                symbol_errors=int(counters.get("SymbolErrorCounter", 0)),
+                present=bool(h.get("present", True)),
+                nccl_on_down=str(h.get("nccl_on_down", "error")),
+            )
+        )
+    known = (
+        "driver_version",
+        "cuda_version",
+        "dcgm_version",
+        "nccl_version",
+        "slow_factor",
+        "modules",
+        "dmabuf",
+        "boot_time",
+    )
+    extras = {k: node[k] for k in known if k in node}
+    # The lab's nodes run the host's kernel without the NVIDIA dma-buf path: GPUDirect RDMA
+    # rests on nvidia_peermem alone, so a missing module shows in NCCL as it would on a
+    # pre-5.12 kernel.
+    extras.setdefault("dmabuf", False)
+    nics = [Nic(**n) for n in node.get("other_nics", [])]
+    return NodeHardware(name=name, gpus=gpus, hcas=hcas, other_nics=nics, **extras)
+
+
 def node_hardware(model: dict[str, Any], name: str) -> NodeHardware:
-    """The hardware of node `name` in a lab model (raises KeyError naming the node)."""
+    """The hardware of node `name` in a lab model (raises KeyError naming the node). Reads the
+    lab's model (cluster_tool.lab.model) or a node carrying `NodeHardware.to_dict()` under
+    `hardware`."""
     nodes = _model_nodes(model)
     if name not in nodes:
         raise KeyError(f"node {name!r} is not in the lab model (nodes: {', '.join(sorted(nodes))})")
     node = nodes[name]
-    hw = node.get("hardware", node)
+    if "hardware" not in node:
+        return from_lab_node(node)
+    hw = node["hardware"]
     return NodeHardware.from_dict({"name": name, **{k: v for k, v in hw.items() if k != "name"}})
-
-
-def all_node_hardware(model: dict[str, Any]) -> dict[str, NodeHardware]:
-    """Every node of the model that has simulated GPUs or HCAs."""
-    out = {}
-    for name, node in _model_nodes(model).items():
-        hw = node.get("hardware", node)
-        if hw.get("gpus") or hw.get("hcas"):
-            out[name] = node_hardware(model, name)
-    return out
 
 
 def load_model(path: str | None = None) -> dict[str, Any]:
@@ -358,5 +459,6 @@ def load_model(path: str | None = None) -> dict[str, Any]:
 
 
 def node_down(model: dict[str, Any], name: str) -> bool:
+    """A node that is powered off or killed: its ranks never answer."""
     node = _model_nodes(model).get(name, {})
-    return bool(node.get("down") or node.get("hardware", {}).get("down"))
+    return bool(node.get("down")) or node.get("power_state", "On") == "Off"

@@ -69,7 +69,7 @@ def default_algo(collective: str, n_nodes: int, gpus_per_node: int) -> str:
 
 def _spine_factor(model: dict[str, Any], leaf_a: str, leaf_b: str) -> float | None:
     """Share of a cross-leaf path's uplinks still up: None when no spine joins the leaves."""
-    links = model.get("switch_links") or model.get("fabric", {}).get("switch_links", [])
+    links = model.get("spine_links") or model.get("switch_links") or []
     if not links:
         return 1.0  # the model does not track uplinks: assume a healthy spine layer
     spines_up: dict[str, dict[str, int]] = {}
@@ -124,7 +124,7 @@ def peak_busbw(
                 hca = next((h for h in hw.hcas if h.rail == rail), None)
                 if hca is None:
                     continue
-                if hca.state != "Active":
+                if hca.state != "Active" or not hca.present:
                     mode = "hang" if hca.nccl_on_down == "hang" else "error"
                     return PathFailure(hw.name, hca.device, mode, f"{hca.device} port is down")
                 ends.append((hw, hca))

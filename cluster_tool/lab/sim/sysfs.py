@@ -17,6 +17,7 @@ from .perf import LANE_GBS, WIDTH_LANES
 _STATE = {"Active": "4: ACTIVE", "Down": "1: DOWN", "Initializing": "2: INIT", "Armed": "3: ARMED"}
 _PHYS = {"Active": "5: LinkUp", "Armed": "5: LinkUp", "Initializing": "5: LinkUp"}
 # Capability masks a ConnectX-7 port reports (IB) and in Ethernet/RoCE mode.
+_PHYS_CODE = {"LinkUp": "5: LinkUp", "Polling": "2: Polling", "Disabled": "3: Disabled"}
 _CAP_MASK_IB = "0xa751e848"
 _CAP_MASK_ETH = "0x00010000"
 
@@ -46,6 +47,7 @@ def _write_device(
     hca_type: str,
     fw_ver: str,
     guid: str,
+    port_guid: str,
     state: str,
     phys_state: str,
     rate: str,
@@ -73,7 +75,7 @@ def _write_device(
     _write(port / "sm_sl", "0")
     _write(port / "cap_mask", cap_mask)
     _write(port / "link_layer", link_layer)
-    _write(port / "gids" / "0", "fe80:0000:0000:0000:" + _guid_sysfs(guid))
+    _write(port / "gids" / "0", "fe80:0000:0000:0000:" + _guid_sysfs(port_guid))
     _write(port / "pkeys" / "0", "0xffff")
 
 
@@ -86,6 +88,8 @@ def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
             shutil.rmtree(dest / sub)
     _write(dest / "infiniband_mad" / "abi_version", "5")
     for n, hca in enumerate(node.hcas):
+        if not hca.present:
+            continue  # an HCA that fell off the PCIe bus has no sysfs entry at all
         up = hca.state != "Down"
         _write_device(
             dest,
@@ -93,8 +97,9 @@ def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
             hca_type=hca.hca_type,
             fw_ver=hca.fw_ver,
             guid=hca.node_guid,
+            port_guid=hca.port_guid or hca.node_guid,
             state=_STATE.get(hca.state, "1: DOWN"),
-            phys_state=_PHYS.get(hca.state, "3: Disabled"),
+            phys_state=_PHYS_CODE.get(hca.phys_state) or _PHYS.get(hca.state, "3: Disabled"),
             rate=hca_rate(hca),
             # A port the SM never saw keeps no LID; lab LIDs follow the HCA's place otherwise.
             lid=(hca.lid or 2 + n) if up else 0,
@@ -122,6 +127,7 @@ def _write_nic(dest: Path, node: NodeHardware, nic: Nic) -> None:
         hca_type="MT4129",
         fw_ver="28.39.1002",
         guid=f"a088c20300{d[:6]}",
+        port_guid=f"a088c20300{d[:6]}",
         state="4: ACTIVE",
         phys_state="5: LinkUp",
         rate=f"{nic.rate_gbps} Gb/sec (4X EDR)",
