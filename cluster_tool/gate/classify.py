@@ -43,7 +43,8 @@ _KINDS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
             r"NET/Socket\s*:.*(?:error|fail)|Connection (?:refused|reset|closed)|"
             r"remote process exited or there was a network error|"
             r"unhandled system error|ncclSystemError|ncclRemoteError|socketPollConnect|"
-            r"Call to (?:connect|recv|send) (?:returned|failed)|Net : Connection closed",
+            r"Call to (?:connect|recv|send) (?:returned|failed)|Net : Connection closed|"
+            r"Error encountered progressing operation",
             re.I,
         ),
     ),
