@@ -57,7 +57,7 @@ class PerfCounters:
 
 
 _PQ_HEAD = re.compile(
-    r"^#\s*Port (extended )?counters:\s*Lid (\d+) port (\d+)"
+    r"^#\s*Port (extended )?counters:\s*Lid (\d{1,20}) port (\d{1,20})"
     r"(?:\s*\(CapMask:\s*(0x[0-9A-Fa-f]+)[^)]*\))?\s*$"
 )
 _PQ_FIELD = re.compile(r"^(\w+):\.*(\S+)\s*$")
@@ -137,16 +137,18 @@ class IbQueryErrors:
 
 
 _IQE_NODE = re.compile(r'^(Errors|Data Counters) for\s+(?:(0x[0-9A-Fa-f]+)\s+)?"(.*)"\s*$')
-_IQE_PORT = re.compile(r"^\s+GUID\s+(0x[0-9A-Fa-f]+)\s+port\s+(\d+|ALL):\s*(.*?)\s*$")
+_IQE_PORT = re.compile(r"^\s+GUID\s+(0x[0-9A-Fa-f]+)\s+port\s+(\d{1,20}|ALL):\s*(.*?)\s*$")
 # `[SymbolErrorCounter == 1234]`; with extended counters a human-readable copy follows:
 # `[PortXmitWait == 3404542 (3.405M)]`, `[PortXmitData == 2448 (9.562KB)]`.
-_IQE_COUNTER = re.compile(r"\[(\w+) == (\d+)(?:\s*\(\s*[\d.]+\s*[A-Za-z]*\))?\]")
+_IQE_COUNTER = re.compile(r"\[(\w+) == (\d{1,20})(?:\s*\(\s*[\d.]+\s*[A-Za-z]*\))?\]")
 _IQE_LINK_INFO = re.compile(r"^\s+Link info:\s*(.*?)\s*$")
-_IQE_SUMMARY = re.compile(r"^## Summary:\s*(\d+) nodes checked,\s*(\d+) bad nodes found\s*$")
-_IQE_PORTS = re.compile(
-    r"^##\s+(\d+) ports checked,\s*(\d+) ports have errors beyond threshold\s*$"
+_IQE_SUMMARY = re.compile(
+    r"^## Summary:\s*(\d{1,20}) nodes checked,\s*(\d{1,20}) bad nodes found\s*$"
 )
-_IQE_PMA = re.compile(r"^##\s+(\d+) PMA query failures\s*$")
+_IQE_PORTS = re.compile(
+    r"^##\s+(\d{1,20}) ports checked,\s*(\d{1,20}) ports have errors beyond threshold\s*$"
+)
+_IQE_PMA = re.compile(r"^##\s+(\d{1,20}) PMA query failures\s*$")
 
 
 @parser("ibqueryerrors", "ibqueryerrors: ports with error counters over threshold, and the summary")

@@ -54,12 +54,12 @@ _SWITCH_HEAD = re.compile(r"^Switch:\s+(0x[0-9A-Fa-f]+)\s+(.*):\s*$")
 _CA_HEAD = re.compile(r"^CA:\s+(.*):\s*$")
 # `[guid "desc"] lid port[ext] ==( link )==> [guid] [lid port][ext] "peer" ( annotation )`
 _PORT = re.compile(
-    r'^\s*(?:(0x[0-9A-Fa-f]+)\s+)?(?:"([^"]*)"\s+)?(\d+)\s+(\d+)\[\s*([^\]]*?)\s*\]\s+'
+    r'^\s*(?:(0x[0-9A-Fa-f]+)\s+)?(?:"([^"]*)"\s+)?(\d{1,20})\s+(\d{1,20})\[\s*([^\]]*?)\s*\]\s+'
     r"==\(\s*(.*?)\s*\)==>\s*"
-    r"(?:(0x[0-9A-Fa-f]+)\s+)?(?:(\d+)\s+(\d+))?\s*\[\s*([^\]]*?)\s*\]\s*"
+    r"(?:(0x[0-9A-Fa-f]+)\s+)?(?:(\d{1,20})\s+(\d{1,20}))?\s*\[\s*([^\]]*?)\s*\]\s*"
     r'"(.*)"\s*\(\s*(.*?)\s*\)\s*$'
 )
-_LINK = re.compile(r"^(?:(\d+)X\s+([\d.]+)\s*Gbps(?:\s+\(\w+\))?\s+)?([A-Za-z]+)/\s*(\w+)$")
+_LINK = re.compile(r"^(?:(\d{1,20})X\s+([\d.]+)\s*Gbps(?:\s+\(\w+\))?\s+)?([A-Za-z]+)/\s*(\w+)$")
 
 
 @parser("iblinkinfo", "iblinkinfo: per-port width, per-lane speed, state and peer")

@@ -209,16 +209,19 @@ class Fabric:
 
 
 # `Switch  129 "S-9c05..."  # "MF0;...:MQM9700/U1" enhanced port 0 lid 1 lmc 0`
-_NODE = re.compile(r'^(Switch|Ca|Hca|Rt)\s+(\d+)\s+"([^"]*)"\s*(?:#\s*(.*?))?\s*$')
-_NODE_COMMENT = re.compile(r'^"(.*)"(?:\s+(base|enhanced) port (\d+) lid (\d+) lmc (\d+))?$')
+_NODE = re.compile(r'^(Switch|Ca|Hca|Rt)\s+(\d{1,20})\s+"([^"]*)"\s*(?:#\s*(.*?))?\s*$')
+_NODE_COMMENT = re.compile(
+    r'^"(.*)"(?:\s+(base|enhanced) port (\d{1,20}) lid (\d{1,20}) lmc (\d{1,20}))?$'
+)
 # `[1](10000b)  "S-..."[3](guid)  # lid 9 lmc 0 "desc" lid 4 4xQDR`; ibsim adds ` w=1 s=4 e=0`
 _PORT = re.compile(
-    r"^\[(\d+)\](?:\[ext ([^\]]*)\])?(?:\(([^)]*)\))?\s*"
-    r'"([^"]*)"\[(\d+)\](?:\[ext [^\]]*\])?(?:\(([^)]*)\))?'
+    r"^\[(\d{1,20})\](?:\[ext ([^\]]*)\])?(?:\(([^)]*)\))?\s*"
+    r'"([^"]*)"\[(\d{1,20})\](?:\[ext [^\]]*\])?(?:\(([^)]*)\))?'
     r"((?:\s+[wse]=\d+)*)\s*(?:#\s*(.*?))?\s*$"
 )
 _PORT_COMMENT = re.compile(
-    r'^(?:lid (\d+) lmc (\d+) )?"(.*)"(?: lid (\d+))?(?: (\d+)x([A-Za-z0-9]+))?$'
+    r'^(?:lid (\d{1,20}) lmc (\d{1,20}) )?"(.*)"'
+    r"(?: lid (\d{1,20}))?(?: (\d{1,20})x([A-Za-z0-9]+))?$"
 )
 _ATTR = re.compile(r"^(\w+)=(\S+?)(?:\(([^)]*)\))?\s*$")
 

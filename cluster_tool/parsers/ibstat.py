@@ -61,7 +61,7 @@ class IbstatCa:
 
 
 _CA = re.compile(r"^CA '([^']+)'\s*$")
-_PORT = re.compile(r"^\s+Port (\d+):\s*$")
+_PORT = re.compile(r"^\s+Port (\d{1,20}):\s*$")
 _FIELD = re.compile(r"^\s+([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*$")
 
 _CA_FIELDS = {
@@ -216,10 +216,10 @@ class IbstatusPort:
     link_layer: str | None
 
 
-_IBSTATUS_HEAD = re.compile(r"^Infiniband device '([^']+)' port (\d+) status:\s*$")
+_IBSTATUS_HEAD = re.compile(r"^Infiniband device '([^']+)' port (\d{1,20}) status:\s*$")
 _IBSTATUS_FIELD = re.compile(r"^\s+([a-z_ ]+):\s*(.*?)\s*$")
 _CODED = re.compile(r"^\d+:\s*(\S.*)$")
-_RATE = re.compile(r"^([\d.]+) Gb/sec(?: \((\d+)X(?: (\w+))?\))?$")
+_RATE = re.compile(r"^([\d.]+) Gb/sec(?: \((\d{1,20})X(?: (\w+))?\))?$")
 
 
 @parser("ibstatus", "ibstatus: per-port state, rate with width and speed name, link layer")

@@ -152,12 +152,12 @@ _BINARY = re.compile(
 _COLLECTIVE_LINE = re.compile(r"^#\s*(?:Collective test starting|Running):?\s*(\w+?)(?:_perf)?\s*$")
 _SETTINGS = re.compile(r"^#?\s*nThread\s")
 _RANK = re.compile(
-    r"^#\s+Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(\d+)"
+    r"^#\s+Rank\s+(\d{1,20})(?:\s+Group\s+(\d{1,20}))?(?:\s+Pid\s+(\d{1,20}))?\s+on\s+(\S+)\s+device\s+(\d{1,20})"
     r"\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)")
-_REDUCING = re.compile(r"^#?\s*Reducing maxBytes to (\d+)")
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\b")
+_REDUCING = re.compile(r"^#?\s*Reducing maxBytes to (\d{1,20})\b")
 _NCCL_VERSION = re.compile(r"^(?:#\s*)?(?:NCCL version|NCCL Tests compiled with NCCL)\s+(\S+)")
 # `host: Test NCCL failure common.cu:1204 '...'`, ` .. host pid 7: Test failure common.cu:915`,
 # and the oldest `NCCL failure all_reduce.cu:95 '...'`: always a source file:line after.
@@ -422,7 +422,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
                 collective = m.group(1)
                 continue
             tokens = body.split()
-            if tokens and tokens[0].lower() in _SIZE_NAMES and "time" in body.split():
+            if tokens and tokens[0].lower() in _SIZE_NAMES and {"time", "busbw"} & set(tokens):
                 layout = _layout(tokens, line_no, line)
                 recognised = True
             # Other comment lines: the unit row, `Using devices`, section titles.

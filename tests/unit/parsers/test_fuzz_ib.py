@@ -1,0 +1,152 @@
+"""Hypothesis mutates every IB and nccl-tests fixture: each parser returns records or raises
+ParseError, never anything else (no IndexError, no ValueError, no KeyError)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cluster_tool.errors import ParseError
+from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
+from cluster_tool.parsers.iblinkinfo import parse_iblinkinfo
+from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
+from cluster_tool.parsers.ibstat import parse_ibstat, parse_ibstat_p, parse_ibstatus
+from cluster_tool.parsers.nccl_tests import parse_nccl_tests
+from tests.conftest import FIXTURES, read_real_output
+
+IB = FIXTURES / "parsers" / "ib"
+NCCL = FIXTURES / "parsers" / "nccl"
+
+_QM9700 = "ibnetdiscover_qm9700_ndr200_hostname_mlx5_redacted.txt"
+
+CASES: list[tuple[str, Callable[[str], Any], Callable[[], str]]] = [
+    *(
+        (name, parse_ibstat, lambda n=name: read_real_output(n))
+        for name in (
+            "ibstat_h100_8xcx7_ndr_ib_all_active.txt",
+            "ibstat_h100_ib_active_some_eth_down.txt",
+            "ibstat_h100_roce_ports_down_polling_disabled.txt",
+        )
+    ),
+    (
+        "ibstat_p_h100_8xcx7.txt",
+        parse_ibstat_p,
+        lambda: (IB / "ibstat_p_h100_8xcx7.txt").read_text(),
+    ),
+    (_QM9700, parse_ibnetdiscover, lambda: read_real_output(_QM9700)),
+    (_QM9700 + " (ibstatus)", parse_ibstatus, lambda: read_real_output(_QM9700)),
+    *(
+        (path.name, parse_ibnetdiscover, lambda p=path: p.read_text())
+        for path in (IB / "ibnetdiscover_ibsim_hdr.txt", IB / "ibsim_net_lab_hdr.net")
+    ),
+    *(
+        (path.name, parse_iblinkinfo, lambda p=path: p.read_text())
+        for path in sorted(IB.glob("iblinkinfo_*.txt"))
+    ),
+    *(
+        (path.name, parse_perfquery, lambda p=path: p.read_text())
+        for path in sorted(IB.glob("perfquery_*.txt"))
+    ),
+    *(
+        (path.name, parse_ibqueryerrors, lambda p=path: p.read_text())
+        for path in sorted(IB.glob("ibqueryerrors_*.txt"))
+    ),
+    *(
+        (name, parse_nccl_tests, lambda n=name: read_real_output(n))
+        for name in (
+            "all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt",
+            "all_reduce_perf_h100_96gpu_claimed64_sharp_coreweave_readme_excerpt.txt",
+            "all_reduce_perf_h100_single_node_8gpu_nvls_nvidia_dgxc.txt",
+        )
+    ),
+    *(
+        (path.name, parse_nccl_tests, lambda p=path: p.read_text())
+        for path in sorted(NCCL.glob("*.txt"))
+    ),
+]
+
+
+@st.composite
+def mutation(draw: st.DrawFn, text: str) -> str:
+    """One to three edits of the kinds real captures suffer: lines lost, doubled, cut, shuffled,
+    or bytes garbled."""
+    lines = text.splitlines(keepends=True) or [""]
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["delete", "duplicate", "truncate", "reorder", "bytes"]))
+        i = draw(st.integers(0, max(0, len(lines) - 1)))
+        if kind == "delete" and lines:
+            j = draw(st.integers(i, min(len(lines), i + 5)))
+            del lines[i:j]
+        elif kind == "duplicate" and lines:
+            lines.insert(i, lines[i])
+        elif kind == "truncate":
+            joined = "".join(lines)
+            cut = draw(st.integers(0, len(joined)))
+            lines = joined[:cut].splitlines(keepends=True)
+        elif kind == "reorder" and len(lines) > 1:
+            j = draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif kind == "bytes":
+            noise = draw(st.binary(min_size=1, max_size=12)).decode("latin-1")
+            line = lines[i] if lines else ""
+            at = draw(st.integers(0, len(line)))
+            replace = draw(st.booleans())
+            lines[i : i + 1] = [line[:at] + noise + line[at + len(noise) * replace :]]
+        lines = lines or [""]
+    return "".join(lines)
+
+
+@pytest.mark.parametrize(("name", "parse", "load"), CASES, ids=[c[0] for c in CASES])
+def test_mutated_fixture_parses_or_raises_parse_error(
+    name: str, parse: Callable[[str], Any], load: Callable[[], str]
+) -> None:
+    text = load()
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(mutation(text))
+    def check(mutated: str) -> None:
+        try:
+            records = parse(mutated)
+        except ParseError:
+            return
+        assert records is not None
+
+    check()
+
+
+def test_every_fixture_is_fuzzed() -> None:
+    names = {c[0] for c in CASES}
+    for folder in (IB, NCCL):
+        for path in folder.iterdir():
+            if path.suffix in (".txt", ".net"):
+                assert path.name in names, f"{path.name} is not fuzzed"
+
+
+HUGE = "9" * 5000  # int() refuses more than 4,300 digits with a ValueError
+
+
+@pytest.mark.parametrize(
+    ("parse", "text"),
+    [
+        (parse_ibstat, f"CA 'mlx5_0'\n\tPort {HUGE}:\n"),
+        (parse_ibnetdiscover, f'Switch\t{HUGE} "S-01"\n'),
+        (parse_ibnetdiscover, f'Switch\t3 "S-01"\n[{HUGE}]\t"S-02"[1]\n'),
+        (parse_iblinkinfo, f'CA: h:\n  0x1  {HUGE}  1[  ] ==(  Down/ Polling)==>  [  ] "" ( )\n'),
+        (parse_perfquery, f"# Port counters: Lid {HUGE} port 0\n"),
+        (parse_ibqueryerrors, f'Errors for "h"\n   GUID 0x1 port 1: [PortRcvErrors == {HUGE}]\n'),
+        (parse_nccl_tests, f"#  Rank {HUGE} Group 0 Pid 1 on h device 0 [0x19] NVIDIA H100\n"),
+        (parse_nccl_tests, f"# Out of bounds values : {HUGE} OK\n"),
+    ],
+)
+def test_absurdly_long_numbers_are_parse_errors(parse: Callable[[str], Any], text: str) -> None:
+    with pytest.raises(ParseError):
+        parse(text)
