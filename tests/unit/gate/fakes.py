@@ -45,7 +45,7 @@ def scaled_output(name: str, factor: float, *, wrong: int = 0, cut_after: int | 
             f"{float(b2) * factor:.2f}",
             w2,
         ]
-        out.append(m.group(1) + "".join(f"{v:>9}" for v in fields))
+        out.append(m.group(1) + "".join(" " + v.rjust(8) for v in fields))
     if wrong:
         last = max(i for i, ln in enumerate(out) if _ROW.match(ln))
         parts = out[last].rsplit(None, 1)

@@ -1,0 +1,71 @@
+"""NCCL/CUDA/PMIx error lines by kind and host, and GPUDirect RDMA use, on captured text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster_tool.gate.classify import classify_errors, error_findings, gdr_findings, gdr_use
+
+CAPTURED = Path(__file__).parent / "captured"
+
+
+def test_error_lines_are_classified_by_kind_with_their_host() -> None:
+    errors = classify_errors((CAPTURED / "nccl_errors.txt").read_text())
+    kinds = [(e.check, e.host) for e in errors]
+    assert kinds == [
+        ("nccl.ib", "gpu002"),
+        ("nccl.ib", "gpu002"),
+        ("nccl.ib", "gpu001"),
+        ("nccl.oom", "gpu003"),
+        ("nccl.cuda", "gpu003"),
+        ("nccl.transport", "gpu004"),
+        ("nccl.transport", "gpu004"),
+        ("nccl.transport", None),
+        ("nccl.launch", None),
+        ("nccl.abort", None),
+    ]
+
+
+def test_info_lines_and_aftermath_are_not_errors() -> None:
+    text = (
+        "gpu001:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>\n"
+        "srun: error: gpu004: task 31: Exited with exit code 1\n"
+        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n"
+    )
+    assert classify_errors(text) == []
+
+
+def test_findings_are_one_per_kind_and_host() -> None:
+    errors = classify_errors((CAPTURED / "nccl_errors.txt").read_text())
+    findings = error_findings(errors, ("gpu001", "gpu002", "gpu003", "gpu004"))
+    ib_gpu002 = [f for f in findings if f.check == "nccl.ib" and f.node == "gpu002"]
+    assert len(ib_gpu002) == 1 and "(2 lines)" in ib_gpu002[0].message
+    assert {f.check for f in findings} == {
+        "nccl.ib",
+        "nccl.oom",
+        "nccl.cuda",
+        "nccl.transport",
+        "nccl.launch",
+        "nccl.abort",
+    }
+
+
+def test_host_outside_the_job_is_not_blamed() -> None:
+    errors = classify_errors("gpu099:1:1 [0] NCCL WARN NET/IB : ibv_poll_cq error 5\n")
+    (f,) = error_findings(errors, ("gpu001", "gpu002"))
+    assert f.node is None and "gpu001,gpu002" in f.message
+
+
+def test_gdr_missing_on_one_host_is_named() -> None:
+    use = gdr_use((CAPTURED / "nccl_info_no_gdr.txt").read_text())
+    assert use["gpu001"].gdr_channels == 3 and not use["gpu001"].gdr_missing
+    assert use["gpu002"].ib_channels == 4 and use["gpu002"].gdr_channels == 1
+    (f,) = gdr_findings(use)
+    assert f.check == "gdr.not-used" and f.node == "gpu002"
+    assert f.observed == "3 of 4 NET/IB channels without GDRDMA"
+
+
+def test_socket_transport_counts_as_no_gdr() -> None:
+    text = "gpu005:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/Socket/0\n"
+    (f,) = gdr_findings(gdr_use(text))
+    assert f.node == "gpu005" and "over sockets" in f.observed

@@ -1,0 +1,188 @@
+"""The live gate's logic end to end against a Slurm that replays captured outputs: what it
+names, what it drains (and the reason Slurm then shows), hangs, GDR, the safety stop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.gate.ladder import GateOptions, GateResult, run_gate
+from cluster_tool.gate.plan import NcclTestParams
+from cluster_tool.gate.runner import SlurmRunner
+from cluster_tool.gate.simulate import node_names
+from cluster_tool.gate.thresholds import GateProfile, Thresholds
+from cluster_tool.slurm import SlurmCLI
+from tests.unit.gate.fakes import (
+    HANG,
+    PAIR,
+    SINGLE,
+    FakeClock,
+    ReplaySlurm,
+    pair_output,
+    scaled_output,
+)
+
+THRESHOLDS = Thresholds(GateProfile(), min_fraction=0.9)
+PARAMS = NcclTestParams()
+
+
+def answers(
+    slow: dict[str, float] | None = None,
+    hang: set[str] | None = None,
+    no_gdr: set[str] | None = None,
+    single_slow: dict[str, float] | None = None,
+    rail_slow: dict[tuple[str, int], float] | None = None,
+) -> Callable[[str, tuple[str, ...], str], str | None]:
+    """Healthy nodes answer with the real captures; planted faults change the answer."""
+    slow, hang, no_gdr = slow or {}, hang or set(), no_gdr or set()
+    single_slow, rail_slow = single_slow or {}, rail_slow or {}
+
+    def answer(name: str, nodes: tuple[str, ...], label: str) -> str | None:
+        if len(nodes) == 1:
+            return scaled_output(SINGLE, single_slow.get(nodes[0], 1.0))
+        if set(nodes) & hang:
+            return HANG + scaled_output(PAIR, 1.0, cut_after=12)
+        if label.startswith("rail"):
+            rail = int(label[4:])
+            factor = min(rail_slow.get((n, rail), 1.0) for n in nodes)
+            return scaled_output(PAIR, 0.1 * factor)  # one rail: ~47 GB/s
+        factor = min(slow.get(n, 1.0) for n in nodes)
+        text = pair_output(factor, hosts=nodes[:2])
+        for n in set(nodes) & no_gdr:
+            text = text.replace(f"{n}:", f"{n}:").replace(f"{n}:4", f"{n}:4")
+            text = (
+                "\n".join(
+                    ln.replace("/GDRDMA", "") if ln.startswith(f"{n}:") else ln
+                    for ln in text.splitlines()
+                )
+                + "\n"
+            )
+        return text
+
+    return answer
+
+
+def gate(
+    tmp_path: Path,
+    nodes: list[str],
+    answer: Callable[[str, tuple[str, ...], str], str | None],
+    **options: object,
+) -> tuple[GateResult, ReplaySlurm, FakeClock]:
+    replay = ReplaySlurm(answer)
+    clock = FakeClock()
+    runner = SlurmRunner(
+        slurm=SlurmCLI(run=replay),
+        workdir=tmp_path / "run",
+        params=PARAMS,
+        gpus_per_node=8,
+        watchdog_s=60,
+        poll_s=10,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    result = run_gate(nodes, runner, THRESHOLDS, PARAMS, options=GateOptions(**options))  # type: ignore[arg-type]
+    return result, replay, clock
+
+
+LAB = node_names(4)
+
+
+def test_healthy_cluster_passes_every_rung(tmp_path: Path) -> None:
+    result, replay, _ = gate(tmp_path, LAB, answers(), rails=True, drain=True)
+    assert result.report.status == "pass", result.report.findings
+    assert result.rungs["single"]["passed"] == 4
+    assert result.rungs["pairs"]["rounds"] == 1 and result.rungs["pairs"]["bad"] == []
+    assert result.rungs["rails"]["bad"] == []
+    assert result.rungs["full"]["passed"] is True
+    assert replay.drained == {}
+    sbatch = [c for c in replay.calls if c[0] == "sbatch"]
+    assert len(sbatch) == 4 + 2 + 2 + 1  # single, pairs, rails, full
+
+
+def test_slow_node_is_named_drained_and_slurm_shows_the_reason(tmp_path: Path) -> None:
+    result, replay, _ = gate(tmp_path, LAB, answers(slow={"gpu002": 0.45}), drain=True)
+    assert result.report.status == "fail"
+    errors = [f for f in result.report.findings if f.severity == "error"]
+    assert [(f.check, f.node) for f in errors] == [("nccl.pair", "gpu002")]
+    reason = "cluster-tool gate: nccl.pair 211 GB/s < 333 GB/s with gpu001 and gpu003"
+    assert replay.drained == {"gpu002": reason}
+    shown = {n.name: n for n in SlurmCLI(run=replay).node_states()}
+    assert shown["gpu002"].drained and shown["gpu002"].reason == reason
+    assert not shown["gpu001"].drained
+    # The full rung ran without the drained node.
+    assert result.rungs["full"]["nodes"] == 3
+
+
+def test_dry_run_says_what_it_would_drain_and_drains_nothing(tmp_path: Path) -> None:
+    result, replay, _ = gate(tmp_path, LAB, answers(slow={"gpu002": 0.45}), dry_run=True)
+    assert replay.drained == {}
+    assert result.drains.lines() == [
+        "would drain gpu002: "
+        "cluster-tool gate: nccl.pair 211 GB/s < 333 GB/s with gpu001 and gpu003"
+    ]
+    assert not any(c[:2] == ["scontrol", "update"] for c in replay.calls)
+
+
+def test_hung_collective_ends_as_nccl_hang_within_the_watchdog(tmp_path: Path) -> None:
+    result, replay, clock = gate(
+        tmp_path, LAB, answers(hang={"gpu003"}), rungs=("pairs",), drain=True
+    )
+    hangs = [f for f in result.report.findings if f.check == "nccl.hang"]
+    assert [f.node for f in hangs] == ["gpu003"]
+    assert replay.drained["gpu003"].startswith("cluster-tool gate: nccl.hang no output for 60 s")
+    cancelled = [c[1] for c in replay.calls if c[0] == "scancel"]
+    assert len(cancelled) == 2  # the screen pair and the split job with gpu003
+    # Two rounds, each: pending, running, then 60 s of silence (+ one poll) before scancel.
+    assert clock.now <= 2 * (60 + 3 * 10)
+
+
+def test_gdr_not_used_is_reported_for_the_host_without_it(tmp_path: Path) -> None:
+    result, replay, _ = gate(
+        tmp_path, LAB, answers(no_gdr={"gpu004"}), rungs=("pairs",), drain=True
+    )
+    gdr = [f for f in result.report.findings if f.check == "gdr.not-used"]
+    assert [f.node for f in gdr] == ["gpu004"]
+    assert result.report.status == "fail"
+    assert replay.drained == {}  # a software fix, not a drain
+
+
+def test_single_node_failure_names_the_node_without_pairing(tmp_path: Path) -> None:
+    result, replay, _ = gate(tmp_path, LAB, answers(single_slow={"gpu001": 0.6}), drain=True)
+    f = next(f for f in result.report.findings if f.severity == "error")
+    assert (f.check, f.node, f.component) == ("nccl.single", "gpu001", "nvls-all_reduce")
+    assert replay.drained == {"gpu001": "cluster-tool gate: nccl.single 288 GB/s < 432 GB/s"}
+    assert result.rungs["pairs"]["rounds"] == 2  # 3 admitted nodes: one sat out round 1
+
+
+def test_rails_rung_names_the_rail(tmp_path: Path) -> None:
+    result, replay, _ = gate(
+        tmp_path,
+        LAB,
+        answers(rail_slow={("gpu002", 3): 0.5}),
+        rungs=("pairs",),
+        rails=True,
+        drain=True,
+    )
+    (f,) = [f for f in result.report.findings if f.severity == "error"]
+    assert (f.check, f.node, f.component) == ("nccl.rail", "gpu002", "rail 3 (mlx5_3)")
+    assert replay.drained["gpu002"].startswith("cluster-tool gate: nccl.rail 23 GB/s < 42 GB/s")
+
+
+def test_too_many_failures_drain_nothing_and_say_why(tmp_path: Path) -> None:
+    nodes = node_names(8)
+    slow = {"gpu001": 0.4, "gpu002": 0.4, "gpu003": 0.4}
+    result, replay, _ = gate(
+        tmp_path, nodes, answers(slow=slow), rungs=("pairs", "full"), drain=True
+    )
+    assert replay.drained == {}
+    assert result.drains.stopped and "suspect the fabric or the software" in result.drains.stopped
+    assert result.report.findings[0].check == "nccl.fleet"
+    assert "full" not in result.rungs
+    assert result.to_json()["summary"]["drain"]["stopped"] == result.drains.stopped
+
+
+def test_unknown_rung_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown rung"):
+        gate(tmp_path, LAB, answers(), rungs=("pair",))
