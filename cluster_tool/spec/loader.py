@@ -143,7 +143,15 @@ def _pydantic_problems(exc: ValidationError, marks: _Marks, filename: str) -> li
     for err in exc.errors(include_url=False):
         loc = _clean_loc(err["loc"])
         kind = err["type"]
-        if kind == "extra_forbidden":
+        bad_key = bool(loc) and loc[-1] == "[key]"
+        if bad_key:
+            # pydantic reports a bad mapping key as <path>.<key>.[key]
+            loc = loc[:-1]
+            line, col = marks.find(loc, prefer_key=True)
+            message = f"bad name {loc[-1]!r}"
+            if kind == "string_pattern_mismatch":
+                message += f": must match {err['ctx']['pattern']}"
+        elif kind == "extra_forbidden":
             line, col = marks.find(loc, prefer_key=True)
             message = f"unknown key {loc[-1]!r}" if loc else "unknown key"
             known = _known_keys(loc[:-1])

@@ -517,13 +517,16 @@ ROLE_LOGIN = "login"
 ROLE_SUBNET_MANAGER = "subnet_manager"
 
 
+ProfileName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+
+
 class Cluster(StrictModel):
     """A whole cluster: the one file an SRE writes."""
 
     api_version: Literal["cluster-tool/v1"] = Field(alias="apiVersion")
     kind: Literal["Cluster"]
     name: str = Field(pattern=r"^[a-z][a-z0-9-]*$", description="Cluster name (inventory dir).")
-    profiles: dict[str, NodeProfile] = Field(
+    profiles: dict[ProfileName, NodeProfile] = Field(
         default_factory=dict,
         description="User-defined node profiles (built-in: " + ", ".join(BUILTIN_PROFILES) + ").",
     )

@@ -102,3 +102,11 @@ def test_init_bad_hostlist_or_profile(tmp_path: Path) -> None:
     assert main(["init", "--hosts", "gpu[001-", "-o", str(tmp_path / "a.yml")]) == 2
     assert main(["init", "--profile", "dgx-a100", "-o", str(tmp_path / "b.yml")]) == 2
     assert not list(tmp_path.iterdir())
+
+
+def test_schema_lets_a_profile_extend_another(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "schema"]) == 0
+    profile = json.loads(capsys.readouterr().out)["$defs"]["NodeProfile"]
+    assert "required" not in profile
+    assert profile["if"] == {"not": {"required": ["extends"]}}
+    assert "hcas" in profile["then"]["required"]

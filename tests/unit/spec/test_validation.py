@@ -207,3 +207,13 @@ def test_more_than_four_sus_needs_an_explicit_spine_count() -> None:
     text = edited("  spines: 2\n", "", text)
     problems = problems_of(text)
     assert any("fabric.spines" in p and "beyond the SuperPOD table" in p for p in problems)
+
+
+def test_bad_profile_name_points_at_the_key() -> None:
+    text = edited("  lab-h100-8x-hdr:\n", "  Lab H100:\n")
+    text = edited("profile: lab-h100-8x-hdr", "profile: Lab H100", text)
+    problems = problems_of(text)
+    assert problems[0] == (
+        f"c.yml:{line_of(text, 'Lab H100:')}:3: profiles.Lab H100: bad name 'Lab H100': "
+        "must match ^[a-z0-9][a-z0-9._-]*$"
+    )
