@@ -1,0 +1,75 @@
+"""`cluster-tool gate` and `gate simulate` through the CLI contract: JSON, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.cli import main
+from cluster_tool.commands import gate as gate_commands
+from cluster_tool.slurm import SlurmCLI
+from tests.unit.gate.fakes import ReplaySlurm
+from tests.unit.gate.test_ladder import answers
+
+LAB_SPEC = Path(__file__).resolve().parents[3] / "examples" / "lab.yml"
+
+
+def test_simulate_json_has_exactly_the_contract_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gate", "simulate", "--nodes", "1024", "--bad", "4", "--seed", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"rounds", "jobs", "gpu_hours", "bad_nodes", "found"}
+    assert data["found"] == data["bad_nodes"] and len(data["bad_nodes"]) == 4
+    assert data["rounds"] <= 3 and data["jobs"] >= 512 and data["gpu_hours"] > 0
+
+
+def test_simulate_more_bad_than_nodes_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gate", "simulate", "--nodes", "4", "--bad", "5"]) == 2
+    assert "more than --nodes" in capsys.readouterr().err
+
+
+def test_gate_needs_a_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gate"]) == 2
+    assert "--spec" in capsys.readouterr().err
+
+
+def test_drain_and_dry_run_are_exclusive() -> None:
+    assert main(["gate", "--spec", str(LAB_SPEC), "--drain", "--dry-run"]) == 2
+
+
+def _use_replay(monkeypatch: pytest.MonkeyPatch, replay: ReplaySlurm) -> None:
+    monkeypatch.setattr(gate_commands, "_slurm", lambda: SlurmCLI(run=replay))
+
+
+def test_live_gate_on_the_lab_spec_dry_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The lab spec is HDR (pairs floor 157 GB/s): the NDR capture passes, a fifth of it fails.
+    replay = ReplaySlurm(answers(slow={"gpu003": 0.2}))
+    _use_replay(monkeypatch, replay)
+    argv = ["gate", "--spec", str(LAB_SPEC), "--rungs", "pairs", "--dry-run"]
+    code = main([*argv, "--workdir", str(tmp_path), "--poll", "0", "--json"])  # no waiting
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["status"] == "fail"
+    errors = [f for f in data["findings"] if f["severity"] == "error"]
+    assert [(f["check"], f["node"]) for f in errors] == [("nccl.pair", "gpu003")]
+    assert set(errors[0]) == {
+        "check",
+        "severity",
+        "node",
+        "component",
+        "expected",
+        "observed",
+        "message",
+    }
+    assert data["summary"]["drain"]["applied"] is False
+    assert list(data["summary"]["drain"]["nodes"]) == ["gpu003"]
+    assert replay.drained == {}
+    # The job scripts are where the operator can read them.
+    assert sorted(p.name for p in tmp_path.glob("*.sbatch"))[0].startswith("r1-pairs-")
+
+
+def test_live_gate_unknown_node_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gate", "--spec", str(LAB_SPEC), "--nodes", "gpu[001,009]"]) == 2
+    assert "gpu009" in capsys.readouterr().err
