@@ -15,6 +15,7 @@ from cluster_tool.parsers.base import parser
 __all__ = [
     "CaUplink",
     "Fabric",
+    "FabricLink",
     "FabricNode",
     "FabricPort",
     "SwitchPortPeer",
@@ -100,6 +101,29 @@ class CaUplink:
     width: int | None
     speed: str | None
 
+    @property
+    def host(self) -> str:
+        """The host part of an rdma-ndd `"%h %d"` description: "gpu001" of "gpu001 mlx5_0"."""
+        return self.ca_description.rsplit(" ", 1)[0]
+
+    @property
+    def hca(self) -> str | None:
+        """The device part of an rdma-ndd `"%h %d"` description: "mlx5_0" of "gpu001 mlx5_0"."""
+        parts = self.ca_description.rsplit(" ", 1)
+        return parts[1] if len(parts) == 2 else None
+
+
+@dataclass(frozen=True, slots=True)
+class FabricLink:
+    """One cable, listed once however many of its ends the text shows; `a` sorts first."""
+
+    a_description: str
+    a_port: int
+    b_description: str
+    b_port: int
+    width: int | None
+    speed: str | None
+
 
 @dataclass(frozen=True, slots=True)
 class SwitchPortPeer:
@@ -158,6 +182,24 @@ class Fabric:
             if sw.kind == SWITCH
             for p in sw.ports
         ]
+
+    def links(self) -> list[FabricLink]:
+        """Every cable once, from whichever end (or both) the text lists, in the order seen."""
+        seen: set[tuple[str, int, str, int]] = set()
+        links: list[FabricLink] = []
+        for node in self.nodes:
+            for p in node.ports:
+                if p.peer_description is None:
+                    continue
+                a, b = (node.description, p.port), (p.peer_description, p.peer_port)
+                if b < a:
+                    a, b = b, a
+                key = (a[0], a[1], b[0], b[1])
+                if key in seen:
+                    continue
+                seen.add(key)
+                links.append(FabricLink(a[0], a[1], b[0], b[1], p.width, p.speed))
+        return links
 
     def ca_uplinks(self) -> list[CaUplink]:
         """Every cabled CA port and its switch. Taken from the CA records; a CA port seen only

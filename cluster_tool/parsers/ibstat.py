@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -86,33 +87,72 @@ _PORT_FIELDS = {
 _PORT_REQUIRED = ("state", "physical_state", "rate_gbps")
 
 
-class _CaBuilder:
-    def __init__(self, name: str, line_no: int, line: str) -> None:
-        self.name = name
-        self.line_no = line_no
-        self.line = line
-        self.fields: dict[str, object] = {}
-        self.ports: list[IbstatPort] = []
-        self.port: dict[str, object] | None = None
-        self.port_at: tuple[int, str] = (line_no, line)
+@dataclass
+class _PortDraft:
+    number: int
+    line_no: int
+    line: str
+    state: str | None = None
+    physical_state: str | None = None
+    rate_gbps: float | None = None
+    base_lid: int | None = None
+    sm_lid: int | None = None
+    lmc: int | None = None
+    capability_mask: int | None = None
+    port_guid: str | None = None
+    link_layer: str | None = None
+
+    def build(self, ca: str) -> IbstatPort:
+        if self.state is None or self.physical_state is None or self.rate_gbps is None:
+            missing = [k for k in _PORT_REQUIRED if getattr(self, k) is None]
+            raise ParseError(
+                f"port of CA {ca!r} lacks {', '.join(missing)}",
+                line_no=self.line_no,
+                line=self.line,
+            )
+        return IbstatPort(
+            number=self.number,
+            state=self.state,
+            physical_state=self.physical_state,
+            rate_gbps=self.rate_gbps,
+            base_lid=self.base_lid,
+            sm_lid=self.sm_lid,
+            lmc=self.lmc,
+            capability_mask=self.capability_mask,
+            port_guid=self.port_guid,
+            link_layer=self.link_layer,
+        )
+
+
+@dataclass
+class _CaDraft:
+    name: str
+    ca_type: str | None = None
+    number_of_ports: int | None = None
+    firmware_version: str | None = None
+    hardware_version: str | None = None
+    node_guid: str | None = None
+    system_image_guid: str | None = None
+    ports: list[IbstatPort] = dataclasses.field(default_factory=list)
+    port: _PortDraft | None = None
 
     def close_port(self) -> None:
-        if self.port is None:
-            return
-        missing = [k for k in _PORT_REQUIRED if k not in self.port]
-        if missing:
-            line_no, line = self.port_at
-            raise ParseError(
-                f"port of CA {self.name!r} lacks {', '.join(missing)}", line_no=line_no, line=line
-            )
-        values = {k: self.port.get(k) for k in _PORT_FIELDS.values()}
-        self.ports.append(IbstatPort(number=int(str(self.port["number"])), **values))  # type: ignore[arg-type]
-        self.port = None
+        if self.port is not None:
+            self.ports.append(self.port.build(self.name))
+            self.port = None
 
     def build(self) -> IbstatCa:
         self.close_port()
-        values = {k: self.fields.get(k) for k in _CA_FIELDS.values()}
-        return IbstatCa(name=self.name, ports=tuple(self.ports), **values)  # type: ignore[arg-type]
+        return IbstatCa(
+            name=self.name,
+            ca_type=self.ca_type,
+            number_of_ports=self.number_of_ports,
+            firmware_version=self.firmware_version,
+            hardware_version=self.hardware_version,
+            node_guid=self.node_guid,
+            system_image_guid=self.system_image_guid,
+            ports=tuple(self.ports),
+        )
 
 
 def _ca_value(key: str, value: str, line_no: int, line: str) -> object:
@@ -137,7 +177,7 @@ def _port_value(key: str, value: str, line_no: int, line: str) -> object:
 def parse_ibstat(text: str) -> list[IbstatCa]:
     """Every CA in `ibstat` output, in the order printed."""
     cas: list[IbstatCa] = []
-    current: _CaBuilder | None = None
+    current: _CaDraft | None = None
     for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -145,15 +185,14 @@ def parse_ibstat(text: str) -> list[IbstatCa]:
         if m:
             if current is not None:
                 cas.append(current.build())
-            current = _CaBuilder(m.group(1), line_no=line_no, line=line)
+            current = _CaDraft(m.group(1))
             continue
         if current is None:
             raise ParseError("expected `CA 'NAME'` before any field", line_no=line_no, line=line)
         m = _PORT.match(line)
         if m:
             current.close_port()
-            current.port = {"number": int(m.group(1))}
-            current.port_at = (line_no, line)
+            current.port = _PortDraft(int(m.group(1)), line_no, line)
             continue
         m = _FIELD.match(line)
         if not m:
@@ -161,10 +200,10 @@ def parse_ibstat(text: str) -> list[IbstatCa]:
         name, value = m.group(1), m.group(2)
         if current.port is not None and name in _PORT_FIELDS:
             key = _PORT_FIELDS[name]
-            current.port[key] = _port_value(key, value, line_no=line_no, line=line)
+            setattr(current.port, key, _port_value(key, value, line_no, line))
         elif current.port is None and name in _CA_FIELDS:
             key = _CA_FIELDS[name]
-            current.fields[key] = _ca_value(key, value, line_no=line_no, line=line)
+            setattr(current, key, _ca_value(key, value, line_no, line))
         elif name in _CA_FIELDS or name in _PORT_FIELDS:
             where = "port" if current.port is not None else "CA"
             raise ParseError(
@@ -222,30 +261,30 @@ _CODED = re.compile(r"^\d+:\s*(\S.*)$")
 _RATE = re.compile(r"^([\d.]+) Gb/sec(?: \((\d{1,20})X(?: (\w+))?\))?$")
 
 
+@dataclass
+class _IbstatusDraft:
+    device: str
+    port: int
+    default_gid: str | None = None
+    base_lid: int | None = None
+    sm_lid: int | None = None
+    state: str | None = None
+    physical_state: str | None = None
+    rate_gbps: float | None = None
+    width: int | None = None
+    speed: str | None = None
+    link_layer: str | None = None
+
+
 @parser("ibstatus", "ibstatus: per-port state, rate with width and speed name, link layer")
 def parse_ibstatus(text: str) -> list[IbstatusPort]:
     """Every port section of `ibstatus` output."""
     ports: list[IbstatusPort] = []
-    head: tuple[str, int] | None = None
-    fields: dict[str, object] = {}
+    draft: _IbstatusDraft | None = None
 
     def close() -> None:
-        if head is not None:
-            ports.append(
-                IbstatusPort(
-                    device=head[0],
-                    port=head[1],
-                    default_gid=fields.get("default gid"),  # type: ignore[arg-type]
-                    base_lid=fields.get("base lid"),  # type: ignore[arg-type]
-                    sm_lid=fields.get("sm lid"),  # type: ignore[arg-type]
-                    state=fields.get("state"),  # type: ignore[arg-type]
-                    physical_state=fields.get("phys state"),  # type: ignore[arg-type]
-                    rate_gbps=fields.get("rate"),  # type: ignore[arg-type]
-                    width=fields.get("width"),  # type: ignore[arg-type]
-                    speed=fields.get("speed"),  # type: ignore[arg-type]
-                    link_layer=fields.get("link_layer"),  # type: ignore[arg-type]
-                )
-            )
+        if draft is not None:
+            ports.append(IbstatusPort(**dataclasses.asdict(draft)))
 
     for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -253,32 +292,40 @@ def parse_ibstatus(text: str) -> list[IbstatusPort]:
         m = _IBSTATUS_HEAD.match(line)
         if m:
             close()
-            head, fields = (m.group(1), int(m.group(2))), {}
+            draft = _IbstatusDraft(device=m.group(1), port=int(m.group(2)))
             continue
         m = _IBSTATUS_FIELD.match(line)
-        if head is None or not m:
+        if draft is None or not m:
             raise ParseError(
                 "expected `Infiniband device 'X' port N status:` or a field",
                 line_no=line_no,
                 line=line,
             )
         key, value = m.group(1).strip(), m.group(2)
-        if key in ("base lid", "sm lid"):
-            fields[key] = to_int(value, key, line_no=line_no, line=line)
+        if key == "base lid":
+            draft.base_lid = to_int(value, key, line_no=line_no, line=line)
+        elif key == "sm lid":
+            draft.sm_lid = to_int(value, key, line_no=line_no, line=line)
         elif key in ("state", "phys state"):
-            coded = _CODED.match(value)
-            fields[key] = coded.group(1) if coded else value
+            coded = _CODED.match(value)  # "4: ACTIVE", "5: LinkUp"
+            if key == "state":
+                draft.state = coded.group(1) if coded else value
+            else:
+                draft.physical_state = coded.group(1) if coded else value
         elif key == "rate":
             r = _RATE.match(value)
             if not r:
                 raise ParseError(
                     "expected a rate such as `200 Gb/sec (2X NDR)`", line_no=line_no, line=line
                 )
-            fields["rate"] = to_float(r.group(1), "rate", line_no=line_no, line=line)
-            fields["width"] = int(r.group(2)) if r.group(2) else None
-            fields["speed"] = r.group(3)
-        else:
-            fields[key] = value
+            draft.rate_gbps = to_float(r.group(1), "rate", line_no=line_no, line=line)
+            draft.width = int(r.group(2)) if r.group(2) else None
+            draft.speed = r.group(3)
+        elif key == "default gid":
+            draft.default_gid = value
+        elif key == "link_layer":
+            draft.link_layer = value
+        # Other fields (newer ibstatus versions add some) are accepted and not kept.
     close()
     if not ports:
         raise ParseError("no `Infiniband device` section: not ibstatus output")

@@ -92,6 +92,14 @@ def test_real_ibnetdiscover_against_ibsim() -> None:
     assert all(s.width == 4 and s.speed == "HDR" for s in spine_links)
     leaf_ports = [s for s in fabric.switch_ports() if s.peer_kind == CA]
     assert len(leaf_ports) == 7
+    assert (slow.host, slow.hca) == ("gpu003", "mlx5_1")
+
+    # Every cable is listed from both ends; links() counts each once.
+    links = fabric.links()
+    assert len(links) == 7 + 4
+    assert {(lk.width, lk.speed) for lk in links} == {(4, "HDR"), (1, "HDR"), (4, "QDR")}
+    narrow = next(lk for lk in links if "gpu004 mlx5_0" in (lk.a_description, lk.b_description))
+    assert (narrow.width, narrow.speed) == (1, "HDR")
 
 
 def test_ibsim_net_file_reads_as_a_fabric() -> None:
