@@ -40,6 +40,12 @@ _TEXT_FIELDS = frozenset(
     }
 )
 NO_DEVICES = "No devices were found"
+# What nvidia-smi prints instead of CSV when it cannot answer; never a value.
+_NVSMI_ERROR = re.compile(
+    r'^(Field ".*" is not a valid field to query\.|NVIDIA-SMI has failed.*'
+    r"|Failed to initialize NVML.*|Unable to determine the device handle.*"
+    r"|Invalid combination of input arguments.*|No devices were found)$"
+)
 # --query-gpu aliases and the canonical name nvidia-smi prints in the header for them.
 _CANONICAL = {
     "gpu_name": "name",
@@ -125,6 +131,9 @@ def parse_query_csv(text: str, fields: Sequence[str] | str | None = None) -> Que
         return QueryResult(tuple(n for n, _ in columns), {n: u for n, u in columns}, False, ())
     if not lines:
         raise ParseError("expected nvidia-smi --query-gpu CSV; the input is empty")
+    for line_no, line in lines:
+        if _NVSMI_ERROR.match(line.strip()):
+            raise ParseError("nvidia-smi reported an error, not CSV", line_no=line_no, line=line)
 
     header_cells = [cell.strip() for cell in lines[0][1].split(",")]
     header: list[tuple[str, str | None]] | None = None
