@@ -11,7 +11,7 @@ import getopt
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +184,7 @@ def run(
     model: dict[str, Any],
     hostname: str,
     pid: int,
+    adjust: Callable[[NodeHardware], None] | None = None,
 ) -> Outcome:
     """One process of `<collective>_perf ARGV`: what it prints and its exit status."""
     if collective not in COLLECTIVES:
@@ -201,6 +202,9 @@ def run(
         if h not in hosts_in_order:
             hosts_in_order.append(h)
     nodes = [node_hardware(model, h) for h in hosts_in_order]
+    for hw in nodes:
+        if adjust is not None:
+            adjust(hw)
     per_proc = opts.nthreads * opts.ngpus
     ranks: list[Rank] = []
     local_seen: dict[str, int] = {}
@@ -279,15 +283,17 @@ def run(
     return Outcome("\n".join(lines) + "\n", 0)
 
 
-def main(collective: str, argv: list[str]) -> int:
+def main(
+    collective: str, argv: list[str], adjust: Callable[[NodeHardware], None] | None = None
+) -> int:
     """Entry point of the `<collective>_perf` executables inside lab nodes."""
     import socket
     import sys
 
     from .hw import load_model
 
-    hostname = socket.gethostname().split(".")[0]
-    outcome = run(collective, argv, os.environ, load_model(), hostname, os.getpid())
+    hostname = os.environ.get("LAB_NODE") or socket.gethostname().split(".")[0]
+    outcome = run(collective, argv, os.environ, load_model(), hostname, os.getpid(), adjust)
     sys.stdout.write(outcome.stdout)
     sys.stdout.flush()
     if outcome.hang:

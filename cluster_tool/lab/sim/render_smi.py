@@ -366,7 +366,7 @@ def render_query_csv(
     for f in fields:
         key = _ALIASES.get(f, f)
         if key not in QUERY_FIELDS:
-            raise QueryError(f'Field "{f}" is not a valid field to query.\n')
+            raise QueryError(f'Field "{f}" is not a valid field to query.\n\n')
         resolved.append((f, *QUERY_FIELDS[key]))
     out = []
     if header:

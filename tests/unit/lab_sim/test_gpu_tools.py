@@ -113,7 +113,7 @@ def test_query_csv_variants_parse(hw: NodeHardware, header: bool, units: bool) -
 def test_query_csv_unknown_field_is_refused_like_nvidia_smi(hw: NodeHardware) -> None:
     with pytest.raises(QueryError) as err:
         render_query_csv(hw, ["index", "device_minor"])
-    assert str(err.value) == 'Field "device_minor" is not a valid field to query.\n'
+    assert str(err.value) == 'Field "device_minor" is not a valid field to query.\n\n'
     assert err.value.exit_code == 2
 
 

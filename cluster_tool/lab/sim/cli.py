@@ -1,0 +1,287 @@
+"""Command lines of the simulated tools inside a lab node: `nvidia-smi`, `dcgmi`, the nccl-tests
+binaries, and the kernel-facing shims `dmesg`, `lsmod` and `modprobe`.
+
+Each reads the lab model (bind-mounted read-only at /run/lab-model/model.json; env LAB_MODEL
+overrides) for the node named by the hostname, and prints through the renderers. Stdlib
+only: the simulator packages install this package under /usr/lib/cluster-tool-lab/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import nccl_tests
+from .hw import NodeHardware, load_model, node_down, node_hardware
+from .render_dcgmi import diag_failed, render_diag, render_kernel_log
+from .render_smi import (
+    QueryError,
+    render_list,
+    render_nvlink_status,
+    render_query,
+    render_query_csv,
+    render_topo,
+)
+
+# Modules a `modprobe` in the node has loaded (node-local tmpfs: gone after a reboot, as the
+# real ones are).
+LOADED_DIR = Path("/run/cluster-tool-lab/modules")
+# Sizes lsmod shows for the simulated modules (those of driver 550 on x86_64).
+MODULE_SIZES = {
+    "nvidia": 8_646_656,
+    "nvidia_uvm": 4_943_872,
+    "nvidia_modeset": 1_421_312,
+    "nvidia_peermem": 16_384,
+}
+MODULE_USERS = {"nvidia": ["nvidia_uvm", "nvidia_peermem", "nvidia_modeset"]}
+
+_NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+    "that the latest NVIDIA driver is installed and running.\n"
+)
+
+
+@dataclass
+class Result:
+    stdout: str
+    exit_code: int = 0
+    stderr: str = ""
+
+
+def hostname() -> str:
+    """The node's name in the model: its hostname (LAB_NODE overrides, to try a tool from the
+    host)."""
+    return os.environ.get("LAB_NODE") or socket.gethostname().split(".")[0]
+
+
+def installed_versions(versions_dir: Path | None = None) -> dict[str, str]:
+    """Versions of the simulator packages installed in this node (package -> upstream
+    version, epoch and Debian revision dropped)."""
+    where = versions_dir or Path(__file__).resolve().parents[2] / "versions"
+    out = {}
+    if where.is_dir():
+        for f in where.iterdir():
+            full = f.read_text().strip()
+            out[f.name] = full.split(":")[-1].rsplit("-", 1)[0]
+            out[f.name + "+"] = full
+    return out
+
+
+def apply_installed(hw: NodeHardware, node: dict[str, Any], versions: dict[str, str]) -> None:
+    """Versions the model does not pin come from the installed packages."""
+    driver = versions.get("nvidia-driver-cuda") or versions.get("nvidia-open-kernel-dkms")
+    if driver and "driver_version" not in node:
+        hw.driver_version = driver
+    if "datacenter-gpu-manager" in versions and "dcgm_version" not in node:
+        hw.dcgm_version = versions["datacenter-gpu-manager"]
+    nccl = versions.get("libnccl2+", "")
+    if nccl and "nccl_version" not in node:
+        # "2.21.5-1+cuda12.4": NCCL version, then the CUDA it was built for.
+        hw.nccl_version = nccl.split(":")[-1].split("-")[0]
+        cuda = re.search(r"\+cuda([\d.]+)", nccl)
+        if cuda and "cuda_version" not in node:
+            hw.cuda_version = cuda.group(1)
+
+
+def _node_record(model: dict[str, Any], host: str) -> dict[str, Any]:
+    nodes = model.get("nodes", [])
+    found = (
+        nodes.get(host, {})
+        if isinstance(nodes, dict)
+        else next((n for n in nodes if n.get("name") == host), {})
+    )
+    return dict(found.get("hardware", found))
+
+
+def _hardware(model: dict[str, Any], host: str) -> NodeHardware | None:
+    try:
+        hw = node_hardware(model, host)
+    except KeyError:
+        return None
+    apply_installed(hw, _node_record(model, host), installed_versions())
+    return hw
+
+
+def nvidia_smi(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`nvidia-smi` for the options the toolkit and an operator use."""
+    hw = _hardware(model, host)
+    if hw is None or node_down(model, host) or "nvidia" not in hw.modules:
+        return Result(_NO_DRIVER, 9)
+    if not hw.present_gpus():
+        return Result("No devices were found\n", 6)
+    ids: list[int] | None = None
+    args = list(argv)
+    for i, a in enumerate(list(args)):
+        if a in ("-i", "--id") and i + 1 < len(args):
+            ids = [int(x) for x in args[i + 1].split(",")]
+        elif a.startswith("--id="):
+            ids = [int(x) for x in a.split("=", 1)[1].split(",")]
+    if ids is not None:
+        present = hw.present_gpus()
+        if any(i >= len(present) for i in ids):
+            return Result("No devices were found\n", 6)
+        keep = {present[i].minor for i in ids}
+        for g in hw.gpus:
+            g.present = g.present and g.minor in keep
+    if args[:1] == ["topo"]:
+        if "-m" in args or "--matrix" in args:
+            return Result(render_topo(hw))
+        return Result(_invalid(), 2)
+    if args[:1] == ["nvlink"]:
+        if "-s" in args or "--status" in args:
+            return Result(render_nvlink_status(hw))
+        return Result(_invalid(), 2)
+    query = next((a for a in args if a.startswith("--query-gpu=")), None)
+    if query is not None:
+        fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), None)
+        if fmt is None or "csv" not in fmt.split(","):
+            return Result('"--format" must be specified with "--query-gpu".\n', 2)
+        flags = set(fmt.split(","))
+        fields = [f.strip() for f in query.split("=", 1)[1].split(",") if f.strip()]
+        try:
+            text = render_query_csv(
+                hw, fields, header="noheader" not in flags, units="nounits" not in flags
+            )
+        except QueryError as e:
+            return Result(str(e), e.exit_code)
+        return Result(text)
+    if "-q" in args or "--query" in args:
+        return Result(render_query(hw))
+    if "-L" in args or "--list-gpus" in args:
+        return Result(render_list(hw))
+    if not [a for a in args if a not in ("-i", "--id") and not a.isdigit()]:
+        return Result(render_list(hw))
+    return Result(_invalid(), 2)
+
+
+def _invalid() -> str:
+    return "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+
+
+def dcgmi(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`dcgmi diag -r LEVEL`."""
+    hw = _hardware(model, host)
+    if hw is None or node_down(model, host):
+        return Result(
+            "", 1, "Error: unable to establish a connection to the specified host: localhost\n"
+        )
+    if argv[:1] != ["diag"]:
+        return Result("", 2, f"dcgmi: unsupported command in the lab: {' '.join(argv)}\n")
+    level = None
+    for i, a in enumerate(argv):
+        if a in ("-r", "--run") and i + 1 < len(argv):
+            level = argv[i + 1]
+        elif a.startswith("--run="):
+            level = a.split("=", 1)[1]
+    names = {"short": 1, "medium": 2, "long": 3, "xlong": 4}
+    if level is None:
+        return Result("", 2, "Error: Must specify --run or -r for diag.\n")
+    number = names.get(level) or (int(level) if level.isdigit() else 0)
+    if number not in (1, 2, 3, 4):
+        return Result("", 2, f"Error: Invalid run level {level!r}.\n")
+    # dcgmi exits non-zero when any test failed; the table says which.
+    return Result(render_diag(hw, number), 226 if diag_failed(hw, number) else 0)
+
+
+def dmesg(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """The node's simulated kernel ring buffer (the host's is not the node's)."""
+    hw = _hardware(model, host)
+    if hw is None:
+        return Result("")
+    style = "ctime" if {"-T", "--ctime"} & set(argv) else "dmesg"
+    return Result(render_kernel_log(hw, style, host))
+
+
+def _loaded_modules(hw: NodeHardware | None) -> list[str]:
+    """Simulated modules loaded in this node: modprobed (or loaded at boot by the driver
+    package) and still present in the model (module-missing takes one away)."""
+    if hw is None:
+        return []
+    loaded = {p.name for p in LOADED_DIR.iterdir()} if LOADED_DIR.is_dir() else set()
+    return [m for m in MODULE_SIZES if m in loaded and m in hw.modules]
+
+
+def lsmod(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`lsmod`: the kernel's modules (from /proc/modules) plus the simulated NVIDIA ones."""
+    loaded = _loaded_modules(_hardware(model, host))
+    lines = ["Module                  Size  Used by"]
+    for m in loaded:
+        users = [u for u in MODULE_USERS.get(m, []) if u in loaded]
+        tail = f"  {len(users)} {','.join(users)}" if users else "  0"
+        lines.append(f"{m:<19} {MODULE_SIZES[m]:>8}{tail}")
+    try:
+        real = Path("/proc/modules").read_text().splitlines()
+    except OSError:
+        real = []
+    for row in real:
+        parts = row.split()
+        if len(parts) >= 4:
+            used = "" if parts[3] == "-" else parts[3].rstrip(",")
+            tail = f"  {parts[2]} {used}".rstrip()
+            lines.append(f"{parts[0]:<19} {int(parts[1]):>8}{tail}")
+    return Result("\n".join(lines) + "\n")
+
+
+def modprobe(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`modprobe NAME` for the simulated modules; anything else goes to the real modprobe."""
+    names = [a for a in argv if not a.startswith("-")]
+    hw = _hardware(model, host)
+    ours = [n.replace("-", "_") for n in names if n.replace("-", "_") in MODULE_SIZES]
+    if not ours:
+        done = subprocess.run(["/usr/sbin/modprobe", *argv], check=False)
+        return Result("", done.returncode)
+    remove = "-r" in argv or "--remove" in argv
+    for name in ours:
+        if hw is None or name not in hw.modules:
+            release = os.uname().release
+            return Result(
+                "",
+                1,
+                f"modprobe: FATAL: Module {name} not found in directory /lib/modules/{release}\n",
+            )
+        LOADED_DIR.mkdir(parents=True, exist_ok=True)
+        marker = LOADED_DIR / name
+        if remove:
+            marker.unlink(missing_ok=True)
+        else:
+            # Loading a module loads what it depends on (nvidia under nvidia_peermem).
+            for dep in ("nvidia", name):
+                (LOADED_DIR / dep).touch()
+    return Result("")
+
+
+TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
+    "nvidia-smi": nvidia_smi,
+    "dcgmi": dcgmi,
+    "dmesg": dmesg,
+    "lsmod": lsmod,
+    "modprobe": modprobe,
+}
+
+
+def main(tool: str, argv: list[str]) -> int:
+    """Entry point of every simulated executable (`tool` is its installed name)."""
+    perf = re.fullmatch(r"(all_reduce|all_gather|reduce_scatter|alltoall)_perf(?:_mpi)?", tool)
+    if perf:
+        versions = installed_versions()
+
+        def adjust(hw: NodeHardware) -> None:
+            apply_installed(hw, {}, versions)
+
+        return nccl_tests.main(perf.group(1), argv, adjust)
+    try:
+        model = load_model()
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"{tool}: cannot read the lab model: {e}\n")
+        return 9 if tool == "nvidia-smi" else 1
+    result = TOOLS[tool](argv, model, hostname())
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    return result.exit_code

@@ -1,0 +1,280 @@
+"""The device simulator packages: .debs under the vendors' package names and versions, whose
+payload is the simulator (this package, vendored) behind the vendors' executables.
+
+Built on the lab host with `dpkg-deb`; the lab publishes them in its apt repository, so the
+roles install them exactly as they would install NVIDIA's, Mellanox's or DCGM's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster_tool.errors import ClusterToolError
+
+SIM_SOURCE = Path(__file__).resolve().parent
+# Where the payload keeps the vendored simulator inside a node.
+LIB_DIR = "usr/lib/cluster-tool-lab"
+VENDORED_AS = "labsim"
+# Modules of this package that are host-side only and never go into a node.
+_HOST_ONLY = {"packages.py"}
+
+DRIVER_BRANCH = "550"
+DRIVER_VERSION = "550.127.08-1"
+
+# Package name -> version, as the roles pin them (roles/*/vars/Debian_12.yml, defaults/).
+DEFAULT_VERSIONS: dict[str, str] = {
+    "nvidia-open-kernel-dkms": DRIVER_VERSION,
+    "nvidia-driver-cuda": DRIVER_VERSION,
+    "nvidia-persistenced": DRIVER_VERSION,
+    f"nvidia-fabricmanager-{DRIVER_BRANCH}": DRIVER_VERSION,
+    f"libnvidia-nscq-{DRIVER_BRANCH}": DRIVER_VERSION,
+    "datacenter-gpu-manager": "1:3.3.9",
+    "doca-ofed": "2.9.1-1",
+    "libnccl2": "2.21.5-1+cuda12.4",
+    "libnccl-dev": "2.21.5-1+cuda12.4",
+    "nccl-rdma-sharp-plugins": "2.7-1",
+    "nccl-tests": "2.13.11-1",
+}
+
+
+class PackageBuildError(ClusterToolError):
+    """dpkg-deb is missing or refused a package."""
+
+
+@dataclass
+class SimPackage:
+    """One simulator package: what it is called, what it simulates, which files it carries."""
+
+    name: str
+    summary: str
+    # Executables: path in the node -> simulated tool name (the dispatch key in sim.cli).
+    tools: dict[str, str] = field(default_factory=dict)
+    # Init scripts: service name -> the simulated daemon's command line.
+    services: dict[str, str] = field(default_factory=dict)
+    # Plain files: path in the node -> content.
+    files: dict[str, str] = field(default_factory=dict)
+    carries_simulator: bool = False
+    postinst: str = ""
+
+
+_NCCL_TESTS = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf")
+
+_DAEMON = """#!/usr/bin/python3
+# cluster-tool lab: stands in for {name}; the simulated hardware needs no daemon, the
+# service only has to run the way the roles start, check and stop it.
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(3600)
+"""
+
+_INIT = """#!/bin/sh
+### BEGIN INIT INFO
+# Provides:          {service}
+# Required-Start:    $remote_fs
+# Required-Stop:     $remote_fs
+# Default-Start:     2 3 4 5
+# Default-Stop:      0 1 6
+# Short-Description: {service} (cluster-tool lab simulator)
+### END INIT INFO
+# The lab's nodes run SysV init: start-stop-daemon keeps the pidfile the status check reads.
+PIDFILE=/run/{service}.pid
+DAEMON={daemon}
+case "$1" in
+  start)
+    start-stop-daemon --start --quiet --oknodo --background --make-pidfile \\
+      --pidfile "$PIDFILE" --startas "$DAEMON" ;;
+  stop)
+    start-stop-daemon --stop --quiet --pidfile "$PIDFILE" --remove-pidfile --oknodo ;;
+  restart|force-reload)
+    "$0" stop; "$0" start ;;
+  status)
+    start-stop-daemon --status --pidfile "$PIDFILE"; rc=$?
+    [ $rc -eq 0 ] && echo "{service} is running" || echo "{service} is not running"
+    exit $rc ;;
+  *)
+    echo "Usage: $0 {{start|stop|restart|status}}" >&2; exit 3 ;;
+esac
+"""
+
+_WRAPPER = """#!/usr/bin/python3
+# cluster-tool lab simulator of `{tool}`: answers from the lab's hardware model.
+import os
+import sys
+
+# The simulator lives {depth} levels up, under {lib} (also when the package is unpacked
+# somewhere else to look at it).
+root = os.path.dirname(os.path.abspath(__file__))
+for _ in range({depth}):
+    root = os.path.dirname(root)
+sys.path.insert(0, os.path.join(root, "{lib}"))
+from {pkg}.cli import main  # noqa: E402
+
+sys.exit(main("{tool}", sys.argv[1:]))
+"""
+
+_MODULES_README = """The NVIDIA kernel modules of the cluster-tool lab are simulated.
+
+A lab node shares the host's kernel, so nothing can really be loaded, and /proc and /sys
+are the host's. The convention (documented in cluster_tool/lab/sim/README.md):
+- /usr/local/sbin/modprobe loads a simulated module by recording it under
+  /run/cluster-tool-lab/modules/ (a tmpfs: gone after a reboot, like a loaded module);
+  other modules go to the real /usr/sbin/modprobe;
+- /usr/local/sbin/lsmod lists the simulated modules that are loaded and that the lab's
+  hardware model still has (a module-missing fault takes one away), then the kernel's;
+- /usr/local/bin/dmesg shows the node's simulated kernel log (driver load lines, Xids).
+"""
+
+
+def _packages() -> list[SimPackage]:
+    driver_doc = "/usr/share/doc/cluster-tool-lab/MODULES"
+    return [
+        SimPackage(
+            "nvidia-open-kernel-dkms",
+            "NVIDIA open GPU kernel modules (simulated: modprobe/lsmod/dmesg shims)",
+            tools={
+                "usr/local/sbin/modprobe": "modprobe",
+                "usr/local/sbin/lsmod": "lsmod",
+                "usr/local/bin/dmesg": "dmesg",
+            },
+            files={driver_doc: _MODULES_README},
+            carries_simulator=True,
+            # As udev would on real hardware, the modules load when the driver lands.
+            postinst="/usr/local/sbin/modprobe nvidia || true\n"
+            "/usr/local/sbin/modprobe nvidia_uvm || true\n"
+            "/usr/local/sbin/modprobe nvidia_peermem || true\n",
+        ),
+        SimPackage(
+            "nvidia-driver-cuda",
+            "NVIDIA driver CUDA user space and nvidia-smi (simulated)",
+            tools={"usr/bin/nvidia-smi": "nvidia-smi"},
+            carries_simulator=True,
+        ),
+        SimPackage(
+            "nvidia-persistenced",
+            "NVIDIA persistence daemon (simulated)",
+            services={"nvidia-persistenced": "/usr/bin/nvidia-persistenced"},
+        ),
+        SimPackage(
+            f"nvidia-fabricmanager-{DRIVER_BRANCH}",
+            "NVIDIA NVSwitch fabric manager (simulated)",
+            services={"nvidia-fabricmanager": "/usr/bin/nv-fabricmanager"},
+        ),
+        SimPackage(
+            f"libnvidia-nscq-{DRIVER_BRANCH}",
+            "NVSwitch configuration and query library (simulated: no payload)",
+        ),
+        SimPackage(
+            "datacenter-gpu-manager",
+            "NVIDIA DCGM: dcgmi diag (simulated) and nv-hostengine",
+            tools={"usr/bin/dcgmi": "dcgmi"},
+            services={"nvidia-dcgm": "/usr/bin/nv-hostengine"},
+            carries_simulator=True,
+        ),
+        SimPackage(
+            "doca-ofed",
+            "NVIDIA DOCA-OFED (simulated: the HCAs come from the lab's sysfs tree)",
+        ),
+        SimPackage("libnccl2", "NCCL runtime (simulated: nccl-tests carry the model)"),
+        SimPackage("libnccl-dev", "NCCL headers (simulated: no payload)"),
+        SimPackage("nccl-rdma-sharp-plugins", "NCCL RDMA/SHARP network plugin (simulated)"),
+        SimPackage(
+            "nccl-tests",
+            "nccl-tests benchmarks (simulated from the lab's hardware model)",
+            tools={f"usr/bin/{t}": t for t in _NCCL_TESTS},
+            carries_simulator=True,
+        ),
+    ]
+
+
+def _control(pkg: SimPackage, version: str) -> str:
+    return (
+        f"Package: {pkg.name}\n"
+        f"Version: {version}\n"
+        "Architecture: amd64\n"
+        "Maintainer: cluster-tool lab <lab@cluster-tool.invalid>\n"
+        "Depends: python3\n"
+        "Section: misc\n"
+        "Priority: optional\n"
+        f"Description: {pkg.summary}\n"
+        " Built by the cluster-tool lab under the vendor's name and version; the tools\n"
+        " answer from the lab's hardware model at /run/lab-model/model.json.\n"
+    )
+
+
+def _vendor(root: Path, package: str) -> None:
+    """Copy the simulator modules (stdlib only) into the payload as package `labsim`, in a
+    directory of the package's own (dpkg refuses two packages owning one file)."""
+    dest = root / LIB_DIR / package / VENDORED_AS
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in sorted(SIM_SOURCE.glob("*.py")):
+        if src.name not in _HOST_ONLY:
+            shutil.copy2(src, dest / src.name)
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> Path:
+    root = work / pkg.name
+    (root / "DEBIAN").mkdir(parents=True)
+    _write(root / "DEBIAN" / "control", _control(pkg, version), 0o644)
+    # The simulated tools report the versions of what is installed (nvidia-smi's driver
+    # version is the driver package's, as the roles' version checks expect).
+    _write(root / LIB_DIR / "versions" / pkg.name, version + "\n", 0o644)
+    if pkg.carries_simulator:
+        _vendor(root, pkg.name)
+    for path, tool in pkg.tools.items():
+        depth = path.count("/")
+        lib = f"{LIB_DIR}/{pkg.name}"
+        text = _WRAPPER.format(tool=tool, lib=lib, pkg=VENDORED_AS, depth=depth)
+        _write(root / path, text, 0o755)
+    for service, daemon in pkg.services.items():
+        _write(root / daemon.lstrip("/"), _DAEMON.format(name=daemon.rsplit("/", 1)[1]), 0o755)
+        _write(
+            root / "etc" / "init.d" / service, _INIT.format(service=service, daemon=daemon), 0o755
+        )
+    for path, text in pkg.files.items():
+        _write(root / path.lstrip("/"), text, 0o644)
+    if pkg.postinst:
+        _write(root / "DEBIAN" / "postinst", "#!/bin/sh\nset -e\n" + pkg.postinst, 0o755)
+    if not any(p.is_file() for p in root.rglob("*") if "DEBIAN" not in p.parts):
+        # dpkg accepts an empty package, but a file list tells an operator what this is.
+        _write(root / "usr" / "share" / "doc" / pkg.name / "README.lab", pkg.summary + "\n", 0o644)
+    out = dest_dir / f"{pkg.name}_{version.split(':')[-1]}_amd64.deb"
+    dpkg_deb = shutil.which("dpkg-deb")
+    if dpkg_deb is None:
+        raise PackageBuildError("dpkg-deb not found: install dpkg to build the lab's packages")
+    done = subprocess.run(
+        [dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise PackageBuildError(f"dpkg-deb failed for {pkg.name}: {done.stderr.strip()}")
+    return out
+
+
+def build_sim_packages(dest_dir: Path, versions: Mapping[str, str] | None = None) -> list[Path]:
+    """Build every simulator .deb into `dest_dir` (the lab's `repo/sim/`); `versions` overrides
+    the version of any package by name (take them from the roles' pins). Returns the files."""
+    chosen = {**DEFAULT_VERSIONS, **(versions or {})}
+    unknown = set(chosen) - {p.name for p in _packages()}
+    if unknown:
+        raise PackageBuildError(f"no simulator for package(s): {', '.join(sorted(unknown))}")
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    built = []
+    with tempfile.TemporaryDirectory(prefix="lab-sim-debs-") as tmp:
+        for pkg in _packages():
+            built.append(build_package(pkg, chosen[pkg.name], dest_dir, Path(tmp)))
+    return built

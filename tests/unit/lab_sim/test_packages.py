@@ -1,0 +1,166 @@
+"""The simulator .debs: vendor names and versions, and executables that run on a bare python3
+(no venv, no cluster_tool) and answer from the lab model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster_tool.lab.faults import inject
+from cluster_tool.lab.sim.packages import DEFAULT_VERSIONS, PackageBuildError, build_sim_packages
+from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
+from cluster_tool.parsers.kernel_log import parse_xids
+from cluster_tool.parsers.nccl_tests import parse_nccl_tests
+from cluster_tool.parsers.nvidia_query import parse_query_csv
+from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
+from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
+
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("debs")
+    built = build_sim_packages(out, {"nccl-tests": "2.13.11-2"})
+    return {p.name.split("_")[0]: p for p in built}
+
+
+@pytest.fixture(scope="module")
+def root(debs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every package unpacked into one tree, as a node would have them."""
+    tree = tmp_path_factory.mktemp("node")
+    for deb in debs.values():
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True)
+    return tree
+
+
+def _field(deb: Path, name: str) -> str:
+    done = subprocess.run(["dpkg-deb", "-f", str(deb), name], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_names_and_versions_are_the_vendors(debs: dict[str, Path]) -> None:
+    assert set(debs) == set(DEFAULT_VERSIONS)
+    assert _field(debs["nvidia-fabricmanager-550"], "Version") == "550.127.08-1"
+    assert _field(debs["nvidia-driver-cuda"], "Version") == "550.127.08-1"
+    assert _field(debs["datacenter-gpu-manager"], "Version") == "1:3.3.9"
+    assert _field(debs["nccl-tests"], "Version") == "2.13.11-2"  # overridden
+    assert _field(debs["nccl-tests"], "Depends") == "python3"
+
+
+def test_unknown_package_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PackageBuildError, match="cuda-toolkit"):
+        build_sim_packages(tmp_path, {"cuda-toolkit": "12.4"})
+
+
+def test_init_scripts_are_valid_shell(root: Path) -> None:
+    scripts = sorted((root / "etc" / "init.d").iterdir())
+    assert [s.name for s in scripts] == [
+        "nvidia-dcgm",
+        "nvidia-fabricmanager",
+        "nvidia-persistenced",
+    ]
+    for script in scripts:
+        assert os.access(script, os.X_OK)
+        subprocess.run(["sh", "-n", str(script)], check=True)
+
+
+def _model(tmp_path: Path, change: Any = None) -> Path:
+    data = json.loads((FIXTURES / "sim" / "lab-model.json").read_text())
+    if change:
+        change(data)
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _tool(
+    root: Path, path: str, args: list[str], model: Path, node: str = "gpu001", **env: str
+) -> subprocess.CompletedProcess[str]:
+    # The system python3 with no site packages: what a bare lab node has.
+    clean = {"PATH": "/usr/bin:/bin", "LAB_MODEL": str(model), "LAB_NODE": node, **env}
+    return subprocess.run(
+        ["/usr/bin/python3", "-S", "-I", str(root / path), *args],
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=60,
+    )
+
+
+def test_nvidia_smi_runs_on_a_bare_python(root: Path, tmp_path: Path) -> None:
+    model = _model(tmp_path, lambda d: inject(d, "gpu-ecc", "gpu001", 2, now=1.9e9))
+    done = _tool(root, "usr/bin/nvidia-smi", ["-q"], model)
+    assert done.returncode == 0, done.stderr
+    report = parse_nvidia_smi_q(done.stdout)
+    assert len(report.gpus) == 8
+    assert report.gpus[2].ecc_volatile and report.gpus[2].ecc_volatile.uncorrectable == 1
+    query = _tool(root, "usr/bin/nvidia-smi", ["--query-gpu=index,driver_version",
+                                               "--format=csv,noheader"], model)  # fmt: skip
+    # The driver version is the installed package's, as the role's version check expects.
+    assert query.stdout.splitlines()[0] == "0, 550.127.08"
+    rows = parse_query_csv(query.stdout, ["index", "driver_version"]).rows
+    assert len(rows) == 8
+    bad = _tool(root, "usr/bin/nvidia-smi", ["--query-gpu=bogus", "--format=csv"], model)
+    assert (bad.returncode, bad.stdout) == (2, 'Field "bogus" is not a valid field to query.\n\n')
+    head = _tool(root, "usr/bin/nvidia-smi", ["-L"], model, node="head")
+    assert (head.returncode, head.stdout) == (6, "No devices were found\n")
+
+
+def test_dcgmi_and_dmesg_show_the_fault(root: Path, tmp_path: Path) -> None:
+    model = _model(tmp_path, lambda d: inject(d, "gpu-ecc", "gpu003", 6, now=1.9e9))
+    diag = _tool(root, "usr/bin/dcgmi", ["diag", "-r", "3"], model, node="gpu003")
+    assert diag.returncode != 0
+    assert parse_dcgmi_diag(diag.stdout).failed_gpus == (6,)
+    log = _tool(root, "usr/local/bin/dmesg", [], model, node="gpu003")
+    assert [e.code for e in parse_xids(log.stdout)] == [48]
+
+
+def test_module_missing_shows_in_modprobe(root: Path, tmp_path: Path) -> None:
+    model = _model(tmp_path, lambda d: inject(d, "module-missing", "gpu001", "nvidia_peermem"))
+    done = _tool(root, "usr/local/sbin/modprobe", ["nvidia_peermem"], model)
+    assert done.returncode == 1
+    assert done.stderr.startswith("modprobe: FATAL: Module nvidia_peermem not found")
+
+
+def test_all_reduce_perf_under_srun_env(root: Path, tmp_path: Path) -> None:
+    model = _model(tmp_path)
+    env = {
+        "SLURM_PROCID": "0",
+        "PMIX_RANK": "0",
+        "SLURM_NTASKS": "16",
+        "SLURM_JOB_NODELIST": "gpu[001-002]",
+        "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+        "SLURM_LOCALID": "0",
+    }
+    done = _tool(
+        root, "usr/bin/all_reduce_perf", ["-b", "8", "-e", "128M", "-f", "2"], model, **env
+    )
+    assert done.returncode == 0, done.stderr
+    parsed = parse_nccl_tests(done.stdout)
+    assert parsed.complete and len(parsed.ranks) == 16
+    other = _tool(root, "usr/bin/all_reduce_perf", ["-b", "8", "-e", "128M"], model, node="gpu002",
+                  **{**env, "SLURM_PROCID": "9", "PMIX_RANK": "9"})  # fmt: skip
+    assert (other.returncode, other.stdout) == (0, "")
+
+
+def test_dpkg_unpacks_every_package_into_one_root(debs: dict[str, Path], tmp_path: Path) -> None:
+    # Two packages owning one file would make apt refuse the second: unpack them all together.
+    admin = tmp_path / "var" / "lib" / "dpkg"
+    (admin / "info").mkdir(parents=True)
+    (admin / "updates").mkdir()
+    (admin / "status").touch()
+    done = subprocess.run(
+        ["dpkg", f"--root={tmp_path}", "--force-depends", "--force-not-root", "--unpack",
+         *map(str, debs.values())],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "usr" / "bin" / "nvidia-smi").is_file()
