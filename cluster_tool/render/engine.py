@@ -131,7 +131,13 @@ def write_atomically(files: dict[str, str], out_dir: Path) -> None:
 
     A failure before the rename leaves the previous output untouched.
     """
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not _looks_rendered(out_dir):
+        # The folder is replaced wholesale; never do that to one we did not write.
+        raise RenderError(
+            f"{out_dir}: not empty and not a rendered inventory (no hosts.yml and spec.json); "
+            "refusing to replace it"
+        )
     parent = out_dir.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -172,6 +178,10 @@ def default_out_dir(cluster: Cluster) -> Path:
 
 
 # --- internals ---------------------------------------------------------------------------
+
+
+def _looks_rendered(out: Path) -> bool:
+    return (out / "hosts.yml").is_file() and (out / "spec.json").is_file()
 
 
 def _existing_files(out: Path) -> set[str]:

@@ -31,7 +31,7 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     problems += _check_hosts(cluster)
     problems += _check_references(cluster)
     problems += _check_fabric(cluster)
-    problems += _check_slurm(cluster)
+    problems += _check_slurm_and_limits(cluster)
     return problems
 
 
@@ -223,7 +223,23 @@ def _check_bmc(cluster: Cluster) -> list[Problem]:
             )
             return problems
         seen[node.bmc_address] = node.name
+        net = cluster.bmc.network
+        ip = _ip_of(node.bmc_address)
+        if net is not None and ip is not None and ip not in net:
+            problems.append(
+                (where, f"{node.name}'s BMC address {node.bmc_address} is outside {net}")
+            )
+            return problems
     return problems
+
+
+def _ip_of(address: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 host of `10.0.0.1`, `10.0.0.1:8001` or `https://10.0.0.1/...`, else None."""
+    host = re.sub(r"^[a-z]+://", "", address).split("/")[0].rsplit(":", 1)[0]
+    try:
+        return ipaddress.IPv4Address(host)
+    except ValueError:
+        return None
 
 
 def _check_references(cluster: Cluster) -> list[Problem]:
@@ -358,8 +374,17 @@ def _check_fabric(cluster: Cluster) -> list[Problem]:
     return problems
 
 
-def _check_slurm(cluster: Cluster) -> list[Problem]:
+def _check_slurm_and_limits(cluster: Cluster) -> list[Problem]:
     problems: list[Problem] = []
+    health = cluster.thresholds.health
+    if health.gpu_temp_warn_c >= health.gpu_temp_error_c:
+        problems.append(
+            (
+                ("thresholds", "health", "gpu_temp_warn_c"),
+                f"warning at {health.gpu_temp_warn_c} C must be below the error at "
+                f"{health.gpu_temp_error_c} C",
+            )
+        )
     parts = cluster.slurm.partitions
     defaults = [i for i, p in enumerate(parts) if p.default]
     if len(defaults) > 1:

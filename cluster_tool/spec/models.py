@@ -251,6 +251,9 @@ class Bmc(StrictModel):
         "{su}, {index_in_su}; e.g. `10.11.0.{number}` or `{name}-bmc`."
     )
     credentials: BmcCredentials
+    network: ipaddress.IPv4Network | None = Field(
+        None, description="BMC network (CIDR); when given, BMC IP addresses must fall inside it."
+    )
     verify_tls: bool = Field(True, description="Verify the BMC's TLS certificate.")
 
 

@@ -211,3 +211,13 @@ def test_cli_render_bad_spec_writes_nothing(tmp_path: Path) -> None:
     bad.write_text("apiVersion: cluster-tool/v1\nkind: Cluster\n")
     assert main(["render", str(bad), "-o", str(tmp_path / "inv")]) == 2
     assert not (tmp_path / "inv").exists()
+
+
+def test_render_refuses_to_replace_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("precious")
+    with pytest.raises(RenderError, match="refusing"):
+        render(load_spec(EXAMPLES / "lab.yml"), home)
+    assert (home / "notes.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]

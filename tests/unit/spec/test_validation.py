@@ -173,6 +173,18 @@ CROSS_FIELD = [
         id="bad-switch-regex",
     ),
     pytest.param(
+        ("  verify_tls: false\n", "  verify_tls: false\n  network: 10.78.0.0/24\n"),
+        "address_pattern",
+        "bmc.address_pattern: gpu001's BMC address 10.77.0.1:8001 is outside 10.78.0.0/24",
+        id="bmc-outside-network",
+    ),
+    pytest.param(
+        ("kind: Cluster\n", "kind: Cluster\nthresholds:\n  health:\n    gpu_temp_warn_c: 95\n"),
+        "gpu_temp_warn_c",
+        "thresholds.health.gpu_temp_warn_c: warning at 95 C must be below the error at 88 C",
+        id="temp-warn-above-error",
+    ),
+    pytest.param(
         ('"10.77.0.1:8{number:03d}"', '"10.77.0.1:{su}"'),
         "address_pattern",
         "bmc.address_pattern: gpu002 and gpu001 get the same BMC address 10.77.0.1:1",
