@@ -457,6 +457,8 @@ def _clock_event_reasons(gpu: _Section) -> ClockEventReasons | None:
                 f"field {where!r} printed twice", line_no=reason.line_no, line=reason.line
             )
         seen.add(reason.key)
+        if reason.key not in _REASON_FIELDS and reason.value not in _TRUE_WORDS | _FALSE_WORDS:
+            continue  # a newer driver's entry that is not an Active/Not Active reason
         is_active = None if reason.value in _NOT_AVAILABLE else _flag(reason.value, reason, where)
         if is_active:
             active.append(reason.key)

@@ -122,6 +122,31 @@ def _table(*rows: str) -> str:
 DEPLOY = "|-----  Deployment  --------+------------------------------------------------|"
 
 
+def test_level1_run_prints_deployment_only() -> None:
+    diag = parse_dcgmi_diag(
+        "Successfully ran diagnostic for group.\n"
+        + _table(
+            DEPLOY,
+            "| Denylist                  | Pass                                           |",
+            "| Persistence Mode          | Fail                                           |",
+            "| Warning                   | Persistence mode for GPU 2 is disabled. Enabl  |",
+            '|                           | e persistence mode by running "nvidia-smi -i   |',
+            '|                           | <gpuId> -pm 1 " as root.                      |',
+        )
+    )
+    assert [(t.name, t.verdict) for t in diag.tests] == [
+        ("Denylist", "Pass"),
+        ("Persistence Mode", "Fail"),
+    ]
+    assert diag.verdict == "Fail" and diag.dcgm_version is None
+    (message,) = diag.test("Persistence Mode").messages
+    assert message.gpu == 2
+    assert message.text == (
+        'Persistence mode for GPU 2 is disabled. Enable persistence mode by running "nvidia-smi '
+        '-i <gpuId> -pm 1 " as root.'
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -301,3 +301,29 @@ def test_cli_parse_json_from_stdin(
     assert len(data["gpus"]) == 8
     assert data["gpus"][0]["remapped_rows"]["uncorrectable"] == 0
     assert data["gpus"][0]["clock_event_reasons"]["hw_power_brake_slowdown"] is True
+
+
+def test_unknown_non_flag_entry_under_clock_reasons_is_not_a_reason() -> None:
+    gpu = parse_gpu_section(
+        "    Clocks Event Reasons\n"
+        "        Idle                              : Not Active\n"
+        "        SW Power Cap                      : Active\n"
+        "        Reason Counter                    : 1234 us\n"
+    )
+    assert gpu.clock_event_reasons is not None
+    assert gpu.clock_event_reasons.active == ("SW Power Cap",)
+    with pytest.raises(ParseError, match="Active/Not Active"):
+        parse_gpu_section("    Clocks Event Reasons\n        Idle : 1234 us\n")
+
+
+def test_every_nvidia_kind_is_registered_for_the_cli() -> None:
+    from cluster_tool.parsers import KINDS
+
+    assert {
+        "nvidia-smi-q",
+        "nvidia-smi-query",
+        "nvidia-smi-topo",
+        "nvidia-smi-nvlink",
+        "dcgmi-diag",
+        "xid",
+    } <= set(KINDS)
