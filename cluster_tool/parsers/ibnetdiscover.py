@@ -157,8 +157,16 @@ class Fabric:
         return tuple(n for n in self.nodes if n.kind == CA)
 
     def node(self, description: str) -> FabricNode | None:
-        """The first node with this description (`"gpu001 mlx5_0"`)."""
+        """The first node with this description (`"gpu001 mlx5_0"`); for many look-ups,
+        build `by_description()` once instead."""
         return next((n for n in self.nodes if n.description == description), None)
+
+    def by_description(self) -> dict[str, FabricNode]:
+        """Nodes by description (the first of duplicates wins, as in `node()`)."""
+        index: dict[str, FabricNode] = {}
+        for n in self.nodes:
+            index.setdefault(n.description, n)
+        return index
 
     def _peer_kind(self, port: FabricPort, kinds: dict[str, str]) -> str | None:
         return kinds.get(port.peer_id) or _ID_PREFIX_KINDS.get(port.peer_id[:2])

@@ -58,6 +58,8 @@ def test_real_ibnetdiscover_against_ibsim() -> None:
     assert [n.kind for n in fabric.nodes].count(SWITCH) == 3
     assert len(fabric.cas) == 7  # gpu004 mlx5_1 is not cabled: ibnetdiscover never sees it
     assert fabric.node("gpu004 mlx5_1") is None
+    index = fabric.by_description()
+    assert len(index) == 10 and index["gpu001 mlx5_0"] is fabric.node("gpu001 mlx5_0")
     assert fabric.initiated_from == "node 0000000000200000 port 0000000000200000"
 
     leaf = fabric.node("MF0;su1-leaf-r0:MQM8700/U1")
