@@ -214,16 +214,20 @@ class GateResults:
 
 
 def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
-    """Read gate results JSON. Accepted shapes (any combination):
+    """Read gate results JSON. Accepted shapes (any combination, at any depth):
 
+    - the gate's own report (`cluster-tool gate --json`): `summary.rungs.full.busbw_gbs` with
+      its `nodes` count is the fabric busbw, `summary.drain.nodes` (node → reason) and error
+      findings name the nodes to leave out;
     - `{"busbw_gbs": {"multi_node": X, "single_node": Y}}` or flat
       `{"multi_node_busbw_gbs": X, "single_node_busbw_gbs": Y}`;
     - nccl-tests records as `cluster-tool parse nccl-tests --json` writes them (`ranks`,
-      `rows[].in_place.busbw`), alone, in a list, or under `"results"`/`"runs"`: a run with more
-      ranks than one node's GPUs counts as fabric busbw, otherwise as NVLink busbw; the busbw
-      of the largest message is taken, the lowest over runs;
+      `rows[].in_place.busbw`): a run with more ranks than one node's GPUs counts as fabric
+      busbw, otherwise as NVLink busbw; the busbw of the largest message is taken;
     - drained nodes: `"drained"` (list or hostlist), or `"findings"` with severity `error`
       and a `node` (the findings contract of every check).
+
+    Where several values are found the lowest counts: plan for the slowest measured path.
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -246,29 +250,36 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
         if isinstance(bw, Mapping):
             _add(fabric, bw.get("multi_node"))
             _add(nvlink, bw.get("single_node"))
+        elif isinstance(obj.get("nodes"), int):
+            _add(fabric if obj["nodes"] > 1 else nvlink, bw)
         _add(fabric, obj.get("multi_node_busbw_gbs"))
         _add(nvlink, obj.get("single_node_busbw_gbs"))
         if isinstance(obj.get("rows"), list) and obj["rows"]:
             value = _largest_message_busbw(obj["rows"])
             ranks = obj.get("ranks")
+            count = len(ranks) if isinstance(ranks, list) else ranks
             if value is not None:
-                many = isinstance(ranks, int) and ranks > gpus_per_node
+                many = isinstance(count, int) and count > gpus_per_node
                 (fabric if many else nvlink).append(value)
         listed = obj.get("drained")
         if isinstance(listed, str):
             drained.update(parse_hostlist(listed))
         elif isinstance(listed, list):
             drained.update(str(x) for x in listed)
-        for finding in obj.get("findings", []) if isinstance(obj.get("findings"), list) else []:
+        drain = obj.get("drain")
+        if isinstance(drain, Mapping) and isinstance(drain.get("nodes"), Mapping):
+            drained.update(str(name) for name in drain["nodes"])
+        findings = obj.get("findings")
+        for finding in findings if isinstance(findings, list) else []:
             if (
                 isinstance(finding, dict)
                 and finding.get("severity") == "error"
                 and finding.get("node")
             ):
                 drained.add(str(finding["node"]))
-        for key in ("results", "runs"):
-            if key in obj:
-                visit(obj[key])
+        for key, value in obj.items():
+            if key not in ("findings", "rows", "ranks") and isinstance(value, dict | list):
+                visit(value)
 
     visit(data)
     return GateResults(

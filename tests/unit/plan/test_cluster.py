@@ -1,0 +1,89 @@
+"""The cluster shape the planner plans on: from the spec, drained nodes, gate results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.errors import UsageError
+from cluster_tool.parsers import to_jsonable
+from cluster_tool.parsers.nccl_tests import parse_nccl_tests
+from cluster_tool.plan import ClusterShape, parse_hostlist, read_gate_results
+from cluster_tool.spec import load_spec
+from tests.conftest import read_real_output
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def test_shape_from_the_h200_4su_example() -> None:
+    cluster = load_spec(EXAMPLES / "h200-4su.yml")
+    shape = ClusterShape.from_spec(cluster, drained=["gpu005"])
+    nodes = cluster.gpu_nodes()
+    assert len(shape.nodes) == len(nodes)
+    assert {n.su for n in shape.nodes} == {n.su for n in nodes} == {1, 2, 3, 4}
+    assert shape.hbm_gib == 141 and shape.gpu.peak("bf16") == 989
+    assert shape.gpus_per_node == 8 and shape.nvlink_domain == 8 and shape.rails == 8
+    assert [n.name for n in shape.nodes if n.drained] == ["gpu005"]
+    assert shape.usable_gpus == (len(nodes) - 1) * 8
+    assert shape.busbw_source == "profile"
+
+
+def test_unknown_drained_node_is_a_usage_error() -> None:
+    shape = ClusterShape.synthetic(nodes=4)
+    with pytest.raises(UsageError, match="gpu009"):
+        shape.with_drained(parse_hostlist("gpu[001,009]"))
+    with pytest.raises(UsageError, match="hostlist"):
+        parse_hostlist("gpu[001-")
+
+
+def test_gate_report_gives_fabric_busbw_and_drains(tmp_path: Path) -> None:
+    report = {
+        "status": "fail",
+        "findings": [
+            {"check": "nccl.busbw", "severity": "error", "node": "gpu003", "message": "slow"},
+            {"check": "nccl.busbw", "severity": "warning", "node": "gpu004", "message": "meh"},
+        ],
+        "summary": {
+            "rungs": {"full": {"jobs": 1, "nodes": 30, "passed": True, "busbw_gbs": 352.5}},
+            "drain": {"applied": False, "nodes": {"gpu007": "nccl.hca: mlx5_3 down"}},
+        },
+    }
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(report))
+    gate = read_gate_results(path)
+    assert gate.fabric_busbw_gbs == 352.5
+    assert gate.nvlink_busbw_gbs is None
+    assert gate.drained == ("gpu003", "gpu007")
+
+
+def test_gate_results_from_real_nccl_tests_output(tmp_path: Path) -> None:
+    # Two nodes, 16 ranks: fabric busbw at the largest message, 469.1 GB/s (in place).
+    multi = to_jsonable(
+        parse_nccl_tests(read_real_output("all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt"))
+    )
+    single = to_jsonable(
+        parse_nccl_tests(
+            read_real_output("all_reduce_perf_h100_single_node_8gpu_nvls_nvidia_dgxc.txt")
+        )
+    )
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [multi, single]}))
+    gate = read_gate_results(path)
+    assert gate.fabric_busbw_gbs == pytest.approx(469.1)
+    assert gate.nvlink_busbw_gbs == pytest.approx(479.99, abs=0.5)
+    shape = ClusterShape.synthetic(nodes=4).with_busbw(
+        fabric=gate.fabric_busbw_gbs, nvlink=gate.nvlink_busbw_gbs, source=str(path)
+    )
+    assert shape.rail_busbw_gbs == pytest.approx(469.1 / 8)
+    assert shape.busbw_source == str(path)
+
+
+def test_bad_gate_results_are_usage_errors(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(UsageError, match=r"bad\.json:1:2"):
+        read_gate_results(path)
+    with pytest.raises(UsageError, match=r"missing\.json"):
+        read_gate_results(tmp_path / "missing.json")
