@@ -67,3 +67,25 @@ def test_builtin_profiles_keep_compute_hcas_apart_from_storage(name: str) -> Non
 def test_gpu_memory_per_profile() -> None:
     assert builtin_profile("hgx-h100-8x-ndr").gpu_memory_gib == 80
     assert builtin_profile("hgx-h200-8x-ndr").gpu_memory_gib == 141
+
+
+@pytest.mark.parametrize(
+    ("description", "name"),
+    [
+        ("MF0;su1-leaf-r0:MQM9700/U1", "su1-leaf-r0"),
+        ("su1-leaf-r0", "su1-leaf-r0"),
+        # As captured from a real Quantum-2 fabric (fixtures/real-outputs, ibnetdiscover).
+        ("MF0;CNTSN-POD229-QM97-IB-02:MQM9700/U1", "CNTSN-POD229-QM97-IB-02"),
+        ("spine01", "spine01"),
+        ("gpu001 mlx5_0", None),  # a host HCA, not a switch
+    ],
+)
+def test_default_switch_name_pattern(description: str, name: str | None) -> None:
+    fabric = load_spec(EXAMPLES / "h100-1su.yml").fabric
+    assert fabric.switch_name(description) == name
+
+
+def test_switch_names_from_patterns() -> None:
+    fabric = load_spec(EXAMPLES / "h200-4su.yml").fabric
+    assert fabric.leaf_name(3, 0) == "su3-leaf-r0"
+    assert fabric.spine_name(7) == "spine07"
