@@ -32,6 +32,36 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     problems += _check_references(cluster)
     problems += _check_fabric(cluster)
     problems += _check_slurm_and_limits(cluster)
+    problems += _check_no_secrets(cluster.ansible_vars, ("ansible_vars",))
+    return problems
+
+
+_SECRET_NAME = re.compile(r"pass(word|wd)?$|secret|token|private_key|api_key", re.IGNORECASE)
+
+
+def _check_no_secrets(value: Any, loc: Loc) -> list[Problem]:
+    """Literal secrets in free-form variables would be rendered into group_vars/all.yml."""
+    problems: list[Problem] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            sub = (*loc, str(key))
+            if (
+                _SECRET_NAME.search(str(key))
+                and isinstance(item, str | int | float)
+                and "{{" not in str(item)
+            ):
+                problems.append(
+                    (
+                        sub,
+                        "a literal secret is not allowed in the spec; reference it, e.g. "
+                        "'{{ vault_name }}' or \"{{ lookup('env', 'NAME') }}\"",
+                    )
+                )
+            else:
+                problems += _check_no_secrets(item, sub)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            problems += _check_no_secrets(item, (*loc, i))
     return problems
 
 

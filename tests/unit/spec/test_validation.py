@@ -229,3 +229,14 @@ def test_bad_profile_name_points_at_the_key() -> None:
         f"c.yml:{line_of(text, 'Lab H100:')}:3: profiles.Lab H100: bad name 'Lab H100': "
         "must match ^[a-z0-9][a-z0-9._-]*$"
     )
+
+
+def test_literal_secret_in_ansible_vars_is_refused() -> None:
+    text = (
+        LAB
+        + "ansible_vars:\n  slurmdbd_db_password: hunter2\n  munge_key_token: '{{ vault_munge }}'\n"
+    )
+    (problem,) = problems_of(text)
+    assert problem.startswith(
+        f"c.yml:{line_of(text, 'hunter2')}:25: ansible_vars.slurmdbd_db_password: a literal secret"
+    )
