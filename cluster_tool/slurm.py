@@ -34,6 +34,12 @@ TERMINAL_STATES = frozenset(
 )
 
 
+_USABLE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING", "PLANNED"})
+_UNUSABLE_FLAGS = frozenset(
+    {"NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "REBOOT_ISSUED", "FAIL"}
+)
+
+
 class SlurmError(ClusterToolError):
     """A Slurm command failed; carries the command and what it said on stderr."""
 
@@ -85,6 +91,13 @@ class NodeState:
     def drained(self) -> bool:
         """Drained or draining: Slurm will not start new jobs there."""
         return "DRAIN" in self.flags or self.state in {"DRAINED", "DRAINING"}
+
+    @property
+    def usable(self) -> bool:
+        """Slurm would start a job here (now, or once the running ones end)."""
+        return (
+            self.state in _USABLE_STATES and not self.drained and not (self.flags & _UNUSABLE_FLAGS)
+        )
 
 
 def parse_sbatch_parsable(text: str) -> str:

@@ -26,6 +26,7 @@ gate_app = typer.Typer(
     invoke_without_command=True,
 )
 
+
 def _slurm() -> Slurm:
     """The real Slurm client commands; tests replace this with a fake that replays captures."""
     return SlurmCLI()
@@ -51,7 +52,11 @@ def _print_result(result: GateResult, json_out: bool) -> None:
         out.print(f"{f.severity.upper():7} {f.check:16} {where}: {f.message}")
     for line in result.drains.lines():
         out.print(line)
-    out.print(f"gate {result.report.status.upper()}")
+    summary = result.report.summary
+    out.print(
+        f"gate {result.report.status.upper()}: {summary.get('jobs', 0)} jobs, "
+        f"{summary.get('gpu_hours', 0)} GPU-hours"
+    )
 
 
 @gate_app.callback()
@@ -76,6 +81,13 @@ def gate(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what --drain would drain.")
     ] = False,
+    watchdog: Annotated[
+        float | None,
+        typer.Option("--watchdog", help="Cancel a job whose output is silent this long (s)."),
+    ] = None,
+    pending_timeout: Annotated[
+        float, typer.Option("--pending-timeout", help="Cancel a job still queued after (s).")
+    ] = 1800.0,
     poll_s: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 10.0,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
@@ -103,7 +115,8 @@ def gate(
         workdir=(workdir or Path("gate-runs") / time.strftime("%Y%m%dT%H%M%S")).resolve(),
         params=inputs.params,
         gpus_per_node=inputs.thresholds.profile.gpus_per_node,
-        watchdog_s=inputs.watchdog_s,
+        watchdog_s=watchdog if watchdog is not None else inputs.watchdog_s,
+        pending_s=pending_timeout,
         poll_s=poll_s,
     )
     options = GateOptions(

@@ -94,10 +94,41 @@ class _Ladder:
         self.rungs: dict[str, dict[str, Any]] = {}
         self._seen: set[tuple[str, str | None, str | None]] = set()
         self._round = 0
+        self.node_seconds = 0.0
+        self.jobs = 0
 
     def _run(self, jobs: list[GateJob]) -> list[JobOutcome]:
         runs = self.runner.run(jobs)
+        self.node_seconds += sum(r.node_seconds for r in runs)
+        self.jobs += len(runs)
         return [self._judge(r) for r in runs]
+
+    def preflight(self, nodes: list[str]) -> list[str]:
+        """Leave out nodes Slurm will not run jobs on; their jobs would only sit in the queue."""
+        states = {n.name: n for n in self.runner.slurm.node_states(nodes)}
+        usable: list[str] = []
+        for node in nodes:
+            st = states.get(node)
+            if st is not None and st.usable:
+                usable.append(node)
+                continue
+            observed = (
+                "not known to Slurm" if st is None else "+".join([st.state, *sorted(st.flags)])
+            )
+            if st is not None and st.reason:
+                observed += f" ({st.reason})"
+            self._add(
+                Finding(
+                    check="slurm.unavailable",
+                    severity="warning",
+                    node=node,
+                    expected="IDLE, MIXED or ALLOCATED",
+                    observed=observed,
+                    message=f"{node} left out of the gate: {observed}",
+                )
+            )
+        self.rungs["preflight"] = {"nodes": len(nodes), "usable": len(usable)}
+        return usable
 
     def _judge(self, run: JobRun) -> JobOutcome:
         outcome = evaluate_job(
@@ -251,7 +282,7 @@ def run_gate(
     if unknown:
         raise ValueError(f"unknown rung(s) {unknown}; rungs are {', '.join(RUNG_NAMES)}")
     ladder = _Ladder(runner, thresholds, params, topology or Topology(), opts)
-    admitted = list(nodes)
+    admitted = ladder.preflight(list(nodes))
     stopped: str | None = None
     if "single" in opts.rungs:
         admitted = ladder.single(admitted)
@@ -273,6 +304,12 @@ def run_gate(
         plan = apply_drains(plan, runner.slurm)
     report = Report.from_findings(
         ladder.findings,
-        {"nodes": len(nodes), "admitted": len(admitted), "drain": plan.lines()},
+        {
+            "nodes": len(nodes),
+            "admitted": len(admitted),
+            "jobs": ladder.jobs,
+            "gpu_hours": round(ladder.node_seconds * thresholds.profile.gpus_per_node / 3600, 2),
+            "drain": plan.lines(),
+        },
     )
     return GateResult(report, plan, ladder.rungs)

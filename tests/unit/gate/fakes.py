@@ -108,6 +108,7 @@ class ReplaySlurm:
     calls: list[list[str]] = field(default_factory=list)
     jobs: dict[str, _Job] = field(default_factory=dict)
     drained: dict[str, str] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
     next_id: int = 5000
 
     def __call__(self, argv: Sequence[str]) -> str:
@@ -126,7 +127,7 @@ class ReplaySlurm:
         if argv[:2] == ["scontrol", "update"]:
             return self._update(argv[2:])
         if argv[:3] == ["scontrol", "show", "node"]:
-            return self._show_nodes()
+            return self._show_nodes(argv[4] if len(argv) > 4 else None)
         raise AssertionError(f"unexpected command {argv}")
 
     def _sbatch(self, script: Path) -> str:
@@ -184,9 +185,15 @@ class ReplaySlurm:
                 self.drained.pop(node, None)
         return ""
 
-    def _show_nodes(self) -> str:
+    def _show_nodes(self, hostlist: str | None) -> str:
+        from ClusterShell.NodeSet import NodeSet
+
+        known = {n for j in self.jobs.values() for n in j.nodes} | set(self.drained)
         lines = []
-        for node in sorted({n for j in self.jobs.values() for n in j.nodes}):
+        for node in sorted(NodeSet(hostlist) if hostlist else known):
+            if node in self.down:
+                lines.append(f"NodeName={node} State=DOWN*+NOT_RESPONDING Reason=Not responding")
+                continue
             state = "IDLE+DRAIN" if node in self.drained else "IDLE"
             reason = (
                 f" Reason={self.drained[node]} [root@2024-11-29T12:32:05]"

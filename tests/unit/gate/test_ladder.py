@@ -68,9 +68,10 @@ def gate(
     tmp_path: Path,
     nodes: list[str],
     answer: Callable[[str, tuple[str, ...], str], str | None],
+    replay: ReplaySlurm | None = None,
     **options: object,
 ) -> tuple[GateResult, ReplaySlurm, FakeClock]:
-    replay = ReplaySlurm(answer)
+    replay = replay or ReplaySlurm(answer)
     clock = FakeClock()
     runner = SlurmRunner(
         slurm=SlurmCLI(run=replay),
@@ -186,3 +187,27 @@ def test_too_many_failures_drain_nothing_and_say_why(tmp_path: Path) -> None:
 def test_unknown_rung_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown rung"):
         gate(tmp_path, LAB, answers(), rungs=("pair",))
+
+
+def test_drained_and_down_nodes_are_left_out_before_any_job(tmp_path: Path) -> None:
+    replay = ReplaySlurm(answers(), drained={"gpu002": "reimage"}, down={"gpu004"})
+    result, replay, _ = gate(tmp_path, LAB, answers(), replay=replay, drain=True)
+    assert result.rungs["preflight"] == {"nodes": 4, "usable": 2}
+    left_out = {
+        f.node: f.observed for f in result.report.findings if f.check == "slurm.unavailable"
+    }
+    assert left_out == {
+        "gpu002": "IDLE+DRAIN (reimage)",
+        "gpu004": "DOWN+NOT_RESPONDING (Not responding)",
+    }
+    assert all(set(j.nodes) <= {"gpu001", "gpu003"} for j in replay.jobs.values())
+    assert result.report.status == "pass"  # warnings only: the two usable nodes are fine
+
+
+def test_second_run_after_a_drain_skips_the_drained_node(tmp_path: Path) -> None:
+    _, replay, _ = gate(tmp_path / "a", LAB, answers(slow={"gpu002": 0.45}), drain=True)
+    assert list(replay.drained) == ["gpu002"]
+    second, _, _ = gate(tmp_path / "b", LAB, answers(), replay=replay, rotation=1)
+    assert second.rungs["preflight"]["usable"] == 3
+    assert second.report.status == "pass"
+    assert second.report.summary["gpu_hours"] > 0
