@@ -36,7 +36,8 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     return problems
 
 
-_SECRET_NAME = re.compile(r"pass(word|wd)?$|secret|token|private_key|api_key", re.IGNORECASE)
+# Names that hold a secret themselves (`*_password`), not a path to one (`*_key_file`).
+_SECRET_NAME = re.compile(r"(^|_)(password|passwd|pass|secret|token|api_key)$", re.IGNORECASE)
 
 
 def _check_no_secrets(value: Any, loc: Loc) -> list[Problem]:
