@@ -232,10 +232,11 @@ def test_bad_profile_name_points_at_the_key() -> None:
 
 
 def test_literal_secret_in_ansible_vars_is_refused() -> None:
-    text = (
-        LAB
-        + "ansible_vars:\n  slurmdbd_db_password: hunter2\n  munge_key_token: '{{ vault_munge }}'\n"
-    text += "  ansible_ssh_private_key_file: /root/.ssh/id_ed25519\n"
+    text = LAB + (
+        "ansible_vars:\n"
+        "  slurmdbd_db_password: hunter2\n"
+        "  munge_key_token: '{{ vault_munge }}'\n"
+        "  ansible_ssh_private_key_file: /root/.ssh/id_ed25519\n"
     )
     (problem,) = problems_of(text)
     assert problem.startswith(
