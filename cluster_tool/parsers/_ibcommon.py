@@ -20,18 +20,26 @@ LANE_SPEED_NAMES: dict[float, str] = {
     212.5: "XDR",
 }
 
-# Effective data rate per lane (Gb/s) of each generation: 4X NDR = 400, 2X NDR = 200.
+# Per-lane rate of each generation as `ibstat` counts it in `Rate:` (4X QDR = 40, 4X FDR = 56,
+# 4X NDR = 400, 2X NDR = 200), so a link seen in ibnetdiscover compares with a host's ibstat.
 GENERATION_LANE_GBPS: dict[str, float] = {
-    "SDR": 2.0,
-    "DDR": 4.0,
-    "QDR": 8.0,
+    "SDR": 2.5,
+    "DDR": 5.0,
+    "QDR": 10.0,
     "FDR10": 10.0,
-    "FDR": 13.64,
+    "FDR": 14.0,
     "EDR": 25.0,
     "HDR": 50.0,
     "NDR": 100.0,
     "XDR": 200.0,
 }
+
+
+def link_rate_gbps(width: int | None, speed: str | None) -> float | None:
+    """The link rate `ibstat` would print for WIDTHxSPEED: (4, "NDR") -> 400.0."""
+    if width is None or speed is None or speed not in GENERATION_LANE_GBPS:
+        return None
+    return width * GENERATION_LANE_GBPS[speed]
 
 
 def normalize_guid(text: str) -> str:

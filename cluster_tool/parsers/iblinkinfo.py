@@ -9,7 +9,12 @@ import re
 from dataclasses import dataclass
 
 from cluster_tool.errors import ParseError
-from cluster_tool.parsers._ibcommon import LANE_SPEED_NAMES, normalize_guid, to_float
+from cluster_tool.parsers._ibcommon import (
+    LANE_SPEED_NAMES,
+    link_rate_gbps,
+    normalize_guid,
+    to_float,
+)
 from cluster_tool.parsers.base import parser
 
 __all__ = ["IbLinkInfoPort", "parse_iblinkinfo"]
@@ -44,6 +49,11 @@ class IbLinkInfoPort:
         if self.lane_speed_gbps is None:
             return None
         return LANE_SPEED_NAMES.get(self.lane_speed_gbps)
+
+    @property
+    def rate_gbps(self) -> float | None:
+        """The link rate as ibstat counts it: `4X 106.25 Gbps` is 400."""
+        return link_rate_gbps(self.width, self.speed)
 
     @property
     def is_up(self) -> bool:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from cluster_tool.errors import ParseError
-from cluster_tool.parsers._ibcommon import normalize_guid
+from cluster_tool.parsers._ibcommon import link_rate_gbps, normalize_guid
 from cluster_tool.parsers.base import parser
 
 __all__ = [
@@ -64,6 +64,11 @@ class FabricPort:
             return None
         return f"{self.width}x{self.speed}"
 
+    @property
+    def rate_gbps(self) -> float | None:
+        """The link rate as ibstat counts it: 400 for 4xNDR, 200 for 2xNDR."""
+        return link_rate_gbps(self.width, self.speed)
+
 
 @dataclass(frozen=True, slots=True)
 class FabricNode:
@@ -100,6 +105,11 @@ class CaUplink:
     switch_port: int
     width: int | None
     speed: str | None
+
+    @property
+    def rate_gbps(self) -> float | None:
+        """The link rate as ibstat counts it: 400 for 4xNDR, 200 for 2xNDR."""
+        return link_rate_gbps(self.width, self.speed)
 
     @property
     def host(self) -> str:

@@ -64,6 +64,8 @@ def test_ndr_lane_speeds_states_and_annotations() -> None:
     assert (ca.width, ca.lane_speed_gbps, ca.speed, ca.annotation) == (4, 106.25, "NDR", "")
     ndr200 = by[("gpu001 mlx5_3", 1)]
     assert (ndr200.width, ndr200.speed, ndr200.annotation) == (2, "NDR", "Could be 4X")
+    assert (ca.rate_gbps, ndr200.rate_gbps) == (400.0, 200.0)
+    assert by[("MF0;su1-leaf-r0:MQM9700/U1", 3)].rate_gbps is None  # down: no width
     leaf = "MF0;su1-leaf-r0:MQM9700/U1"
     assert by[(leaf, 2)].speed == "HDR" and by[(leaf, 2)].annotation == "Could be 106.25 Gbps"
     assert by[(leaf, 5)].lane_speed_gbps == 25.78125 and by[(leaf, 5)].speed == "EDR"

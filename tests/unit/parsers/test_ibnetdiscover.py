@@ -34,6 +34,7 @@ def test_qm9700_switch_with_ndr200_ports_and_redacted_guids() -> None:
     assert switch.guid == "0x9c05<redacted>" and switch.system_image_guid == "0x9c05<redacted>"
     assert [p.port for p in switch.ports] == [1, 2, 3, 4, 6]
     assert {p.link for p in switch.ports} == {"2xNDR"}
+    assert {p.rate_gbps for p in switch.ports} == {200.0}  # NDR200: what ibstatus shows
     assert [p.peer_lid for p in switch.ports] == [22, 27, 10, 12, 11]
     assert switch.ports[0].peer_description == "tj01-4090-node005 mlx5_2"
     assert switch.ports[0].peer_id == "H-b83f<redacted>" and switch.ports[0].peer_port == 1
@@ -102,6 +103,7 @@ def test_real_ibnetdiscover_against_ibsim() -> None:
     assert {(lk.width, lk.speed) for lk in links} == {(4, "HDR"), (1, "HDR"), (4, "QDR")}
     narrow = next(lk for lk in links if "gpu004 mlx5_0" in (lk.a_description, lk.b_description))
     assert (narrow.width, narrow.speed) == (1, "HDR")
+    assert slow.rate_gbps == 40.0 and uplinks["gpu001 mlx5_0"].rate_gbps == 200.0
 
 
 def test_ibsim_net_file_reads_as_a_fabric() -> None:
