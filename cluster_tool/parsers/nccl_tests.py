@@ -152,8 +152,8 @@ _BINARY = re.compile(
 _COLLECTIVE_LINE = re.compile(r"^#\s*(?:Collective test starting|Running):?\s*(\w+?)(?:_perf)?\s*$")
 _SETTINGS = re.compile(r"^#?\s*nThread\s")
 _RANK = re.compile(
-    r"^#\s+Rank\s+(\d{1,20})(?:\s+Group\s+(\d{1,20}))?(?:\s+Pid\s+(\d{1,20}))?\s+on\s+(\S+)\s+device\s+(\d{1,20})"
-    r"\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"^#\s+Rank\s+(\d{1,20})(?:\s+Group\s+(\d{1,20}))?(?:\s+Pid\s+(\d{1,20}))?"
+    r"\s+on\s+(\S+)\s+device\s+(\d{1,20})\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\b")
