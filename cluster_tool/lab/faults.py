@@ -224,9 +224,14 @@ def slow_node(data: dict[str, Any], node: str, factor: str | float) -> list[tupl
 
 
 def module_missing(data: dict[str, Any], node: str, module: str) -> list[tuple[Path_, Any]]:
-    """A kernel module the driver stack should load is missing (nvidia_peermem: no GPUDirect
-    RDMA)."""
+    """A kernel module the driver stack should load is missing (nvidia_peermem: GPUDirect
+    RDMA the peermem way). `dmabuf` names the other way, the kernel's dma-buf support for
+    GPU memory (a kernel feature, not a module): NCCL uses GPUDirect while either works."""
     n = _node_index(data, node)
+    if module == "dmabuf":
+        if data["nodes"][n].get("dmabuf", True) is False:
+            raise FaultError(f"{node} has no dma-buf support already")
+        return [(("nodes", n, "dmabuf"), False)]
     modules = list(data["nodes"][n].get("modules", DEFAULT_MODULES))
     if module not in modules:
         raise FaultError(f"{node} has no module {module!r} loaded; loaded: {', '.join(modules)}")

@@ -8,11 +8,13 @@ only: the simulator packages install this package under /usr/lib/cluster-tool-la
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 from . import nccl_tests
 from .hw import NodeHardware, load_model, node_down, node_hardware
+from .kernel_state import MODULE_SIZES, MODULE_USERS, loaded_dir, loaded_modules, publish
 from .render_dcgmi import diag_failed, render_diag, render_kernel_log
 from .render_smi import (
     QueryError,
@@ -29,18 +32,6 @@ from .render_smi import (
     render_query_csv,
     render_topo,
 )
-
-# Modules a `modprobe` in the node has loaded (node-local tmpfs: gone after a reboot, as the
-# real ones are).
-LOADED_DIR = Path("/run/cluster-tool-lab/modules")
-# Sizes lsmod shows for the simulated modules (those of driver 550 on x86_64).
-MODULE_SIZES = {
-    "nvidia": 8_646_656,
-    "nvidia_uvm": 4_943_872,
-    "nvidia_modeset": 1_421_312,
-    "nvidia_peermem": 16_384,
-}
-MODULE_USERS = {"nvidia": ["nvidia_uvm", "nvidia_peermem", "nvidia_modeset"]}
 
 _NO_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
@@ -199,18 +190,9 @@ def dmesg(argv: list[str], model: dict[str, Any], host: str) -> Result:
     return Result(render_kernel_log(hw, style, host))
 
 
-def _loaded_modules(hw: NodeHardware | None) -> list[str]:
-    """Simulated modules loaded in this node: modprobed (or loaded at boot by the driver
-    package) and still present in the model (module-missing takes one away)."""
-    if hw is None:
-        return []
-    loaded = {p.name for p in LOADED_DIR.iterdir()} if LOADED_DIR.is_dir() else set()
-    return [m for m in MODULE_SIZES if m in loaded and m in hw.modules]
-
-
 def lsmod(argv: list[str], model: dict[str, Any], host: str) -> Result:
     """`lsmod`: the kernel's modules (from /proc/modules) plus the simulated NVIDIA ones."""
-    loaded = _loaded_modules(_hardware(model, host))
+    loaded = loaded_modules(_hardware(model, host))
     lines = ["Module                  Size  Used by"]
     for m in loaded:
         users = [u for u in MODULE_USERS.get(m, []) if u in loaded]
@@ -246,15 +228,39 @@ def modprobe(argv: list[str], model: dict[str, Any], host: str) -> Result:
                 1,
                 f"modprobe: FATAL: Module {name} not found in directory /lib/modules/{release}\n",
             )
-        LOADED_DIR.mkdir(parents=True, exist_ok=True)
-        marker = LOADED_DIR / name
+        marks = loaded_dir()
+        marks.mkdir(parents=True, exist_ok=True)
         if remove:
-            marker.unlink(missing_ok=True)
+            (marks / name).unlink(missing_ok=True)
         else:
             # Loading a module loads what it depends on (nvidia under nvidia_peermem).
             for dep in ("nvidia", name):
-                (LOADED_DIR / dep).touch()
+                (marks / dep).touch()
+    publish(hw)
     return Result("")
+
+
+def persistenced(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """The simulated nvidia-persistenced: keeps the node's /proc/driver and /sys/module views
+    in step with the lab model (a module-missing fault unloads the module) until stopped."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        # The model is replaced atomically; a read that fails is retried next round.
+        with contextlib.suppress(OSError, ValueError):
+            publish(_hardware(load_model(), host))
+        time.sleep(2)
+
+
+def idle_daemon(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """A service the simulated hardware does not need (fabric manager, DCGM host engine): it
+    only has to run, answer `status` and stop, the way the roles drive it."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        time.sleep(3600)
 
 
 TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
@@ -263,6 +269,9 @@ TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "dmesg": dmesg,
     "lsmod": lsmod,
     "modprobe": modprobe,
+    "nvidia-persistenced": persistenced,
+    "nv-fabricmanager": idle_daemon,
+    "nv-hostengine": idle_daemon,
 }
 
 
@@ -281,7 +290,11 @@ def main(tool: str, argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         sys.stderr.write(f"{tool}: cannot read the lab model: {e}\n")
         return 9 if tool == "nvidia-smi" else 1
-    result = TOOLS[tool](argv, model, hostname())
+    host = hostname()
+    if tool != "nvidia-persistenced":
+        # Every tool call also brings the node's module view up to date with the model.
+        publish(_hardware(model, host))
+    result = TOOLS[tool](argv, model, host)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.exit_code

@@ -429,10 +429,6 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
         "boot_time",
     )
     extras = {k: node[k] for k in known if k in node}
-    # The lab's nodes run the host's kernel without the NVIDIA dma-buf path: GPUDirect RDMA
-    # rests on nvidia_peermem alone, so a missing module shows in NCCL as it would on a
-    # pre-5.12 kernel.
-    extras.setdefault("dmabuf", False)
     nics = [Nic(**n) for n in node.get("other_nics", [])]
     return NodeHardware(name=name, gpus=gpus, hcas=hcas, other_nics=nics, **extras)
 

@@ -54,7 +54,7 @@ class SimPackage:
     summary: str
     # Executables: path in the node -> simulated tool name (the dispatch key in sim.cli).
     tools: dict[str, str] = field(default_factory=dict)
-    # Init scripts: service name -> the simulated daemon's command line.
+    # Init scripts: service name -> the simulated daemon's executable (a tool in `tools`).
     services: dict[str, str] = field(default_factory=dict)
     # Plain files: path in the node -> content.
     files: dict[str, str] = field(default_factory=dict)
@@ -63,15 +63,6 @@ class SimPackage:
 
 
 _NCCL_TESTS = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf")
-
-_DAEMON = """#!/usr/bin/python3
-# cluster-tool lab: stands in for {name}; the simulated hardware needs no daemon, the
-# service only has to run the way the roles start, check and stop it.
-import signal, sys, time
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-while True:
-    time.sleep(3600)
-"""
 
 _INIT = """#!/bin/sh
 ### BEGIN INIT INFO
@@ -127,7 +118,11 @@ are the host's. The convention (documented in cluster_tool/lab/sim/README.md):
   other modules go to the real /usr/sbin/modprobe;
 - /usr/local/sbin/lsmod lists the simulated modules that are loaded and that the lab's
   hardware model still has (a module-missing fault takes one away), then the kernel's;
-- /usr/local/bin/dmesg shows the node's simulated kernel log (driver load lines, Xids).
+- /usr/local/bin/dmesg shows the node's simulated kernel log (driver load lines, Xids);
+- the loaded modules show in /proc/driver/nvidia/version and /sys/module/<module>/: the
+  simulated tools bind-mount a tree kept under /run/cluster-tool-lab/kernel/ over
+  /proc/driver and /sys/module in the node's own mount namespace, and the simulated
+  nvidia-persistenced keeps it in step with the lab model.
 """
 
 
@@ -157,13 +152,17 @@ def _packages() -> list[SimPackage]:
         ),
         SimPackage(
             "nvidia-persistenced",
-            "NVIDIA persistence daemon (simulated)",
+            "NVIDIA persistence daemon (simulated: keeps the module view in step with the lab)",
+            tools={"usr/bin/nvidia-persistenced": "nvidia-persistenced"},
             services={"nvidia-persistenced": "/usr/bin/nvidia-persistenced"},
+            carries_simulator=True,
         ),
         SimPackage(
             f"nvidia-fabricmanager-{DRIVER_BRANCH}",
             "NVIDIA NVSwitch fabric manager (simulated)",
+            tools={"usr/bin/nv-fabricmanager": "nv-fabricmanager"},
             services={"nvidia-fabricmanager": "/usr/bin/nv-fabricmanager"},
+            carries_simulator=True,
         ),
         SimPackage(
             f"libnvidia-nscq-{DRIVER_BRANCH}",
@@ -172,7 +171,7 @@ def _packages() -> list[SimPackage]:
         SimPackage(
             "datacenter-gpu-manager",
             "NVIDIA DCGM: dcgmi diag (simulated) and nv-hostengine",
-            tools={"usr/bin/dcgmi": "dcgmi"},
+            tools={"usr/bin/dcgmi": "dcgmi", "usr/bin/nv-hostengine": "nv-hostengine"},
             services={"nvidia-dcgm": "/usr/bin/nv-hostengine"},
             carries_simulator=True,
         ),
@@ -238,7 +237,6 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
         text = _WRAPPER.format(tool=tool, lib=lib, pkg=VENDORED_AS, depth=depth)
         _write(root / path, text, 0o755)
     for service, daemon in pkg.services.items():
-        _write(root / daemon.lstrip("/"), _DAEMON.format(name=daemon.rsplit("/", 1)[1]), 0o755)
         _write(
             root / "etc" / "init.d" / service, _INIT.format(service=service, daemon=daemon), 0o755
         )

@@ -179,6 +179,10 @@ def test_module_missing_turns_gdr_off(model: dict[str, Any]) -> None:
     args = ["-b", "8M", "-e", "8M"]
     assert "/GDRDMA" in run("all_reduce", args, env, model, "gpu001", 1).stdout
     inject(model, "module-missing", "gpu002", "nvidia_peermem")
+    # dma-buf still carries GPUDirect RDMA (the roles' default mode)...
+    assert "/GDRDMA" in run("all_reduce", args, env, model, "gpu001", 1).stdout
+    # ...until it goes too.
+    inject(model, "module-missing", "gpu002", "dmabuf")
     out = run("all_reduce", args, env, model, "gpu001", 1).stdout
     assert "/GDRDMA" not in out and "via NET/IB/0" in out
 

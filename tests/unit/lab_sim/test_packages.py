@@ -84,7 +84,14 @@ def _tool(
     root: Path, path: str, args: list[str], model: Path, node: str = "gpu001", **env: str
 ) -> subprocess.CompletedProcess[str]:
     # The system python3 with no site packages: what a bare lab node has.
-    clean = {"PATH": "/usr/bin:/bin", "LAB_MODEL": str(model), "LAB_NODE": node, **env}
+    clean = {
+        "PATH": "/usr/bin:/bin",
+        "LAB_MODEL": str(model),
+        "LAB_NODE": node,
+        "LAB_RUN_DIR": str(model.parent / "run"),
+        "LAB_MOUNT_KERNEL_VIEW": "0",
+        **env,
+    }
     return subprocess.run(
         ["/usr/bin/python3", "-S", "-I", str(root / path), *args],
         capture_output=True,
@@ -164,3 +171,45 @@ def test_dpkg_unpacks_every_package_into_one_root(debs: dict[str, Path], tmp_pat
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "usr" / "bin" / "nvidia-smi").is_file()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting over /proc/driver needs root")
+def test_modprobe_shows_modules_where_the_roles_look(root: Path, tmp_path: Path) -> None:
+    """In a private mount namespace (as in a lab node): after the simulated modprobe,
+    /proc/driver/nvidia/version and /sys/module/nvidia_peermem exist; a module-missing fault
+    in the model makes nvidia_peermem vanish at the next tool call."""
+    model = _model(tmp_path)
+    faulted = json.loads(model.read_text())
+    inject(faulted, "module-missing", "gpu001", "nvidia_peermem")
+    (tmp_path / "faulted.json").write_text(json.dumps(faulted))
+    py = "/usr/bin/python3 -S -I"
+    script = f"""
+set -e
+{py} {root}/usr/local/sbin/modprobe nvidia_peermem
+cat /proc/driver/nvidia/version
+test -e /sys/module/nvidia_peermem/initstate && echo PEERMEM-LOADED
+cat /sys/module/nvidia/version
+{py} {root}/usr/local/sbin/lsmod | head -3
+cp {tmp_path}/faulted.json {model}
+{py} {root}/usr/local/sbin/lsmod >/dev/null
+test -e /sys/module/nvidia_peermem || echo PEERMEM-GONE
+"""
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "LAB_MODEL": str(model),
+        "LAB_NODE": "gpu001",
+        "LAB_RUN_DIR": str(tmp_path / "run"),
+        "LAB_MOUNT_KERNEL_VIEW": "1",
+    }
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert out[0].startswith("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.08")
+    assert "PEERMEM-LOADED" in out and "550.127.08" in out
+    assert out[out.index("550.127.08") + 1] == "Module                  Size  Used by"
+    assert out[out.index("550.127.08") + 2] == "nvidia               8646656  1 nvidia_peermem"
+    assert out[-1] == "PEERMEM-GONE"
+    # The host's own /sys/module was never touched.
+    assert not Path("/proc/driver/nvidia").exists()

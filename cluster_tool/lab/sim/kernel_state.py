@@ -1,0 +1,142 @@
+"""What the loaded NVIDIA modules show in /proc and /sys inside a lab node, where the roles and
+checks look for them: /proc/driver/nvidia/version (the module flavour and version) and
+/sys/module/<module>/ (loaded or not).
+
+A lab node shares the host's kernel, and /proc and /sys are the host's. Inside its own mount
+namespace the node may mount over them, so the simulated `modprobe` keeps a small tree under
+/run/cluster-tool-lab/kernel/ (tmpfs: gone at reboot, as loaded modules are) and bind-mounts
+it over /proc/driver and /sys/module. Every simulated tool, and the simulated
+nvidia-persistenced every few seconds, rewrites the tree from the lab model, so a
+module-missing fault shows there too. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from .hw import NodeHardware
+
+RUN_DIR = Path(os.environ.get("LAB_RUN_DIR", "/run/cluster-tool-lab"))
+# Sizes the simulated modules report (those of driver 550 on x86_64).
+MODULE_SIZES = {
+    "nvidia": 8_646_656,
+    "nvidia_uvm": 4_943_872,
+    "nvidia_modeset": 1_421_312,
+    "nvidia_peermem": 16_384,
+}
+# Which loaded modules hold a reference on which.
+MODULE_USERS = {"nvidia": ["nvidia_uvm", "nvidia_peermem", "nvidia_modeset"]}
+# Where the tree is shown: mount point -> subdirectory of the kernel tree.
+MOUNTS = {"/proc/driver": "proc-driver", "/sys/module": "sys-module"}
+
+
+def loaded_dir(run_dir: Path | None = None) -> Path:
+    return (run_dir or RUN_DIR) / "modules"
+
+
+def loaded_modules(hw: NodeHardware | None, run_dir: Path | None = None) -> list[str]:
+    """Simulated modules loaded in this node: modprobed since boot and still in the model."""
+    if hw is None:
+        return []
+    where = loaded_dir(run_dir)
+    marked = {p.name for p in where.iterdir()} if where.is_dir() else set()
+    return [m for m in MODULE_SIZES if m in marked and m in hw.modules]
+
+
+def kernel_files(hw: NodeHardware, loaded: list[str]) -> dict[str, str]:
+    """Relative path -> content of the /proc/driver and /sys/module views of `loaded`."""
+    files: dict[str, str] = {}
+    if "nvidia" in loaded:
+        files["proc-driver/nvidia/version"] = (
+            f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {hw.driver_version}  "
+            "Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Oct 10 22:10:44 UTC 2024\n"
+            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n"
+        )
+        for gpu in hw.present_gpus():
+            files[f"proc-driver/nvidia/gpus/{gpu.bus_id[4:].lower()}/information"] = (
+                f"Model: \t\t {gpu.spec.name}\nIRQ:   \t\t 0\nGPU UUID: \t {gpu.uuid}\n"
+                f"Video BIOS: \t {gpu.spec.vbios.lower()}\nBus Type: \t PCIe\n"
+                f"DMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
+                f"Bus Location: \t {gpu.bus_id[4:].lower()}\nDevice Minor: \t {gpu.minor}\n"
+                "GPU Excluded:\t No\n"
+            )
+    for module in loaded:
+        users = [u for u in MODULE_USERS.get(module, []) if u in loaded]
+        base = f"sys-module/{module}"
+        files[f"{base}/initstate"] = "live\n"
+        files[f"{base}/refcnt"] = f"{len(users)}\n"
+        files[f"{base}/coresize"] = f"{MODULE_SIZES[module]}\n"
+        files[f"{base}/taint"] = "OE\n"
+        if module.startswith("nvidia"):
+            files[f"{base}/version"] = f"{hw.driver_version}\n"
+    return files
+
+
+def write_tree(hw: NodeHardware, loaded: list[str], root: Path) -> None:
+    """Bring `root` in line with `kernel_files`, in place: the directories stay the same
+    inodes, so bind mounts of them see every change."""
+    wanted = kernel_files(hw, loaded)
+    for sub in MOUNTS.values():
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for rel, text in wanted.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text() != text:
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+    keep = {root / rel for rel in wanted}
+    keep |= {parent for rel in wanted for parent in (root / rel).parents}
+    for sub in MOUNTS.values():
+        for dirpath, dirnames, filenames in os.walk(root / sub, topdown=False):
+            for name in filenames:
+                if Path(dirpath, name) not in keep:
+                    Path(dirpath, name).unlink()
+            for name in dirnames:
+                if Path(dirpath, name) not in keep:
+                    Path(dirpath, name).rmdir()
+
+
+def _mounted(point: str) -> bool:
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.split()[4] == point for line in lines if len(line.split()) > 4)
+
+
+def in_lab_node() -> bool:
+    """Whether this process runs inside a lab node (the lab bind-mounts its model there), the
+    only place the kernel view may be mounted. LAB_MOUNT_KERNEL_VIEW=1/0 forces it."""
+    forced = os.environ.get("LAB_MOUNT_KERNEL_VIEW")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return "LAB_MODEL" not in os.environ and Path("/run/lab-model/model.json").is_file()
+
+
+def publish(
+    hw: NodeHardware | None, run_dir: Path | None = None, mount: bool | None = None
+) -> None:
+    """Rewrite the kernel tree from the model and, once per boot, mount it where the tools
+    look (only inside a lab node unless `mount` says otherwise). Best effort: a tool must
+    still answer where mounting is not allowed."""
+    if hw is None:
+        return
+    if mount is None:
+        mount = in_lab_node()
+    root = (run_dir or RUN_DIR) / "kernel"
+    try:
+        write_tree(hw, loaded_modules(hw, run_dir), root)
+    except OSError:
+        return
+    if not mount:
+        return
+    for point, sub in MOUNTS.items():
+        if os.path.isdir(point) and not _mounted(point):
+            subprocess.run(
+                ["mount", "--bind", str(root / sub), point],
+                capture_output=True,
+                check=False,
+            )
