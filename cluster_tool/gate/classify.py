@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Literal
 
 from cluster_tool.findings import Finding
 
@@ -82,6 +83,8 @@ _KINDS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
 # NCCL's line prefix: `gpu003:12345:12400 [3] NCCL WARN ...`.
 _PREFIX = re.compile(r"^\s*(?P<host>[A-Za-z0-9][\w.-]*):\d+:\d+\s+\[\d+\]")
 _SRUN_HOST = re.compile(r"srun: error: (?P<host>[A-Za-z0-9][\w.-]*): task")
+# nccl-tests' own failure lines: `gpu001: Test NCCL failure common.cu:1005 '...'`.
+_TEST_HOST = re.compile(r"^\s*(?:\.\.\s+)?(?P<host>[A-Za-z0-9][\w.-]*)(?: pid \d+)?: Test ")
 # Consequences, not causes: a task that exited after an NCCL error, or a step we cancelled.
 _AFTERMATH = re.compile(
     r"srun: error: .*(?:Exited with exit code|Killed|Terminated)|srun: Job step aborted|"
@@ -103,7 +106,7 @@ class ErrorLine:
 
 
 def _host_of(line: str) -> str | None:
-    m = _PREFIX.match(line) or _SRUN_HOST.search(line)
+    m = _PREFIX.match(line) or _SRUN_HOST.search(line) or _TEST_HOST.match(line)
     return m.group("host") if m else None
 
 
@@ -154,7 +157,13 @@ def gdr_use(text: str) -> dict[str, GdrUse]:
 
 
 def error_findings(errors: list[ErrorLine], job_nodes: tuple[str, ...]) -> list[Finding]:
-    """One finding per kind and host (the first line as evidence), not one per repeated line."""
+    """One finding per kind and host (the first line as evidence), not one per repeated line.
+
+    In a one-node job the host is the culprit (error). Across nodes the host is only where
+    the error was seen (the peer of a bad HCA reports the completion error too), so these
+    are info: localisation decides whom to blame.
+    """
+    severity: Literal["error", "info"] = "error" if len(job_nodes) == 1 else "info"
     seen: dict[tuple[str, str | None], tuple[ErrorLine, int]] = {}
     for e in errors:
         host = e.host if e.host in job_nodes else None
@@ -168,7 +177,7 @@ def error_findings(errors: list[ErrorLine], job_nodes: tuple[str, ...]) -> list[
         findings.append(
             Finding(
                 check=check,
-                severity="error",
+                severity=severity,
                 node=host,
                 component=None,
                 expected="no errors",

@@ -7,7 +7,7 @@ measured with, so `sinfo -R` alone tells the next person why the node is out:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cluster_tool.findings import Finding
@@ -19,10 +19,6 @@ from cluster_tool.slurm import Slurm
 REASON_PREFIX = "cluster-tool gate:"
 # Slurm keeps reasons short in `sinfo` columns; scontrol accepts more, but nobody reads it.
 _REASON_MAX = 200
-# Checks whose error findings put a node out of service.
-DRAINING_CHECKS = frozenset(
-    {"nccl.pair", "nccl.single", "nccl.rail", "nccl.hang", "nccl.wrong", "nccl.ib", "nccl.cuda"}
-)
 
 
 def _gbs(value: float | None) -> str:
@@ -192,15 +188,3 @@ def apply_drains(plan: DrainPlan, slurm: Slurm) -> DrainPlan:
         slurm.drain(nodes, reason)
     plan.applied = True
     return plan
-
-
-def node_findings_from_mapping(failures: Mapping[str, Finding]) -> list[NodeVerdict]:
-    """Single-node failures name their node directly: no pairing needed."""
-    return [
-        NodeVerdict(
-            node,
-            f,
-            drain_reason(f.check, f.observed or f.message, []),
-        )
-        for node, f in sorted(failures.items())
-    ]

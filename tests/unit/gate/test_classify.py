@@ -20,7 +20,7 @@ def test_error_lines_are_classified_by_kind_with_their_host() -> None:
         ("nccl.cuda", "gpu003"),
         ("nccl.transport", "gpu004"),
         ("nccl.transport", "gpu004"),
-        ("nccl.transport", None),
+        ("nccl.transport", "gpu001"),
         ("nccl.launch", None),
         ("nccl.abort", None),
     ]
@@ -69,3 +69,11 @@ def test_socket_transport_counts_as_no_gdr() -> None:
     text = "gpu005:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/Socket/0\n"
     (f,) = gdr_findings(gdr_use(text))
     assert f.node == "gpu005" and "over sockets" in f.observed
+
+
+def test_errors_blame_the_host_only_in_a_one_node_job() -> None:
+    errors = classify_errors("gpu003:1:1 [1] NCCL WARN Cuda failure 'out of memory'\n")
+    (alone,) = error_findings(errors, ("gpu003",))
+    (paired,) = error_findings(errors, ("gpu003", "gpu007"))
+    assert (alone.severity, paired.severity) == ("error", "info")
+    assert alone.node == paired.node == "gpu003"

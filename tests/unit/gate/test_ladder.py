@@ -211,3 +211,23 @@ def test_second_run_after_a_drain_skips_the_drained_node(tmp_path: Path) -> None
     assert second.rungs["preflight"]["usable"] == 3
     assert second.report.status == "pass"
     assert second.report.summary["gpu_hours"] > 0
+
+
+def test_ib_errors_seen_on_the_healthy_peer_blame_only_the_bad_node(tmp_path: Path) -> None:
+    def answer(name: str, nodes: tuple[str, ...], label: str) -> str | None:
+        if "gpu002" not in nodes:
+            return answers()(name, nodes, label)
+        peer = next(n for n in nodes if n != "gpu002")
+        return scaled_output(PAIR, 1.0, cut_after=8) + (
+            f"{peer}:4001:4018 [5] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion "
+            "from peer 10.77.0.12<52345> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+            f"{peer}: Test NCCL failure common.cu:1005 'unhandled system error'\n"
+        )
+
+    result, replay, _ = gate(tmp_path, LAB, answer, rungs=("pairs",), drain=True)
+    errors = [(f.check, f.node) for f in result.report.findings if f.severity == "error"]
+    assert errors == [("nccl.ib", "gpu002")]
+    seen = {f.node for f in result.report.findings if f.severity == "info"}
+    assert seen == {"gpu001", "gpu003"}  # where the errors were printed: evidence only
+    assert list(replay.drained) == ["gpu002"]
+    assert replay.drained["gpu002"].startswith("cluster-tool gate: nccl.ib did not finish")
