@@ -125,9 +125,9 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
             return result
         # A record that is incomplete or has dead processes is a crashed lab.
         _teardown(config, state)
+        _check_addresses_free(config)
         plan = load_plan(spec_path, config.inventory_dir)
         _check_plan(config, plan)
-        _check_addresses_free(config)
         base = ensure_base(config)
         repo.ensure_repo(config, base)
         try:

@@ -1,0 +1,148 @@
+"""The session-wide lab: brought up once for every test in tests/lab/, torn down (and checked
+clean) at the end.
+
+Tests use the `lab` fixture (a `LabHandle`): `lab.ssh(node, command)`, `lab.config`,
+`lab.status`, `lab.inventory`, `lab.ssh_config`, `lab.ibsim(command)`. The test lab runs on
+its own bridge, prefix and subnet (10.79.0.0/24), so a demo lab can run beside it.
+Needs root: skipped locally without it, a failure on CI (env CI set).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+TEST_SUBNET = "10.79.0"
+TEST_PREFIX = "ctt"
+TEST_BRIDGE = "cttlab0"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Everything under tests/lab/ runs against the emulated cluster.
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.lab)
+
+
+def require_root() -> None:
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("CI"):
+        pytest.fail("lab tests need root; CI must run them as root")
+    pytest.skip("lab tests need root (namespaces, mounts, a bridge)")
+
+
+def lab_spec(dest: Path) -> Path:
+    """examples/lab.yml moved onto the test subnet (same cluster, other addresses)."""
+    data = yaml.safe_load((REPO / "examples" / "lab.yml").read_text())
+    text = yaml.safe_dump(data, sort_keys=False).replace("10.77.0.", f"{TEST_SUBNET}.")
+    spec = dest / "lab.yml"
+    spec.write_text(text)
+    return spec
+
+
+@dataclass
+class LabHandle:
+    """A running lab as tests see it."""
+
+    config: object
+    spec: Path
+    status: object
+
+    @property
+    def ssh_config(self) -> Path:
+        return Path(self.status.ssh_config)  # type: ignore[attr-defined]
+
+    @property
+    def inventory(self) -> Path:
+        return Path(self.status.inventory)  # type: ignore[attr-defined]
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.status.nodes]  # type: ignore[attr-defined]
+
+    def ssh(
+        self, node: str, command: str, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a shell command on a node by name; never raises, check `.returncode`."""
+        return subprocess.run(
+            ["ssh", "-F", str(self.ssh_config), node, command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def ibsim(self, command: str) -> str:
+        """Send one ibsim console command (e.g. `Unlink "gpu002 mlx5_3"[1]`)."""
+        from cluster_tool.lab import fabric
+
+        return fabric.send_command(self.config, command)  # type: ignore[arg-type]
+
+
+def leftovers(config: object) -> list[str]:
+    """Host objects of a lab that should not exist after `lab down`."""
+    from cluster_tool.lab.nodes import host_cgroup_hierarchies
+
+    prefix = config.prefix  # type: ignore[attr-defined]
+    found: list[str] = []
+    netns = Path("/run/netns")
+    if netns.is_dir():
+        found += [f"netns {p.name}" for p in netns.iterdir() if p.name.startswith(f"{prefix}-")]
+    for link in Path("/sys/class/net").iterdir():
+        if link.name.startswith(prefix):
+            found.append(f"link {link.name}")
+    for h in host_cgroup_hierarchies(config.cgroup_name):  # type: ignore[attr-defined]
+        if Path(h.lab_path).exists():
+            found.append(f"cgroup {h.lab_path}")
+    lab_dir = str(config.lab_dir)  # type: ignore[attr-defined]
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        if lab_dir in line:
+            found.append(f"mount {line.split()[4]}")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if lab_dir in cmdline or lab_dir.encode() in environ:
+            found.append(f"process {proc.name}: {cmdline[:80]}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
+    """Head + 4 GPU nodes, up once per session; down and checked clean at the end."""
+    require_root()
+    import ipaddress
+
+    from cluster_tool.lab import lifecycle
+    from cluster_tool.lab.config import LabConfig
+
+    root = tmp_path_factory.mktemp("lab")
+    config = LabConfig.from_env(
+        lab_dir=root / "lab",
+        prefix=TEST_PREFIX,
+        bridge=TEST_BRIDGE,
+        subnet=ipaddress.IPv4Network(f"{TEST_SUBNET}.0/24"),
+    )
+    spec = lab_spec(root)
+    lifecycle.down(config)  # a crashed earlier run of this very test lab
+    status = lifecycle.up(config, spec)
+    try:
+        yield LabHandle(config=config, spec=spec, status=status)
+    finally:
+        lifecycle.down(config)
+    left = leftovers(config)
+    assert not left, f"lab down left these behind: {left}"

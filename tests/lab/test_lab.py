@@ -1,0 +1,235 @@
+"""The lab itself, end to end: nodes by name, the package repository, the real fabric tools
+against ibsim (with a cut cable), a Redfish re-image, idempotent `up`, and clean errors."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.lab import fabric, lifecycle
+from cluster_tool.lab.config import LabConfig
+from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
+from cluster_tool.render.plan import read_cabling_csv, read_switch_links_csv
+from tests.conftest import REPO
+from tests.lab.conftest import LabHandle, leftovers, require_root
+
+CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
+
+
+def test_every_node_is_reachable_over_ssh_by_name(lab: LabHandle) -> None:
+    assert lab.node_names == ["head", "gpu001", "gpu002", "gpu003", "gpu004"]
+    for name in lab.node_names:
+        result = lab.ssh(name, "hostname; test -x /usr/sbin/sshd && python3 -c 'print(42)'")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [name, "42"]
+
+
+def test_nodes_start_bare(lab: LabHandle) -> None:
+    # Nothing the roles install is there before they run.
+    result = lab.ssh("gpu003", "dpkg-query -W -f='${Status}' slurmd munge 2>&1; true")
+    assert "install ok installed" not in result.stdout
+
+
+def test_ansible_reaches_every_node_through_the_lab_inventory(lab: LabHandle) -> None:
+    ansible = REPO / ".venv" / "bin" / "ansible"
+    env = {
+        **os.environ,
+        "ANSIBLE_HOST_KEY_CHECKING": "False",
+        "PATH": f"{ansible.parent}:/usr/bin:/bin",
+    }
+    result = subprocess.run(
+        [str(ansible), "all", "-i", str(lab.inventory / "hosts.yml"), "-m", "ansible.builtin.ping"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in lab.node_names:
+        assert f"{name} | SUCCESS" in result.stdout
+
+
+def test_apt_get_install_from_the_lab_repository(lab: LabHandle) -> None:
+    result = lab.ssh(
+        "gpu004",
+        "apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq -y install jq >/dev/null "
+        "&& echo '{\"rail\": 3}' | jq .rail && apt-cache policy jq | grep -c "
+        + lab.status.repo_url.removeprefix("http://").rstrip("/"),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[:2] == ["3", "1"]
+
+
+def _head_fabric(lab: LabHandle):  # type: ignore[no-untyped-def]
+    result = lab.ssh("head", "ibnetdiscover", timeout=90)
+    assert result.returncode == 0, result.stderr
+    return parse_ibnetdiscover(result.stdout)
+
+
+def test_ibnetdiscover_on_the_head_shows_every_hca_on_its_planned_leaf_port(lab: LabHandle) -> None:
+    plan = read_cabling_csv(lab.inventory / "cabling.csv")
+    assert len(plan) == 32
+    found = {u.ca_description: u for u in _head_fabric(lab).ca_uplinks()}
+    assert len(found) == len(plan)
+    for row in plan:
+        uplink = found[f"{row.node} {row.hca}"]
+        assert uplink.switch_description == f"MF0;{row.leaf}:MQM8700/U1"
+        assert uplink.switch_port == row.leaf_port
+        assert (uplink.width, uplink.speed) == (4, "HDR")
+
+
+def test_ibnetdiscover_shows_the_planned_spine_links(lab: LabHandle) -> None:
+    links = read_switch_links_csv(lab.inventory / "switch-links.csv")
+    ports = {
+        (p.switch_description, p.port): (p.peer_description, p.peer_port)
+        for p in _head_fabric(lab).switch_ports()
+    }
+    for link in links:
+        peer = ports[(f"MF0;{link.leaf}:MQM8700/U1", link.leaf_port)]
+        assert peer == (f"MF0;{link.spine}:MQM8700/U1", link.spine_port)
+
+
+def test_an_unlinked_cable_disappears_from_ibnetdiscover_and_relink_restores_it(
+    lab: LabHandle,
+) -> None:
+    config = lab.config
+    fabric.unlink_hca(config, "gpu002", "mlx5_3")  # type: ignore[arg-type]
+    try:
+        cut = {u.ca_description for u in _head_fabric(lab).ca_uplinks()}
+        assert "gpu002 mlx5_3" not in cut
+        assert "gpu002 mlx5_4" in cut and len(cut) == 31
+    finally:
+        fabric.relink_hca(config, "gpu002", "mlx5_3")  # type: ignore[arg-type]
+    deadline = time.monotonic() + 30
+    while True:
+        back = {u.ca_description: u for u in _head_fabric(lab).ca_uplinks()}
+        if "gpu002 mlx5_3" in back or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert back["gpu002 mlx5_3"].switch_port == 2
+
+
+def test_fabric_diags_run_on_the_head(lab: LabHandle) -> None:
+    result = lab.ssh("head", "iblinkinfo >/dev/null && perfquery && ibqueryerrors", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "SymbolErrorCounter" in result.stdout
+    assert "ports checked" in result.stdout
+
+
+def test_redfish_pxe_boot_and_power_cycle_reimage_the_node(lab: LabHandle) -> None:
+    import sushy
+
+    node = "gpu003"
+    assert lab.ssh(node, "echo left-behind > /root/marker").returncode == 0
+    url = lab.status.redfish[node]  # type: ignore[attr-defined]
+    root, _, path = url.partition("/redfish/v1")
+    conn = sushy.Sushy(f"{root}/redfish/v1", username="lab", password="lab")
+    system = conn.get_system("/redfish/v1" + path)
+    system.set_system_boot_options(
+        target=sushy.BOOT_SOURCE_TARGET_PXE, enabled=sushy.BOOT_SOURCE_ENABLED_ONCE
+    )
+    system.reset_system(sushy.RESET_FORCE_RESTART)
+    deadline = time.monotonic() + 90
+    result = None
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        result = lab.ssh(node, "hostname; ls /root/marker 2>/dev/null || echo bare", timeout=15)
+        if result.returncode == 0 and result.stdout.split() == [node, "bare"]:
+            break
+    assert result is not None and result.stdout.split() == [node, "bare"], result
+    system.refresh()
+    assert system.power_state == sushy.POWER_STATE_ON
+    assert system.boot.target == sushy.BOOT_SOURCE_TARGET_HDD  # the override was one-time
+
+
+def test_a_second_up_reports_and_changes_nothing(lab: LabHandle) -> None:
+    from cluster_tool.lab.state import load_state
+
+    before = load_state(lab.config.state_file)  # type: ignore[attr-defined]
+    again = lifecycle.up(lab.config, lab.spec)  # type: ignore[arg-type]
+    after = load_state(lab.config.state_file)  # type: ignore[attr-defined]
+    assert again.already_running
+    assert before is not None and after is not None
+    assert (before.nodes, before.services) == (after.nodes, after.services)
+
+
+def test_status_json_lists_nodes_services_and_faults(lab: LabHandle) -> None:
+    import json
+
+    env = {**os.environ, "CLUSTER_TOOL_LAB_DIR": str(lab.config.lab_dir)}  # type: ignore[attr-defined]
+    result = subprocess.run(
+        [*CLI, "lab", "status", "--json"], capture_output=True, text=True, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [(n["name"], n["role"]) for n in data["nodes"]][:2] == [
+        ("head", "head"),
+        ("gpu001", "gpu"),
+    ]
+    assert data["nodes"][1]["address"] == "10.79.0.11"
+    assert all(data["services"].values()) and {"ibsim", "opensm", "repo"} <= set(data["services"])
+    assert data["faults"] == []
+
+
+def test_lab_ssh_runs_a_command_on_a_node(lab: LabHandle) -> None:
+    env = {**os.environ, "CLUSTER_TOOL_LAB_DIR": str(lab.config.lab_dir)}  # type: ignore[attr-defined]
+    result = subprocess.run(
+        [*CLI, "lab", "ssh", "gpu001", "cat", "/etc/hostname"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert (result.returncode, result.stdout.strip()) == (0, "gpu001")
+
+
+# --- errors: one line, exit 2, nothing built ----------------------------------------------------
+
+
+def _other_config(tmp_path: Path, subnet: str) -> LabConfig:
+    return LabConfig(
+        lab_dir=tmp_path / "lab",
+        prefix="cte",
+        bridge="ctelab0",
+        subnet=ipaddress.IPv4Network(subnet),
+    )
+
+
+def test_up_as_non_root_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    require_root()  # to switch to `nobody` we must be root
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is missing")
+    tmp_path.chmod(0o777)
+    env = {"PATH": "/usr/bin:/bin", "CLUSTER_TOOL_LAB_DIR": str(tmp_path / "lab"), "HOME": "/tmp"}
+    result = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *CLI, "lab", "up"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "cluster-tool: the lab needs root (namespaces, mounts, a bridge); run with sudo"
+    ]
+
+
+def test_up_on_an_address_range_in_use_fails_cleanly(lab: LabHandle, tmp_path: Path) -> None:
+    config = _other_config(tmp_path, "10.79.0.0/24")  # the session lab holds this range
+    spec = tmp_path / "lab.yml"
+    spec.write_text((REPO / "examples" / "lab.yml").read_text().replace("10.77.0.", "10.79.0."))
+    from cluster_tool.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"10\.79\.0\.0/24 is already in use on cttlab0"):
+        lifecycle.up(config, spec)
+    assert leftovers(config) == []
+    assert not config.state_file.exists()
