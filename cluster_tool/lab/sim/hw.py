@@ -333,6 +333,10 @@ def _model_nodes(model: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return dict(nodes)
 
 
+def node_names(model: dict[str, Any]) -> list[str]:
+    return list(_model_nodes(model))
+
+
 def _product_model(product: str) -> str:
     for key, spec in GPU_MODELS.items():
         if product == spec.name or key in product.upper():

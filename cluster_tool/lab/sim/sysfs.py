@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
-from .hw import Hca, Nic, NodeHardware
+from .hw import Hca, Nic, NodeHardware, node_hardware, node_names
 from .perf import LANE_GBS, WIDTH_LANES
 
 # sysfs text of each port state, as the mlx5 driver writes it.
@@ -36,8 +37,15 @@ def hca_rate(hca: Hca) -> str:
 
 
 def _write(path: Path, text: str) -> None:
+    # In place (same inode): the tree is an overlay's lower layer while the node runs, and
+    # the overlay keeps reading the inodes it looked up first.
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n", encoding="ascii")
+    data = (text + "\n").encode("ascii")
+    if path.is_file() and path.read_bytes() == data:
+        return
+    with open(path, "r+b" if path.exists() else "wb") as f:
+        f.write(data)
+        f.truncate()
 
 
 def _write_device(
@@ -80,13 +88,15 @@ def _write_device(
 
 
 def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
-    """Write `dest/infiniband/…` and `dest/infiniband_mad/abi_version` for `node`, replacing
-    what an earlier call wrote there. Returns `dest` (the overlay's lower layer)."""
+    """Write `dest/infiniband/…` and `dest/infiniband_mad/abi_version` for `node`, updating
+    what an earlier call wrote there in place. Returns `dest` (the overlay's lower layer)."""
     dest = Path(dest)
-    for sub in ("infiniband", "infiniband_mad"):
-        if (dest / sub).exists():
-            shutil.rmtree(dest / sub)
     _write(dest / "infiniband_mad" / "abi_version", "5")
+    wanted = {h.device for h in node.hcas if h.present} | {n.device for n in node.other_nics}
+    if (dest / "infiniband").is_dir():
+        for stale in (dest / "infiniband").iterdir():
+            if stale.name not in wanted:
+                shutil.rmtree(stale)
     for n, hca in enumerate(node.hcas):
         if not hca.present:
             continue  # an HCA that fell off the PCIe bus has no sysfs entry at all
@@ -113,8 +123,19 @@ def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
     for dirpath, _, files in os.walk(dest):
         os.chmod(dirpath, 0o755)
         for f in files:
-            os.chmod(os.path.join(dirpath, f), 0o444)
+            os.chmod(os.path.join(dirpath, f), 0o644)
     return dest
+
+
+def write_all_sysfs_trees(model: dict[str, Any], nodes_dir: Path) -> list[Path]:
+    """The tree of every node with HCAs, at `nodes_dir/<node>/sysfs-class/` (where the lab
+    mounts it from at node boot). Call after every change of the model."""
+    written = []
+    for name in node_names(model):
+        hw = node_hardware(model, name)
+        if hw.hcas or hw.other_nics:
+            written.append(write_sysfs_tree(hw, Path(nodes_dir) / name / "sysfs-class"))
+    return written
 
 
 def _write_nic(dest: Path, node: NodeHardware, nic: Nic) -> None:

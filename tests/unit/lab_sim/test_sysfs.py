@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from cluster_tool.lab.faults import inject
 from cluster_tool.lab.sim.hw import default_hardware
-from cluster_tool.lab.sim.sysfs import write_sysfs_tree
+from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees, write_sysfs_tree
 from cluster_tool.parsers.ibstat import parse_ibstat
+from tests.conftest import FIXTURES
 
 
 def test_tree_has_the_files_libibumad_reads(tmp_path: Path) -> None:
@@ -60,3 +64,41 @@ def test_real_ibstat_reports_the_model(tmp_path: Path) -> None:
     assert (cut.state, cut.physical_state) == ("Down", "Disabled")
     assert cas["mlx5_4"].ports[0].rate_gbps == 50
     assert cas["mlx5_1"].ports[0].link_layer == "Ethernet"
+
+
+def test_trees_for_every_node_update_in_place(tmp_path: Path) -> None:
+    model = json.loads((FIXTURES / "sim" / "lab-model.json").read_text())
+    written = write_all_sysfs_trees(model, tmp_path)
+    assert [p.parent.name for p in written] == ["gpu001", "gpu002", "gpu003", "gpu004"]
+    state = tmp_path / "gpu002" / "sysfs-class" / "infiniband" / "mlx5_3" / "ports" / "1" / "state"
+    inode = state.stat().st_ino
+    inject(model, "link-down", "gpu002", "mlx5_3")
+    write_all_sysfs_trees(model, tmp_path)
+    assert state.read_text() == "1: DOWN\n"
+    assert state.stat().st_ino == inode  # an overlay mounted on the tree keeps seeing it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting an overlay over /sys/class needs root")
+def test_real_ibstat_follows_a_fault_while_mounted(tmp_path: Path) -> None:
+    """The lab mounts the tree once at node boot; a fault injected later must still show."""
+    model = json.loads((FIXTURES / "sim" / "lab-model.json").read_text())
+    write_all_sysfs_trees(model, tmp_path)
+    inject(model, "link-degrade", "gpu001", "mlx5_0", width="2X")
+    faulted = tmp_path / "faulted.json"
+    faulted.write_text(json.dumps(model))
+    tree = tmp_path / "gpu001" / "sysfs-class"
+    rewrite = (
+        f"import json; from pathlib import Path; "
+        f"from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees; "
+        f"write_all_sysfs_trees(json.loads(Path('{faulted}').read_text()), Path('{tmp_path}'))"
+    )
+    script = (
+        f"mount -t overlay overlay -o ro,lowerdir={tree}:/sys/class /sys/class && "
+        f'ibstat mlx5_0 1 && {sys.executable} -c "{rewrite}" && ibstat mlx5_0 1'
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    rates = [line.split(":")[1].strip() for line in done.stdout.splitlines() if "Rate:" in line]
+    assert rates == ["200", "100"]
