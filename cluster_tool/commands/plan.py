@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -46,7 +47,7 @@ def _model(
         if seq:
             model = model.with_seq(seq)
         if params:
-            model = ModelSpec(**{**model.__dict__, "params_override": params * 1e9})
+            model = replace(model, params_override=params * 1e9)
         return model
     missing = [
         flag

@@ -276,9 +276,13 @@ def memory(
     embed = model.embedding_params
     # Megatron keeps a copy of tied word embeddings on the last stage for the output layer.
     head = model.head_params if not model.tied_embeddings else (embed if p > 1 else 0)
-    scale = model.params / model.counted_params  # honour a published --params figure
+    scale = model.scale  # honour a published --params figure
     candidates = []
-    for index, layers in enumerate(stages):
+    # Later stages hold fewer micro-batches, so among stages of equal size the earliest is
+    # the fullest: only the first, the last and the first of each size can be the worst.
+    worst_candidates = {0, len(stages) - 1} | {stages.index(n) for n in set(stages)}
+    for index in sorted(worst_candidates):
+        layers = stages[index]
         first, last = index == 0, index == len(stages) - 1
         counted = layers * model.layer_params + (embed if first else 0) + (head if last else 0)
         params = counted * scale / t
@@ -331,7 +335,7 @@ def hardware_flops_per_token(model: ModelSpec, recompute: str) -> float:
     flops = model.model_flops_per_token()
     attention_fwd = 4.0 * model.layers * model.hidden * model.seq
     if recompute == "full":
-        flops += 2.0 * model.layers * model.layer_params * (model.params / model.counted_params)
+        flops += 2.0 * model.layers * model.layer_params * (model.scale)
         flops += attention_fwd
     elif recompute == "selective" and not model.flash_attention:
         flops += attention_fwd
@@ -361,7 +365,7 @@ def estimate(
     g = cluster.gpus_per_node
     nvlink = cluster.nvlink_busbw_gbs * 1e9
     rail = cluster.rail_busbw_gbs * 1e9
-    scale = model.params / model.counted_params
+    scale = model.scale
 
     # One layer, one micro-batch, one GPU: forward 2 FLOPs per weight and token plus the
     # attention core over the full sequence (context parallelism splits the queries).
@@ -418,7 +422,7 @@ def estimate(
             * scale
             / t
         )
-        bw = rail if t * cp < g * d and t * cp * d > g else nvlink
+        bw = rail if t * cp * d > g else nvlink  # the group leaves the node: one rail each
         volume = 2.0 * params_gpu * 2 * (d - 1) / d  # reduce-scatter + all-gather
         if training.zero in ("3", "fsdp"):
             # Weights gathered for every micro-batch's forward and backward.
@@ -426,12 +430,15 @@ def estimate(
         dp_comm = volume / bw * (1.0 - a.overlap)
 
     step = pipeline + dp_comm
-    global_tokens = training.global_batch * model.seq
+    # What the step processes: a batch that DP × micro-batch does not divide loses the rest.
+    global_tokens = m * d * b * model.seq
     gpus = layout.gpus
     model_flops = global_tokens * model.model_flops_per_token()
     hw_flops = global_tokens * hardware_flops_per_token(model, training.recompute)
     mem = memory(model, cluster, training, layout, a)
     notes: list[str] = []
+    if m * d * b != training.global_batch:
+        notes.append(f"global batch {training.global_batch} not a multiple of DP × micro-batch")
     if stages[0] != stages[-1] or len(set(stages)) > 1:
         notes.append("uneven stages " + "/".join(str(n) for n in stages))
     return Estimate(

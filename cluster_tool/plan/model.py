@@ -8,6 +8,7 @@ P parameters taking part in matrix multiplies, L layers, H attention heads, Q he
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from cluster_tool.errors import UsageError
 
@@ -49,17 +50,17 @@ class ModelSpec:
         if self.heads % self.kv_heads:
             raise UsageError(f"model {self.name}: heads {self.heads} not a multiple of kv-heads")
 
-    @property
+    @cached_property
     def head_dim(self) -> int:
         """Q: the dimension of one attention head."""
         return self.hidden // self.heads
 
-    @property
+    @cached_property
     def kv_dim(self) -> int:
         """Width of K (and of V): kv_heads·Q; smaller than h under grouped-query attention."""
         return self.kv_heads * self.head_dim
 
-    @property
+    @cached_property
     def layer_params(self) -> int:
         """Weights of one transformer layer: Q, K, V, output projections, the MLP, two norms."""
         h = self.hidden
@@ -68,16 +69,16 @@ class ModelSpec:
         biases = (3 * h + h + self.ffn + h) + 2 * h if self.gpt_extras else 0
         return attention + mlp + 2 * h + biases
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         return self.vocab * self.hidden
 
-    @property
+    @cached_property
     def head_params(self) -> int:
         """The output projection to the vocabulary; shares the embedding's weights when tied."""
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
-    @property
+    @cached_property
     def counted_params(self) -> int:
         return (
             self.layers * self.layer_params
@@ -87,19 +88,19 @@ class ModelSpec:
             + (self.seq * self.hidden if self.gpt_extras else 0)  # learned positions
         )
 
-    @property
+    @cached_property
     def params(self) -> float:
         """Total parameters (what the model is named after)."""
         return self.params_override if self.params_override else float(self.counted_params)
 
-    @property
+    @cached_property
     def matmul_params(self) -> float:
         """P of `6·P`: every weight used in a matrix multiply. The input embedding is a table
         lookup (no FLOPs); the output projection multiplies even when it is tied."""
         counted = self.layers * self.layer_params + self.vocab * self.hidden
         return counted * self.scale
 
-    @property
+    @cached_property
     def scale(self) -> float:
         """Published over counted parameters: 1 unless --params overrides the count."""
         return self.params / self.counted_params

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cluster_tool.errors import UsageError
@@ -48,7 +50,7 @@ def test_model_flops_per_token_is_6p_plus_attention_term() -> None:
 
 def test_params_override_scales_the_count() -> None:
     base = PRESETS["llama3-70b"]
-    bigger = ModelSpec(**{**base.__dict__, "params_override": 2 * base.counted_params})
+    bigger = replace(base, params_override=2 * base.counted_params)
     assert bigger.params == 2 * base.counted_params
     assert bigger.matmul_params == pytest.approx(2 * base.matmul_params)
 

@@ -103,6 +103,16 @@ def test_custom_shape_and_what_if_cluster(capsys: pytest.CaptureFixture[str]) ->
     assert doc["layouts"]
 
 
+def test_params_override_changes_the_model_size(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "--nodes", "16", "--model", "llama3-70b", "--json"]
+    assert main([*args, "--params", "80"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"]["params"] == 80e9
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["model"]["model_flops_per_token"] < doc["model"]["model_flops_per_token"]
+
+
 def test_nothing_fits_exits_1_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["plan", "--nodes", "1", "--model", "llama3-405b", "--zero", "0"])
     assert rc == 1
