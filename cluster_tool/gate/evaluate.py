@@ -62,10 +62,11 @@ class JobOutcome:
     steps: tuple[StepOutcome, ...]
     findings: tuple[Finding, ...] = field(default=())
     hung: bool = False
+    stuck: str | None = None  # never left the queue: says nothing about the nodes
 
     @property
     def passed(self) -> bool:
-        return not self.hung and all(s.passed for s in self.steps)
+        return not self.hung and self.stuck is None and all(s.passed for s in self.steps)
 
     @property
     def first_failure(self) -> StepOutcome | None:
@@ -85,6 +86,8 @@ class JobOutcome:
         comps = tuple(
             f"rail {r} ({profile.rail_hcas[r]})" for r in self.failed_rails() if r < profile.rails
         )
+        if self.stuck is not None:
+            return PairResult(self.job.nodes, False, None, self.stuck, "slurm.pending")
         if self.hung:
             return PairResult(
                 self.job.nodes, False, self.busbw_gbs, bad.detail if bad else "", "nccl.hang", comps
@@ -144,6 +147,7 @@ def evaluate_job(
     thresholds: Thresholds,
     *,
     hung_after_s: float | None = None,
+    stuck: str | None = None,
 ) -> JobOutcome:
     """Judge every step of a job and read its raw text for classified errors and GDR use."""
     steps = []
@@ -155,4 +159,6 @@ def evaluate_job(
     findings = error_findings(classify_errors(everything), job.nodes)
     if len(job.nodes) > 1:
         findings += gdr_findings(gdr_use(everything))
-    return JobOutcome(job, tuple(steps), tuple(findings), hung=hung_after_s is not None)
+    return JobOutcome(
+        job, tuple(steps), tuple(findings), hung=hung_after_s is not None, stuck=stuck
+    )

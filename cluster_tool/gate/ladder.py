@@ -132,7 +132,12 @@ class _Ladder:
 
     def _judge(self, run: JobRun) -> JobOutcome:
         outcome = evaluate_job(
-            run.job, run.texts, run.slurm_text, self.thresholds, hung_after_s=run.hung_after_s
+            run.job,
+            run.texts,
+            run.slurm_text,
+            self.thresholds,
+            hung_after_s=run.hung_after_s,
+            stuck=run.stuck_reason,
         )
         for f in outcome.findings:
             self._add(f)

@@ -74,9 +74,11 @@ def localisation_findings(
         res_check = worst.check if worst.check != "nccl.pair" else check
         comps = sorted({c for r in evidence for c in r.components})
         what = _what(worst, floor)
+        # A job Slurm never started says nothing about the node's health: report, keep it.
+        unscheduled = all(r.check == "slurm.pending" for r in evidence)
         f = Finding(
             check=res_check,
-            severity="error",
+            severity="warning" if unscheduled else "error",
             node=node,
             component=", ".join(comps) or None,
             expected=f">= {_gbs(floor)} ({expectation.basis}, {_gbs(expected)} expected)",
@@ -87,7 +89,8 @@ def localisation_findings(
             ),
         )
         findings.append(f)
-        guilty.append(NodeVerdict(node, f, drain_reason(res_check, what, partners)))
+        if not unscheduled:
+            guilty.append(NodeVerdict(node, f, drain_reason(res_check, what, partners)))
     for res in loc.paths:
         a, b = sorted(res.nodes)[:2]
         hops = topology.path(a, b) if topology is not None else []

@@ -109,6 +109,7 @@ class ReplaySlurm:
     jobs: dict[str, _Job] = field(default_factory=dict)
     drained: dict[str, str] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
+    never_start: set[str] = field(default_factory=set)  # jobs with these nodes stay queued
     next_id: int = 5000
 
     def __call__(self, argv: Sequence[str]) -> str:
@@ -160,7 +161,9 @@ class ReplaySlurm:
             if job.cancelled:
                 continue  # gone from the queue; sacct knows it
             job.polls += 1
-            if job.polls == 1:
+            if set(job.nodes) & self.never_start:
+                lines.append(f"{job_id}|PENDING|ReqNodeNotAvail, Reserved for maintenance")
+            elif job.polls == 1:
                 lines.append(f"{job_id}|PENDING|Resources")
             elif job.polls == 2:
                 self._start(job)

@@ -231,3 +231,27 @@ def test_ib_errors_seen_on_the_healthy_peer_blame_only_the_bad_node(tmp_path: Pa
     assert seen == {"gpu001", "gpu003"}  # where the errors were printed: evidence only
     assert list(replay.drained) == ["gpu002"]
     assert replay.drained["gpu002"].startswith("cluster-tool gate: nccl.ib did not finish")
+
+
+def test_job_that_never_leaves_the_queue_is_cancelled_and_not_blamed(tmp_path: Path) -> None:
+    replay = ReplaySlurm(answers(), never_start={"gpu004"})
+    replay_clock = FakeClock()
+    runner = SlurmRunner(
+        slurm=SlurmCLI(run=replay),
+        workdir=tmp_path,
+        params=PARAMS,
+        gpus_per_node=8,
+        watchdog_s=60,
+        pending_s=120,
+        poll_s=10,
+        clock=replay_clock,
+        sleep=replay_clock.sleep,
+    )
+    result = run_gate(
+        LAB, runner, THRESHOLDS, PARAMS, options=GateOptions(rungs=("pairs",), drain=True)
+    )
+    pending = [f for f in result.report.findings if f.check == "slurm.pending"]
+    assert pending and all(f.severity == "warning" for f in pending)
+    assert "ReqNodeNotAvail" in pending[0].observed
+    assert replay.drained == {}
+    assert [c[1] for c in replay.calls if c[0] == "scancel"]  # the queued jobs were cancelled
