@@ -295,7 +295,8 @@ class Localizer:
                 self.result.bad[s] = [earlier, res]
             elif kind == "ok":
                 self._mark_good(res, s)
-                self.result.flaky.append(earlier)
+                if not earlier.passed:
+                    self.result.flaky.append(earlier)
             else:
                 self._add_straggler(s, [earlier, res])
         self._finish()

@@ -159,3 +159,21 @@ def test_simulated_fleet_is_deterministic_per_seed() -> None:
     b, _ = simulate(plant_fleet(256, 3, seed=11))
     assert a == b
     assert isinstance(plant_fleet(8, 1), SimulatedFleet)
+
+
+def test_node_that_sat_out_needs_two_partners_before_it_is_blamed() -> None:
+    loc = Localizer(["gpu001", "gpu002", "gpu003"])
+    assert loc.next_round() == [("gpu002", "gpu003")]  # gpu001 sits out
+    loc.record([PairResult(("gpu002", "gpu003"), True, 370.0)])
+    ((s, g1),) = loc.next_round()
+    assert s == "gpu001"
+    loc.record([PairResult((s, g1), False, 200.0, "200 GB/s < 333 GB/s")])
+    ((s2, g2),) = loc.next_round()
+    assert s2 == "gpu001" and g2 != g1  # a different proven-good partner
+    loc.record([PairResult((s2, g2), True, 368.0)])
+    assert loc.next_round() == []
+    result = loc.verdict()
+    assert result.bad == {} and result.rounds == 3
+    assert [r.nodes for r in result.flaky] == [(s, g1)]
+    findings, guilty = localisation_findings(result, EXP)
+    assert [f.check for f in findings] == ["nccl.flaky"] and guilty == []
