@@ -37,9 +37,8 @@ DIAGS = (
     "sminfo",
     "ibping",
 )
-# ibsim's encoding of link properties (LAB-NOTES): width 2 = 4X, speed 7 + extspeed 7 = HDR.
-_WIDTH_CODE = {"1X": 1, "4X": 2, "8X": 4, "12X": 8}
-_EXTSPEED_CODE = {"FDR": 1, "EDR": 2, "HDR": 4}
+# ibsim's encoding of the default enabled width (LAB-NOTES): 2 = 4X.
+_WIDTH_CODE = {"1X": 1, "4X": 2, "8X": 4, "12X": 8, "2X": 16}
 FABRIC_NS = "fabric"
 
 
@@ -47,33 +46,55 @@ def net_file(model: hw.HardwareModel) -> str:
     """The model as an ibsim topology (ibnetdiscover format), cabled as the model says.
 
     Node ids are the node descriptions, so console commands read like the field's words:
-    `Unlink "gpu002 mlx5_3"[1]`. GUIDs and LIDs come from the model.
+    `Unlink "gpu002 mlx5_3"[1]`. GUIDs and LIDs come from the model. Every port line ends
+    the way ibnetdiscover prints it (`lid 8 4xHDR`): ibsim reads each port's enabled width
+    and speed from there, which is how a degraded link (`1xHDR`, `4xEDR`) is modelled.
     """
     width = _WIDTH_CODE.get(model.fabric_width, 2)
-    ext = _EXTSPEED_CODE.get(model.fabric_speed, 0)
     lines = [
         f"# lab {model.lab}: generated from the hardware model (generation {model.generation})",
         f"width={width}",
         "speed=7",
+        "extspeed=7",
+        "",
     ]
-    if ext:
-        # ibsim takes the enabled extended speeds as a bit mask; 7 enables FDR..HDR.
-        lines.append("extspeed=7")
-    lines.append("")
-    # switch -> port -> (peer id, peer port)
-    wiring: dict[str, dict[int, tuple[str, int]]] = {s.name: {} for s in model.switches}
-    ca_ports: dict[str, tuple[str, int]] = {}
+    switches = {s.name: s for s in model.switches}
+    # switch -> port -> (peer id, peer port, peer description, peer lid, connection type)
+    wiring: dict[str, dict[int, tuple[str, int, str, int, str]]] = {n: {} for n in switches}
+    ca_ports: dict[str, tuple[str, int, str]] = {}
     for node in model.nodes:
         for hca in node.hcas:
-            if not hca.present:
+            # A cable that is cut (port Down or Disabled) is simply not in the net file.
+            if not hca.present or hca.port.phys_state != "LinkUp" or hca.leaf not in switches:
                 continue
-            if hca.leaf in wiring:
-                wiring[hca.leaf][hca.leaf_port] = (hca.node_description, 1)
-                ca_ports[hca.node_description] = (hca.leaf, hca.leaf_port)
+            kind = _connection(hca.port.width, hca.port.speed)
+            wiring[hca.leaf][hca.leaf_port] = (
+                hca.node_description,
+                1,
+                hca.node_description,
+                hca.port.lid,
+                kind,
+            )
+            ca_ports[hca.node_description] = (hca.leaf, hca.leaf_port, kind)
     for link in model.spine_links:
-        if link.leaf in wiring and link.spine in wiring:
-            wiring[link.leaf][link.leaf_port] = (link.spine, link.spine_port)
-            wiring[link.spine][link.spine_port] = (link.leaf, link.leaf_port)
+        if not link.up or link.leaf not in switches or link.spine not in switches:
+            continue
+        kind = _connection(link.width or model.fabric_width, link.speed or model.fabric_speed)
+        leaf, spine = switches[link.leaf], switches[link.spine]
+        wiring[link.leaf][link.leaf_port] = (
+            spine.name,
+            link.spine_port,
+            spine.description,
+            spine.lid,
+            kind,
+        )
+        wiring[link.spine][link.spine_port] = (
+            leaf.name,
+            link.leaf_port,
+            leaf.description,
+            leaf.lid,
+            kind,
+        )
     for switch in model.switches:
         lines.append(f"switchguid={switch.guid}")
         lines.append(
@@ -81,19 +102,30 @@ def net_file(model: hw.HardwareModel) -> str:
             f" enhanced port 0 lid {switch.lid} lmc 0"
         )
         for port in sorted(wiring[switch.name]):
-            peer, peer_port = wiring[switch.name][port]
-            lines.append(f'[{port}]\t"{peer}"[{peer_port}]')
+            peer, peer_port, peer_desc, peer_lid, kind = wiring[switch.name][port]
+            lines.append(
+                f'[{port}]\t"{peer}"[{peer_port}]\t\t# "{peer_desc}" lid {peer_lid} {kind}'
+            )
         lines.append("")
     for node in model.nodes:
         for hca in node.hcas:
-            if not hca.present or hca.node_description not in ca_ports:
+            if hca.node_description not in ca_ports:
                 continue
-            leaf, leaf_port = ca_ports[hca.node_description]
+            leaf_name, leaf_port, kind = ca_ports[hca.node_description]
+            leaf = switches[leaf_name]
             lines.append(f"caguid={hca.node_guid}")
             lines.append(f'Ca\t1 "{hca.node_description}"\t\t# "{hca.node_description}"')
-            lines.append(f'[1]\t"{leaf}"[{leaf_port}]\t\t# lid {hca.port.lid} lmc 0')
+            lines.append(
+                f'[1]\t"{leaf.name}"[{leaf_port}]\t\t# lid {hca.port.lid} lmc 0 '
+                f'"{leaf.description}" lid {leaf.lid} {kind}'
+            )
             lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _connection(width: str, speed: str) -> str:
+    """ibnetdiscover's connection type, e.g. `4xHDR`."""
+    return f"{width.lower()}{speed}"
 
 
 def attach_point(model: hw.HardwareModel) -> str:

@@ -494,6 +494,28 @@ def power_on_node(config: LabConfig, name: str, *, reimage: bool = False) -> Non
         nodes.wait_ssh(plan.host(name).address, BOOT_TIMEOUT, supervisor)
 
 
+# --- the fabric after a model change --------------------------------------------------------------
+
+
+def restart_fabric(config: LabConfig) -> None:
+    """Rebuild ibsim's net file from the current hardware model and restart ibsim + OpenSM.
+
+    For changes a console command cannot make (re-cabling to another leaf, a degraded
+    width/speed, an HCA gone); cuts and restores go live with `fabric.unlink_hca` etc.
+    Takes about a second; diags on the head reconnect on their next run.
+    """
+    with lab_lock(config):
+        state = _require_state(config)
+        for name in ("opensm", "ibsim"):
+            ref = state.service_ref(name)
+            if ref is not None:
+                stop_process(ref)
+        ibsim, opensm = fabric.start(config, hw.load(config.model_dir))
+        state.services["ibsim"] = ibsim.to_json()
+        state.services["opensm"] = opensm.to_json()
+        save_state(config.state_file, state)
+
+
 def _require_state(config: LabConfig) -> LabState:
     state = load_state(config.state_file)
     if state is None:

@@ -119,6 +119,8 @@ class SpineLink(_Open):
     spine: str
     spine_port: int
     up: bool = True
+    width: str | None = None  # None: the fabric's (a degraded link says e.g. "1X")
+    speed: str | None = None
 
 
 class Fault(_Open):
