@@ -352,6 +352,20 @@ def _infer_collective(rows: list[NcclTestsRow], ranks: int) -> str | None:
     return None
 
 
+def _header_seen(
+    header: NcclTestsHeader | None, line: str, line_no: int, errors: list[str]
+) -> NcclTestsHeader:
+    """The run's settings line; a second one means several runs share the output, most often
+    srun/mpirun without MPI support starting one single-rank run per process."""
+    if header is None:
+        return _settings(line, line_no)
+    errors.append(
+        f"line {line_no}: a second nccl-tests header: several runs in one output "
+        "(was the launcher started without MPI/PMIx support?)"
+    )
+    return header
+
+
 @parser("nccl-tests", "nccl-tests (all_reduce_perf & co.): rows, busbw, footer, ranks, failures")
 def parse_nccl_tests(text: str) -> NcclTestsRun:
     """One nccl-tests run; failure lines and a missing footer are reported, not raised."""
@@ -405,8 +419,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
                 recognised = True
                 continue
             if _SETTINGS.match(stripped):
-                if header is None:
-                    header = _settings(stripped, line_no)
+                header = _header_seen(header, stripped, line_no, errors)
                 recognised = True
                 continue
             m = _REDUCING.match(stripped)
@@ -428,8 +441,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             # Other comment lines: the unit row, `Using devices`, section titles.
             continue
         if _SETTINGS.match(stripped):  # very old nccl-tests print the settings without '#'
-            if header is None:
-                header = _settings(stripped, line_no)
+            header = _header_seen(header, stripped, line_no, errors)
             recognised = True
             continue
         if _FAILURE.search(stripped):

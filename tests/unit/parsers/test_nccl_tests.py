@@ -154,6 +154,27 @@ def test_rooted_extra_column_out_of_place_only_validation_failed() -> None:
     assert run.out_of_bounds == 12 and run.wrong_total == 12 and run.complete
 
 
+def test_one_single_rank_run_per_process_is_reported() -> None:
+    # srun without --mpi=pmix: every process runs alone and prints its own header and table.
+    one = "\n".join(
+        [
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20"
+            " agg iters: 1 validation: 1 graph: 0",
+            "#  Rank  0 Group  0 Pid 11 on gpu001 device  0 [0x19] NVIDIA H100 80GB HBM3",
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+            "     time   algbw   busbw #wrong",
+            "           8             2     float     sum      -1     5.63    0.00    0.00      0"
+            "     0.20    0.04    0.00      0",
+            "# Out of bounds values : 0 OK",
+            "# Avg bus bandwidth    : 0",
+        ]
+    )
+    run = parse_nccl_tests(one + "\n" + one.replace("device  0", "device  1") + "\n")
+    assert len(run.errors) == 1 and "second nccl-tests header" in run.errors[0]
+    assert run.errors[0].startswith("line 7:")
+    assert [r.device for r in run.ranks] == [0, 1] and run.complete
+
+
 def test_json_has_the_agreed_fields() -> None:
     run = parse_nccl_tests(read_real_output("all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt"))
     data = json.loads(json.dumps(to_jsonable(run)))
