@@ -1,32 +1,45 @@
 """Memory per GPU and step time / MFU of one parallel layout: the planner's analytic model.
 
-Memory (per GPU, the fullest pipeline stage):
-- weights, gradients, optimizer: bf16 weights (2 B), fp32 gradients (4 B), Adam in fp32
-  (master weights, m, v: 12 B) — Megatron-LM's bf16 defaults — sharded by ZeRO stage over the
-  DP group (Rajbhandari et al. 2020, "ZeRO"): stage 0 nothing, 1 the optimizer, 2 also the
-  gradients, 3/FSDP also the weights (plus two layers gathered at a time).
+Symbols (as in `cluster_tool.plan.model`): t TP, p PP, d DP, v virtual stages per GPU, m
+micro-batches per step, b micro-batch, s = T sequence length (per CP rank: T/cp), h = H·Q hidden,
+a = H heads, f FFN size, L layers, P parameters in matrix multiplies.
+
+Memory (per GPU, the stage that needs the most):
+- weights, gradients, optimizer: bf16 weights (2 B; +1 B fp8 copy with --precision fp8), fp32
+  gradients (4 B), Adam in fp32 (master weights, m, v: 12 B) — Megatron-LM's bf16 defaults —
+  sharded by ZeRO stage over the DP group (Rajbhandari et al. 2020, "ZeRO"): stage 0 nothing,
+  1 the optimizer, 2 also the gradients, 3/FSDP also the weights (+ two layers gathered).
 - activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
   Transformer Models", Table 2 generalised (`layer_activation_bytes`). With tensor and
-  sequence parallelism one layer keeps `s·b·h·(34 + 5·a·s/h)/t` bytes for a GPT layer; selective
-  recomputation drops the `5·a·s/h` attention-score term; full recomputation keeps only the
-  layer input `2·s·b·h/t`. The first stage of 1F1B holds `min(p, m)` micro-batches in flight,
-  the interleaved schedule `(1 + (p−1)/(p·v))` times that (their Section 4.2.3).
+  sequence parallelism one GPT layer keeps `s·b·h·(34 + 5·a·s/h)/t` bytes; selective
+  recomputation (the attention core) drops the `5·a·s/h` term; full recomputation keeps only
+  the layer input `2·s·b·h/t` (plus one whole layer while it is recomputed). For models with
+  FlashAttention, which never store the s² terms, "selective" instead recomputes the cheap
+  element-wise outputs: the two norm outputs and the SwiGLU product. Stage i of 1F1B holds
+  `min(p−i, m)` micro-batches in flight, the interleaved schedule `(1 + (p−1)/(p·v))` times
+  that (their Section 4.2.3). The last stage also holds fp32 logits, `4·s·b·V/t`.
+- fits when the total ≤ HBM × (1 − `memory_margin`) − `reserved_gib`.
 
-Time (one step, the slowest pipeline stage):
+Time (one step; every stage waits for the slowest):
 - compute: hardware FLOPs (model FLOPs `6·P + 12·L·H·Q·T` per token plus what recomputation
-  repeats) at peak dense TFLOP/s × `kernel_efficiency`;
+  repeats: one more forward, `2·P_layers + 4·L·H·Q·T`, for full) at peak dense TFLOP/s of the
+  chosen precision × `kernel_efficiency`; the output layer counts on the last stage;
 - pipeline bubble: `(p−1)/(p−1+m)` of the step for 1F1B, `(p−1)/(v·m + p−1)` interleaved
-  with v virtual stages (Narayanan et al. 2021, Sections 2.2.1 and 2.2.2);
-- TP: 4 all-reduce-sized collectives per layer and micro-batch (6 with full recomputation) over
-  NVLink at the NVLink busbw, exposed unless `tp_overlap`;
-- PP: point-to-point of the stage boundary activation (`b·s·h/t` thanks to the scatter/gather
-  optimisation) over one rail, one leaf hop, `2·v` per micro-batch;
+  (Narayanan et al. 2021, Sections 2.2.1 and 2.2.2): the step is `(m + (p−1)/v)` stage times;
+- TP: 4 all-reduce-sized collectives of `2·s·b·h` bytes per layer and micro-batch (6 with full
+  recomputation; all-gather + reduce-scatter under sequence parallelism move the same) at
+  the NVLink busbw, exposed unless `tp_overlap`;
+- PP: point-to-point of the stage boundary activation (`2·s·b·h/t` bytes thanks to the
+  scatter/gather optimisation) over one rail and one leaf hop (the placement keeps pipelines
+  in an SU), `2·v` transfers per micro-batch;
 - CP: all-gather of K and V forward, reduce-scatter of their gradients backward;
-- DP: reduce-scatter + all-gather of the gradients of the stage (bf16), per step; ZeRO-3/FSDP
-  also gathers the weights for every micro-batch forward and backward, over one rail per GPU
-  (rail-aligned groups) at `fabric busbw / rails`;
-- overlap: PP, CP and DP communication is hidden behind compute up to the fraction `overlap`;
-  what is left is added to the step. This is an assumption, not a measurement.
+- DP: reduce-scatter + all-gather of the stage's gradients in bf16, once per step; ZeRO-3/
+  FSDP also gathers the weights for every micro-batch forward and backward; groups are
+  rail-aligned, so each GPU gets one rail: `fabric busbw / rails`;
+- overlap: PP, CP and DP communication is hidden behind compute up to the fraction `overlap`
+  (default 0.8); the rest adds to the step. This is an assumption, not a measurement.
+- MFU = model FLOPs of the step / (step time × GPUs × peak); `achieved_tflops` counts the
+  hardware FLOPs (recomputation included), as Narayanan et al. report.
 """
 
 from __future__ import annotations
@@ -49,7 +62,7 @@ PRECISIONS = ("bf16", "fp8")
 # reach while they run. It was solved so that the model reproduces the Megatron-LM 145.6B row
 # of Narayanan et al. 2021, Table 1 (TP 8, PP 8, 1,536 A100, 148 TFLOP/s per GPU with full
 # recomputation) exactly; every other published figure in the tests is out of sample.
-KERNEL_EFFICIENCY = 0.547
+KERNEL_EFFICIENCY = 0.541
 
 # Stated error of the model on MFU and achieved TFLOP/s: ±15 % relative, the tolerance the
 # out-of-sample published rows are held to in the tests.
@@ -392,12 +405,13 @@ def estimate(
         collectives = 3 if training.recompute == "full" else 2
         cp_comm = collectives * kv_bytes * (cp - 1) / cp / bw * (1.0 - a.overlap)
 
-    head_eq = head_layer_equivalents(model)
-    loads = [float(n) for n in stages]
-    loads[-1] += head_eq
-    slowest = max(loads)
-    stage_compute = slowest * layer_compute
-    stage_tp = slowest * tp_comm
+    # The output layer runs on the last stage, vocabulary-parallel over TP, never recomputed.
+    head_compute = tokens * 6.0 * model.vocab * model.hidden * scale / t / rate
+    times = [n * (layer_compute + tp_comm) for n in stages]
+    times[-1] += head_compute
+    slowest = max(range(p), key=lambda i: times[i])
+    stage_compute = stages[slowest] * layer_compute + (head_compute if slowest == p - 1 else 0)
+    stage_tp = stages[slowest] * tp_comm
     stage_cp = max(stages) * cp_comm
 
     pp_comm = 0.0

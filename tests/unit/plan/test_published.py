@@ -94,14 +94,15 @@ def test_megatron_weak_scaling_rows_within_model_error(billions: float) -> None:
 @pytest.mark.parametrize("billions", [39.1, 76.1, 145.6, 310.1])
 def test_planner_finds_the_published_megatron_layout(billions: float) -> None:
     """Given the model, batch and GPU count, the planner ranks the paper's TP × PP among its
-    top four (145.6B: first) and predicts its TFLOP/s within the model error."""
+    top four, with a step time the model cannot tell from the best one's (within its error),
+    and predicts its TFLOP/s within the model error. (39.1B: the model prefers TP 4 × PP 4 by
+    6 %; the paper follows its Takeaway #1: TP up to the server size, then PP.)"""
     model, cluster, training, tp, pp, gpus, tflops = _megatron(billions)
     result = plan(model, cluster, training)
     top = [(e.layout.tp, e.layout.pp) for e in result.layouts[:4]]
     assert (tp, pp) in top
-    if billions == 145.6:
-        assert top[0] == (tp, pp)
     found = next(e for e in result.layouts if (e.layout.tp, e.layout.pp) == (tp, pp))
+    assert found.step_time_s <= result.layouts[0].step_time_s * (1 + MODEL_ERROR)
     assert found.layout.gpus == gpus
     assert found.achieved_tflops == pytest.approx(tflops, rel=MODEL_ERROR)
 
