@@ -132,4 +132,7 @@ def ssh(
 
 
 def register(app: typer.Typer) -> None:
+    from cluster_tool.commands import lab_faults
+
+    lab_faults.add_to(lab_app)  # `lab inject` / `lab heal` (part 2)
     app.add_typer(lab_app, name="lab")

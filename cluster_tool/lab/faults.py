@@ -12,10 +12,13 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cluster_tool.errors import UsageError
 from cluster_tool.lab.sim.perf import LANE_GBS, WIDTH_LANES
+
+if TYPE_CHECKING:
+    from cluster_tool.lab.config import LabConfig
 
 # Kernel modules the simulated driver stack loads (a node without the key has all of them).
 DEFAULT_MODULES = ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem"]
@@ -320,6 +323,7 @@ def inject(data: dict[str, Any], kind: str, *args: Any, **options: Any) -> dict[
         "id": f"{kind}-{n}",
         "kind": kind,
         "target": " ".join(str(a) for a in args),
+        "args": [str(a) for a in args],
         "params": {k: v for k, v in options.items() if k != "now"},
         "undo": undo,
     }
@@ -351,3 +355,94 @@ def heal(data: dict[str, Any], fault_id: str) -> dict[str, Any]:
 def heal_all(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Undo every active fault, newest first; returns their records."""
     return [heal(data, f["id"]) for f in reversed(list(data.get("faults", [])))]
+
+
+# --- the running lab: model file, fabric simulator, sysfs trees, node power --------------
+
+
+def _change_model(
+    config: LabConfig, change: Callable[[dict[str, Any]], Any]
+) -> tuple[Any, dict[str, Any]]:
+    """Run `change` on the model's JSON form under the model lock and save the result."""
+    from cluster_tool.lab import model as hw
+
+    result: list[Any] = []
+
+    def apply(current: hw.HardwareModel) -> None:
+        data = current.model_dump(mode="json")
+        result.append(change(data))
+        updated = hw.HardwareModel.model_validate(data)
+        for name in type(current).model_fields:
+            if name != "generation":
+                setattr(current, name, getattr(updated, name))
+
+    saved = hw.update(config.model_dir, apply)
+    return result[0], saved.model_dump(mode="json")
+
+
+def _recable(config: LabConfig, data: dict[str, Any], node: str, devices: list[str]) -> None:
+    """Put the fabric simulator's cables of `devices` where the model now has them."""
+    from cluster_tool.lab import fabric
+
+    for device in devices:
+        fabric.unlink_hca(config, node, device)
+    for device in devices:
+        n, i = _hca_index(data, node, device)
+        hca = data["nodes"][n]["hcas"][i]
+        fabric.link_ports(config, f"{node} {device}", 1, hca["leaf"], int(hca["leaf_port"]))
+
+
+def _fabric(config: LabConfig, data: dict[str, Any], record: dict[str, Any], healing: bool) -> None:
+    """What the fault changes outside the model file: ibsim's cables and counters, power."""
+    from cluster_tool.lab import fabric, lifecycle
+
+    kind, args = record["kind"], record.get("args", record["target"].split())
+    if kind == "cable-swap":
+        _recable(config, data, args[0], [args[1], args[2]])
+    elif kind == "cable-move":
+        _recable(config, data, args[0], [args[1]])
+    elif kind == "link-down":
+        (fabric.relink_hca if healing else fabric.unlink_hca)(config, args[0], args[1])
+    elif kind == "spine-link-down":
+        (fabric.relink_port if healing else fabric.unlink_port)(config, args[0], int(args[1]))
+    elif kind == "port-errors":
+        n, i = _hca_index(data, args[0], args[1])
+        counters = data["nodes"][n]["hcas"][i]["port"].get("counters", {})
+        value = int(counters.get("SymbolErrorCounter", 0))
+        fabric.set_port_counter(config, f"{args[0]} {args[1]}", 1, "SymbolErrorCounter", value)
+    elif kind == "node-down":
+        if healing:
+            lifecycle.power_on_node(config, args[0])
+        else:
+            lifecycle.power_off_node(config, args[0])
+    # link-degrade: ibsim cannot retrain a live link (LAB-NOTES); the model, sysfs (ibstat)
+    # and nccl-tests show the width at once, ibnetdiscover after the fabric is restarted.
+    # GPU, straggler and module faults live in the model alone: the simulators read it live.
+
+
+def _refresh_views(config: LabConfig, data: dict[str, Any]) -> None:
+    from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees
+
+    write_all_sysfs_trees(data, config.nodes_dir)
+
+
+def inject_fault(config: LabConfig, kind: str, *args: Any, **options: Any) -> dict[str, Any]:
+    """`lab inject`: change the running lab's model, then every view of it (fabric simulator,
+    sysfs trees, node power). Returns the fault record (with its id for `lab heal`)."""
+    record, data = _change_model(config, lambda d: inject(d, kind, *args, **options))
+    _fabric(config, data, record, healing=False)
+    _refresh_views(config, data)
+    return dict(record)
+
+
+def heal_faults(config: LabConfig, fault_id: str | None = None) -> list[dict[str, Any]]:
+    """`lab heal`: undo one fault (or all, newest first) in the model and every view."""
+
+    def undo(d: dict[str, Any]) -> list[dict[str, Any]]:
+        return heal_all(d) if fault_id is None else [heal(d, fault_id)]
+
+    records, data = _change_model(config, undo)
+    for record in records:
+        _fabric(config, data, record, healing=True)
+    _refresh_views(config, data)
+    return list(records)
