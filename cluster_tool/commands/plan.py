@@ -140,6 +140,10 @@ def plan_command(
         float | None, typer.Option("--peak-tflops", help="Override the GPU's peak TFLOP/s.")
     ] = None,
     top: Annotated[int, typer.Option("--top", help="How many layouts to show.")] = 5,
+    hostfile: Annotated[
+        Path | None,
+        typer.Option("--hostfile", help="Write the best layout's hostfile (node-rank order)."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
     """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
@@ -171,6 +175,8 @@ def plan_command(
     )
     result = plan(model, cluster, training, assumptions)
     doc = plan_json(model, cluster, training, assumptions, result, top=top)
+    if hostfile is not None and doc["layouts"]:
+        _write_hostfile(hostfile, doc["layouts"][0]["placement"]["hostfile"])
     if json_out:
         output.emit_json(doc)
     else:
@@ -179,6 +185,16 @@ def plan_command(
         output.error_line(_nothing_fits(doc))
         return EXIT_CHECKS_FAILED
     return 0
+
+
+def _write_hostfile(path: Path, hosts: list[str]) -> None:
+    # Written aside and renamed: a launcher never reads a half-written hostfile.
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text("".join(f"{host}\n" for host in hosts), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
 
 
 def _nothing_fits(doc: dict) -> str:
@@ -249,7 +265,9 @@ def _print(doc: dict) -> None:
         + _whole(pl)
         + (f"; idle {pl['idle_nodes']}" if pl["idle_nodes"] else "")
     )
-    console.print(f"hostfile (node rank order): {' '.join(pl['hostfile'])}", markup=False)
+    hosts = pl["hostfile"]
+    shown = " ".join(hosts) if len(hosts) <= 16 else " ".join(hosts[:12]) + f" … ({len(hosts)})"
+    console.print(f"hostfile (node rank order): {shown}", markup=False)
     console.print("Megatron-LM:", markup=False)
     console.print("  " + " \\\n  ".join(doc["launch"]["megatron_args"]), markup=False)
     console.print("torchrun (NODE_RANK = the node's line in the hostfile, from 0):", markup=False)

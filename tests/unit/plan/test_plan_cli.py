@@ -133,3 +133,14 @@ def test_nothing_fits_exits_1_and_says_why(capsys: pytest.CaptureFixture[str]) -
 def test_bad_input_is_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_hostfile_option_writes_the_best_layouts_rank_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "hostfile"
+    args = ["plan", "--spec", H100_1SU, "--model", "llama3-70b", "--json"]
+    assert main([*args, "--hostfile", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert path.read_text().splitlines() == doc["layouts"][0]["placement"]["hostfile"]
+    assert not (tmp_path / "hostfile.tmp").exists()
