@@ -87,14 +87,24 @@ class GateJob:
     round: int = 1
     env: tuple[tuple[str, str], ...] = field(default=())
 
-    def step_output(self, workdir: Path, step: Step) -> Path:
-        return workdir / f"{self.name}.{step.label}.out"
+    def step_output(self, workdir: Path, step: Step, node: str = "%N") -> Path:
+        """Where a step's output lands: one file per node (`%N`), because every node's
+        slurmstepd opens the file itself and on a shared filesystem they would overwrite
+        each other's writes in one file."""
+        return workdir / f"{self.name}.{step.label}.{node}.out"
+
+    def step_outputs(self, workdir: Path, step: Step) -> list[Path]:
+        """The per-node files of a step, first node (rank 0, the table) first."""
+        return [self.step_output(workdir, step, n) for n in self.nodes]
 
     def slurm_output(self, workdir: Path) -> Path:
         return workdir / f"{self.name}.slurm.out"
 
     def outputs(self, workdir: Path) -> list[Path]:
-        return [self.slurm_output(workdir)] + [self.step_output(workdir, s) for s in self.steps]
+        files = [self.slurm_output(workdir)]
+        for s in self.steps:
+            files += self.step_outputs(workdir, s)
+        return files
 
 
 def sort_by_su(nodes: Sequence[str], su_of: Mapping[str, int] | None = None) -> list[str]:
