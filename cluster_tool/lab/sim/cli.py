@@ -23,7 +23,7 @@ from typing import Any
 from . import nccl_tests
 from .hw import NodeHardware, load_model, node_down, node_hardware
 from .kernel_state import MODULE_SIZES, MODULE_USERS, loaded_dir, loaded_modules, publish
-from .render_dcgmi import diag_failed, render_diag, render_kernel_log
+from .render_dcgmi import diag_failed, render_diag, render_discovery, render_kernel_log
 from .render_smi import (
     QueryError,
     render_list,
@@ -157,12 +157,14 @@ def _invalid() -> str:
 
 
 def dcgmi(argv: list[str], model: dict[str, Any], host: str) -> Result:
-    """`dcgmi diag -r LEVEL`."""
+    """`dcgmi diag -r LEVEL` and `dcgmi discovery -l`."""
     hw = _hardware(model, host)
     if hw is None or node_down(model, host):
         return Result(
             "", 1, "Error: unable to establish a connection to the specified host: localhost\n"
         )
+    if argv[:1] == ["discovery"] and ({"-l", "--list"} & set(argv)):
+        return Result(render_discovery(hw))
     if argv[:1] != ["diag"]:
         return Result("", 2, f"dcgmi: unsupported command in the lab: {' '.join(argv)}\n")
     level = None

@@ -13,10 +13,15 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cluster_tool.errors import ClusterToolError
 
+if TYPE_CHECKING:
+    from cluster_tool.lab.config import LabConfig
+
 SIM_SOURCE = Path(__file__).resolve().parent
+REPO_ROOT = SIM_SOURCE.parents[2]
 # Where the payload keeps the vendored simulator inside a node.
 LIB_DIR = "usr/lib/cluster-tool-lab"
 VENDORED_AS = "labsim"
@@ -62,6 +67,7 @@ class SimPackage:
     postinst: str = ""
 
 
+NCCL_TESTS_DIR = "opt/nccl-tests/build"
 _NCCL_TESTS = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf")
 
 _INIT = """#!/bin/sh
@@ -126,7 +132,7 @@ are the host's. The convention (documented in cluster_tool/lab/sim/README.md):
 """
 
 
-def _packages() -> list[SimPackage]:
+def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
     driver_doc = "/usr/share/doc/cluster-tool-lab/MODULES"
     return [
         SimPackage(
@@ -158,14 +164,14 @@ def _packages() -> list[SimPackage]:
             carries_simulator=True,
         ),
         SimPackage(
-            f"nvidia-fabricmanager-{DRIVER_BRANCH}",
+            f"nvidia-fabricmanager-{branch}",
             "NVIDIA NVSwitch fabric manager (simulated)",
             tools={"usr/bin/nv-fabricmanager": "nv-fabricmanager"},
             services={"nvidia-fabricmanager": "/usr/bin/nv-fabricmanager"},
             carries_simulator=True,
         ),
         SimPackage(
-            f"libnvidia-nscq-{DRIVER_BRANCH}",
+            f"libnvidia-nscq-{branch}",
             "NVSwitch configuration and query library (simulated: no payload)",
         ),
         SimPackage(
@@ -185,7 +191,8 @@ def _packages() -> list[SimPackage]:
         SimPackage(
             "nccl-tests",
             "nccl-tests benchmarks (simulated from the lab's hardware model)",
-            tools={f"usr/bin/{t}": t for t in _NCCL_TESTS},
+            # Where the nccl_tests role and the gate's job scripts look for them.
+            tools={f"{NCCL_TESTS_DIR}/{t}": t for t in _NCCL_TESTS},
             carries_simulator=True,
         ),
     ]
@@ -262,17 +269,80 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
     return out
 
 
+def _concrete(pattern: str) -> str:
+    """A version that satisfies an apt pin pattern ("2.9.1-*" -> "2.9.1-1")."""
+    return pattern.replace("*", "1")
+
+
+def role_pins(roles_dir: Path) -> dict[str, str]:
+    """Package name -> the version pattern the roles pin on Debian 12 (from their defaults)."""
+    import yaml
+
+    def defaults(role: str) -> dict[str, Any]:
+        path = roles_dir / role / "defaults" / "main.yml"
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+        return data or {}
+
+    pins: dict[str, str] = {}
+    driver = defaults("nvidia_driver")
+    if driver:
+        branch, version = str(driver["nvidia_driver_branch"]), str(driver["nvidia_driver_version"])
+        for name in (
+            "nvidia-open-kernel-dkms",
+            "nvidia-driver-cuda",
+            "nvidia-persistenced",
+            f"nvidia-fabricmanager-{branch}",
+            f"libnvidia-nscq-{branch}",
+        ):
+            pins[name] = f"{version}-*"
+    dcgm = defaults("dcgm")
+    if dcgm and str(dcgm.get("dcgm_major", 3)) == "3":
+        pins["datacenter-gpu-manager"] = f"1:{dcgm['dcgm_version']}"
+    doca = defaults("doca_ofed")
+    if doca:
+        pins["doca-ofed"] = f"{doca['doca_ofed_version']}-*"
+    nccl = defaults("nccl")
+    if nccl:
+        pins["libnccl2"] = pins["libnccl-dev"] = str(nccl["nccl_version"])
+        pins["nccl-rdma-sharp-plugins"] = str(nccl.get("nccl_plugin_version", "2.7-*"))
+    tests = defaults("nccl_tests")
+    if tests:
+        pins["nccl-tests"] = str(tests["nccl_tests_package_version"])
+    return pins
+
+
 def build_sim_packages(dest_dir: Path, versions: Mapping[str, str] | None = None) -> list[Path]:
-    """Build every simulator .deb into `dest_dir` (the lab's `repo/sim/`); `versions` overrides
-    the version of any package by name (take them from the roles' pins). Returns the files."""
-    chosen = {**DEFAULT_VERSIONS, **(versions or {})}
-    unknown = set(chosen) - {p.name for p in _packages()}
+    """Build every simulator .deb into `dest_dir` (the lab's `repo/sim/`). Versions: what the
+    roles in this checkout pin, then `versions` (package name -> version) on top. Returns the
+    files."""
+    pinned = {name: _concrete(p) for name, p in role_pins(REPO_ROOT / "roles").items()}
+    chosen = {**DEFAULT_VERSIONS, **pinned, **(versions or {})}
+    # The driver branch names two packages: the caller's choice, else the roles', else ours.
+    branch = DRIVER_BRANCH
+    for source in (pinned, versions or {}):
+        for name in source:
+            if name.startswith("nvidia-fabricmanager-"):
+                branch = name.rsplit("-", 1)[1]
+    packages = _packages(branch)
+    chosen = {
+        n: v for n, v in chosen.items() if n in {p.name for p in packages} or n in (versions or {})
+    }
+    unknown = set(chosen) - {p.name for p in packages}
     if unknown:
         raise PackageBuildError(f"no simulator for package(s): {', '.join(sorted(unknown))}")
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     built = []
     with tempfile.TemporaryDirectory(prefix="lab-sim-debs-") as tmp:
-        for pkg in _packages():
+        for pkg in packages:
             built.append(build_package(pkg, chosen[pkg.name], dest_dir, Path(tmp)))
+    return built
+
+
+def publish_to_lab_repo(config: LabConfig, versions: Mapping[str, str] | None = None) -> list[Path]:
+    """Build the simulator packages into the lab repository's `sim/` and re-index it."""
+    from cluster_tool.lab import repo
+
+    built = build_sim_packages(repo.sim_debs_dir(config), versions)
+    repo.reindex(config)
     return built

@@ -153,6 +153,29 @@ def render_diag(hw: NodeHardware, level: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_discovery(hw: NodeHardware, nvswitches: int = 4) -> str:
+    """`dcgmi discovery -l`: the GPUs the host engine sees, then the HGX board's NVSwitches."""
+    gpus = hw.present_gpus()
+    rule = f"+{'-' * 8}+{'-' * 70}+"
+    lines = [
+        f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''} found.",
+        rule,
+        f"| {'GPU ID':<6} | {'Device Information':<68} |",
+        rule,
+    ]
+    for i, g in enumerate(gpus):
+        lines.append(f"| {i:<6} | {'Name: ' + g.spec.name:<68} |")
+        lines.append(f"| {'':<6} | {'PCI Bus ID: ' + g.bus_id:<68} |")
+        lines.append(f"| {'':<6} | {'Device UUID: ' + g.uuid:<68} |")
+        lines.append(rule)
+    switch_rule = "+-----------+"
+    lines.append(f"{nvswitches} NvSwitch{'es' if nvswitches != 1 else ''} found.")
+    lines += [switch_rule, "| Switch ID |", switch_rule]
+    lines += [f"| {n:<9} |" for n in range(nvswitches)]
+    lines.append(switch_rule)
+    return "\n".join(lines) + "\n"
+
+
 def diag_failed(hw: NodeHardware, level: int) -> bool:
     """Whether `dcgmi diag` exits non-zero: any Fail in the table."""
     rows = [line for line in render_diag(hw, level).splitlines() if line.startswith("| ")]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -13,13 +14,18 @@ from typing import Any
 import pytest
 
 from cluster_tool.lab.faults import inject
-from cluster_tool.lab.sim.packages import DEFAULT_VERSIONS, PackageBuildError, build_sim_packages
+from cluster_tool.lab.sim.packages import (
+    DEFAULT_VERSIONS,
+    PackageBuildError,
+    build_sim_packages,
+    role_pins,
+)
 from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
 from cluster_tool.parsers.kernel_log import parse_xids
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.parsers.nvidia_query import parse_query_csv
 from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 
@@ -27,7 +33,7 @@ pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs 
 @pytest.fixture(scope="module")
 def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("debs")
-    built = build_sim_packages(out, {"nccl-tests": "2.13.11-2"})
+    built = build_sim_packages(out)
     return {p.name.split("_")[0]: p for p in built}
 
 
@@ -50,8 +56,25 @@ def test_names_and_versions_are_the_vendors(debs: dict[str, Path]) -> None:
     assert _field(debs["nvidia-fabricmanager-550"], "Version") == "550.127.08-1"
     assert _field(debs["nvidia-driver-cuda"], "Version") == "550.127.08-1"
     assert _field(debs["datacenter-gpu-manager"], "Version") == "1:3.3.9"
-    assert _field(debs["nccl-tests"], "Version") == "2.13.11-2"  # overridden
     assert _field(debs["nccl-tests"], "Depends") == "python3"
+
+
+def test_every_package_the_roles_pin_is_built_at_a_matching_version(
+    debs: dict[str, Path],
+) -> None:
+    pins = role_pins(REPO / "roles")
+    # The roles that install vendor packages on Debian 12 (lab nodes).
+    assert {"nvidia-driver-cuda", "nvidia-fabricmanager-550", "libnccl2", "doca-ofed"} <= set(pins)
+    for name, pattern in pins.items():
+        assert name in debs, f"the roles install {name}; no simulator package is built for it"
+        version = _field(debs[name], "Version")
+        assert fnmatch.fnmatchcase(version, pattern), (name, version, pattern)
+
+
+def test_a_version_can_be_overridden(tmp_path: Path) -> None:
+    built = build_sim_packages(tmp_path, {"nccl-tests": "2.13.11-2"})
+    deb = next(p for p in built if p.name.startswith("nccl-tests_"))
+    assert _field(deb, "Version") == "2.13.11-2"
 
 
 def test_unknown_package_is_refused(tmp_path: Path) -> None:
@@ -125,6 +148,9 @@ def test_dcgmi_and_dmesg_show_the_fault(root: Path, tmp_path: Path) -> None:
     diag = _tool(root, "usr/bin/dcgmi", ["diag", "-r", "3"], model, node="gpu003")
     assert diag.returncode != 0
     assert parse_dcgmi_diag(diag.stdout).failed_gpus == (6,)
+    found = _tool(root, "usr/bin/dcgmi", ["discovery", "-l"], model, node="gpu003")
+    # What the dcgm role checks after starting the host engine.
+    assert found.returncode == 0 and found.stdout.startswith("8 GPUs found.\n")
     log = _tool(root, "usr/local/bin/dmesg", [], model, node="gpu003")
     assert [e.code for e in parse_xids(log.stdout)] == [48]
 
@@ -147,13 +173,18 @@ def test_all_reduce_perf_under_srun_env(root: Path, tmp_path: Path) -> None:
         "SLURM_LOCALID": "0",
     }
     done = _tool(
-        root, "usr/bin/all_reduce_perf", ["-b", "8", "-e", "128M", "-f", "2"], model, **env
+        root,
+        "opt/nccl-tests/build/all_reduce_perf",
+        ["-b", "8", "-e", "128M", "-f", "2"],
+        model,
+        **env,
     )
     assert done.returncode == 0, done.stderr
     parsed = parse_nccl_tests(done.stdout)
     assert parsed.complete and len(parsed.ranks) == 16
-    other = _tool(root, "usr/bin/all_reduce_perf", ["-b", "8", "-e", "128M"], model, node="gpu002",
-                  **{**env, "SLURM_PROCID": "9", "PMIX_RANK": "9"})  # fmt: skip
+    rank9 = {**env, "SLURM_PROCID": "9", "PMIX_RANK": "9"}
+    binary = "opt/nccl-tests/build/all_reduce_perf"
+    other = _tool(root, binary, ["-b", "8", "-e", "128M"], model, node="gpu002", **rank9)
     assert (other.returncode, other.stdout) == (0, "")
 
 
