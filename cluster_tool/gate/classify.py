@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -188,16 +189,37 @@ def error_findings(errors: list[ErrorLine], job_nodes: tuple[str, ...]) -> list[
     return findings
 
 
-def gdr_findings(use: dict[str, GdrUse]) -> list[Finding]:
-    """`gdr.not-used` for each host whose NET channels bypass GPUDirect RDMA."""
+def gdr_findings(jobs: Sequence[tuple[tuple[str, ...], dict[str, GdrUse]]]) -> list[Finding]:
+    """`gdr.not-used` for the hosts that bypass GPUDirect RDMA, judged over every job.
+
+    A host is suspect when a job it ran in had NET/IB channels without GDRDMA and no job it
+    ran in was GDR throughout (so the healthy partner of a bad host is cleared by its other
+    jobs). Among suspects, those whose own log lines show the plain channels are named
+    first; where no line names its host, the suspects are named as they are.
+    """
+    clean: set[str] = set()
+    dirty: set[str] = set()
+    own: dict[str, GdrUse] = {}
+    for nodes, use in jobs:
+        if len(nodes) < 2 or not use:
+            continue  # one node, or no channel lines (NCCL_DEBUG not INFO): no evidence
+        if any(u.gdr_missing for u in use.values()):
+            dirty.update(nodes)
+            own.update({h: u for h, u in use.items() if u.gdr_missing and h in nodes})
+        else:
+            clean.update(nodes)
+    suspects = dirty - clean
+    named = sorted({h for h in suspects if h in own} or suspects)
     findings = []
-    for host, u in use.items():
-        if not u.gdr_missing:
-            continue
-        plain = u.ib_channels - u.gdr_channels
-        observed = f"{plain} of {u.ib_channels} NET/IB channels without GDRDMA" + (
-            f", {u.socket_channels} over sockets" if u.socket_channels else ""
-        )
+    for host in named:
+        u = own.get(host)
+        if u is not None:
+            plain = u.ib_channels - u.gdr_channels
+            observed = f"{plain} of {u.ib_channels} NET/IB channels without GDRDMA"
+            if u.socket_channels:
+                observed += f", {u.socket_channels} over sockets"
+        else:
+            observed = "every job it ran in had NET/IB channels without GDRDMA"
         findings.append(
             Finding(
                 check="gdr.not-used",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from cluster_tool.errors import ParseError
 from cluster_tool.findings import Finding
-from cluster_tool.gate.classify import classify_errors, error_findings, gdr_findings, gdr_use
+from cluster_tool.gate.classify import GdrUse, classify_errors, error_findings, gdr_use
 from cluster_tool.gate.localize import PairResult
 from cluster_tool.gate.plan import GateJob, Step
 from cluster_tool.gate.thresholds import Expectation, GateProfile, Rung, Thresholds
@@ -63,6 +63,7 @@ class JobOutcome:
     findings: tuple[Finding, ...] = field(default=())
     hung: bool = False
     stuck: str | None = None  # never left the queue: says nothing about the nodes
+    gdr: dict[str, GdrUse] = field(default_factory=dict)  # NET channels per host
 
     @property
     def passed(self) -> bool:
@@ -157,8 +158,11 @@ def evaluate_job(
         steps.append(evaluate_step(step, text, exp, hung_after_s=hung_after_s))
     everything = "\n".join([slurm_text, *(t for t in texts.values() if t)])
     findings = error_findings(classify_errors(everything), job.nodes)
-    if len(job.nodes) > 1:
-        findings += gdr_findings(gdr_use(everything))
     return JobOutcome(
-        job, tuple(steps), tuple(findings), hung=hung_after_s is not None, stuck=stuck
+        job,
+        tuple(steps),
+        tuple(findings),
+        hung=hung_after_s is not None,
+        stuck=stuck,
+        gdr=gdr_use(everything) if len(job.nodes) > 1 else {},
     )

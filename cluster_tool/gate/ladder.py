@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_tool.findings import Finding, Report
+from cluster_tool.gate.classify import GdrUse, gdr_findings
 from cluster_tool.gate.evaluate import JobOutcome, evaluate_job
 from cluster_tool.gate.localize import (
     DEFAULT_STRAGGLER_Z,
@@ -96,6 +97,7 @@ class _Ladder:
         self._round = 0
         self.node_seconds = 0.0
         self.jobs = 0
+        self.gdr_evidence: list[tuple[tuple[str, ...], dict[str, GdrUse]]] = []
 
     def _run(self, jobs: list[GateJob]) -> list[JobOutcome]:
         runs = self.runner.run(jobs)
@@ -141,6 +143,7 @@ class _Ladder:
         )
         for f in outcome.findings:
             self._add(f)
+        self.gdr_evidence.append((run.job.nodes, outcome.gdr))
         if run.stuck_reason:
             self._add(
                 Finding(
@@ -302,6 +305,8 @@ def run_gate(
         admitted = [n for n in admitted if n not in loc.bad]
     if "full" in opts.rungs and not stopped:
         ladder.full(admitted)
+    for f in gdr_findings(ladder.gdr_evidence):
+        ladder._add(f)
     plan = plan_drains(ladder.guilty, len(nodes), opts.max_fail_share)
     if stopped:
         plan = DrainPlan(stopped=stopped)

@@ -56,18 +56,34 @@ def test_host_outside_the_job_is_not_blamed() -> None:
     assert f.node is None and "gpu001,gpu002" in f.message
 
 
-def test_gdr_missing_on_one_host_is_named() -> None:
+def test_gdr_missing_on_one_host_is_named_from_its_own_lines() -> None:
     use = gdr_use((CAPTURED / "nccl_info_no_gdr.txt").read_text())
     assert use["gpu001"].gdr_channels == 3 and not use["gpu001"].gdr_missing
     assert use["gpu002"].ib_channels == 4 and use["gpu002"].gdr_channels == 1
-    (f,) = gdr_findings(use)
+    (f,) = gdr_findings([(("gpu001", "gpu002"), use)])
     assert f.check == "gdr.not-used" and f.node == "gpu002"
     assert f.observed == "3 of 4 NET/IB channels without GDRDMA"
 
 
+def test_gdr_host_is_found_across_jobs_when_lines_name_only_rank_0() -> None:
+    # Logs that carry only rank 0's prefix blame gpu001 in the first job; its clean job
+    # with gpu003 clears it, so the one host never seen in a clean job is named.
+    plain = gdr_use("gpu001:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0\n")
+    clean = gdr_use(
+        "gpu001:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n"
+    )
+    jobs = [(("gpu001", "gpu002"), plain), (("gpu001", "gpu003"), clean)]
+    (f,) = gdr_findings(jobs)
+    assert f.node == "gpu002" and f.observed.startswith("every job it ran in")
+
+
+def test_no_channel_lines_is_no_evidence() -> None:
+    assert gdr_findings([(("gpu001", "gpu002"), {})]) == []
+
+
 def test_socket_transport_counts_as_no_gdr() -> None:
     text = "gpu005:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/Socket/0\n"
-    (f,) = gdr_findings(gdr_use(text))
+    (f,) = gdr_findings([(("gpu005", "gpu006"), gdr_use(text))])
     assert f.node == "gpu005" and "over sockets" in f.observed
 
 

@@ -255,3 +255,20 @@ def test_job_that_never_leaves_the_queue_is_cancelled_and_not_blamed(tmp_path: P
     assert "ReqNodeNotAvail" in pending[0].observed
     assert replay.drained == {}
     assert [c[1] for c in replay.calls if c[0] == "scancel"]  # the queued jobs were cancelled
+
+
+def test_missing_peermem_is_pinned_on_its_node_even_when_only_rank_0_logs(
+    tmp_path: Path,
+) -> None:
+    # Without GPUDirect RDMA every byte bounces through host memory (~0.6 of the rate),
+    # and these logs carry only rank 0's prefix, which is never gpu004 here.
+    def answer(name: str, nodes: tuple[str, ...], label: str) -> str | None:
+        if len(nodes) == 1:
+            return scaled_output(SINGLE, 1.0)
+        broken = "gpu004" in nodes
+        return pair_output(0.6 if broken else 1.0, gdr=not broken, hosts=nodes[:1])
+
+    result, replay, _ = gate(tmp_path, LAB, answer, rungs=("pairs",), drain=True)
+    errors = sorted((f.check, f.node) for f in result.report.findings if f.severity == "error")
+    assert errors == [("gdr.not-used", "gpu004"), ("nccl.pair", "gpu004")]
+    assert list(replay.drained) == ["gpu004"]
