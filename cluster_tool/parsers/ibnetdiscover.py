@@ -420,6 +420,16 @@ def parse_ibnetdiscover(text: str) -> Fabric:
             elif line.startswith("# Initiated from node "):
                 initiated_from = line[len("# Initiated from ") :].strip()
             continue
+        # key=value lines (lowercase keys) outnumber node headers (capitalised) four to one.
+        m = _ATTR.match(line) if first.islower() else None
+        if m is not None:
+            # vendid=, devid=, sysimgguid=, switchguid=0x..(port0 guid), caguid=: they open
+            # the next node record. ibsim's global `width=` lines land here too, unused.
+            if current is not None:
+                nodes.append(_build(current, current_line))
+                current = None
+            attrs[m.group(1)] = m.group(2)
+            continue
         m = _NODE.match(line)
         if m is not None:
             if current is not None:
@@ -430,15 +440,6 @@ def parse_ibnetdiscover(text: str) -> Fabric:
             current.line_no = line_no
             current_line = raw
             attrs = {}
-            continue
-        m = _ATTR.match(line)
-        if m is not None:
-            # vendid=, devid=, sysimgguid=, switchguid=0x..(port0 guid), caguid=: they open
-            # the next node record. ibsim's global `width=` lines land here too, unused.
-            if current is not None:
-                nodes.append(_build(current, current_line))
-                current = None
-            attrs[m.group(1)] = m.group(2)
             continue
         raise ParseError(
             "expected a node header (Switch/Ca/Rt), a port line, key=value or a comment",
