@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 
 from cluster_tool.errors import UsageError
@@ -34,13 +35,35 @@ class RankSlot:
 
 @dataclass(frozen=True)
 class Placement:
-    """Hostfile order (node rank → node) and every rank's place."""
+    """Hostfile order (node rank → node) and, derived from it, every rank's place."""
 
+    layout: Layout
     hostfile: tuple[str, ...]
-    ranks: tuple[RankSlot, ...]
+    sus: tuple[int, ...]  # SU of each hostfile line
     gpus_per_node: int
     pp_chains_whole_in_su: bool  # every pipeline sits inside one SU
     idle_nodes: tuple[str, ...]
+
+    @cached_property
+    def ranks(self) -> tuple[RankSlot, ...]:
+        g = self.gpus_per_node
+        slots = []
+        for rank in range(self.layout.gpus):
+            node = rank // g
+            tp, cp, dp, pp = coordinates(rank, self.layout)
+            slots.append(
+                RankSlot(
+                    rank=rank,
+                    node=self.hostfile[node],
+                    su=self.sus[node],
+                    local_rank=rank % g,
+                    tp=tp,
+                    cp=cp,
+                    pp=pp,
+                    dp=dp,
+                )
+            )
+        return tuple(slots)
 
     def tp_groups(self) -> list[list[RankSlot]]:
         return _groups(self.ranks, lambda r: (r.cp, r.pp, r.dp))
@@ -59,7 +82,17 @@ class Placement:
         return [(a, b) for group in self.pp_groups() for a, b in pairwise(group)]
 
     def pp_pairs_across_su(self) -> int:
-        return sum(1 for a, b in self.pp_pairs() if a.su != b.su)
+        """Point-to-point pairs whose ends are in different SUs (counted per node, not per
+        rank, so that it stays cheap on 16K GPUs)."""
+        g = self.gpus_per_node
+        stage = self.layout.tp * self.layout.cp * self.layout.dp
+        slots = len(self.hostfile)
+        if stage % g == 0:
+            # Every rank of node j has its successor on node j + stage/g.
+            step = stage // g
+            return g * sum(1 for j in range(slots - step) if self.sus[j] != self.sus[j + step])
+        # Several stages per node: only the last stage of node j continues on node j + 1.
+        return stage * sum(1 for j in range(slots - 1) if self.sus[j] != self.sus[j + 1])
 
 
 def _groups(ranks: tuple[RankSlot, ...], key: object) -> list[list[RankSlot]]:
@@ -123,26 +156,11 @@ def place(layout: Layout, cluster: ClusterShape) -> Placement:
         leftovers = leftovers[length:]
 
     hostfile: list[PlanNode] = [assigned[j % chains][j // chains] for j in range(slots)]
-    ranks = []
-    for rank in range(layout.gpus):
-        node = hostfile[rank // g]
-        tp, cp, dp, pp = coordinates(rank, layout)
-        ranks.append(
-            RankSlot(
-                rank=rank,
-                node=node.name,
-                su=node.su,
-                local_rank=rank % g,
-                tp=tp,
-                cp=cp,
-                pp=pp,
-                dp=dp,
-            )
-        )
     used = {n.name for n in hostfile}
     return Placement(
+        layout=layout,
         hostfile=tuple(n.name for n in hostfile),
-        ranks=tuple(ranks),
+        sus=tuple(n.su for n in hostfile),
         gpus_per_node=g,
         pp_chains_whole_in_su=whole,
         idle_nodes=tuple(n.name for n in usable if n.name not in used),

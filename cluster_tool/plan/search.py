@@ -82,6 +82,7 @@ def plan(
                     vps = [1]
                     if pp > 1 and m % pp == 0:
                         vps += [v for v in range(2, min(stages) + 1) if max(stages) % v == 0]
+                    fitted = False
                     for vp in vps:
                         est = estimate(model, cluster, training, Layout(tp, pp, dp, cp, vp, b), a)
                         if not est.fits:
@@ -89,8 +90,13 @@ def plan(
                             if closest is None or est.memory.total < closest.memory.total:
                                 closest = est
                             continue
+                        fitted = True
                         if best is None or est.step_time_s < best.step_time_s:
                             best = est
+                    if not fitted:
+                        # A bigger micro-batch keeps more activations, on no more DP ranks:
+                        # if none of these fit, none of those will.
+                        break
                 if best is not None:
                     results.append(best)
     results.sort(key=lambda e: (e.step_time_s, e.layout.tp, e.layout.pp))

@@ -65,6 +65,11 @@ def test_placement_properties(case: tuple[ClusterShape, Layout]) -> None:
             by_node[s.node].add(s.local_rank)
         assert len({frozenset(v) for v in by_node.values()}) == 1
 
+    # The per-node count of SU-crossing pipeline pairs agrees with the per-rank truth.
+    pairs = placement.pp_pairs()
+    assert len(pairs) == layout.tp * layout.cp * layout.dp * (layout.pp - 1)
+    assert placement.pp_pairs_across_su() == sum(1 for a, b in pairs if a.su != b.su)
+
     # Every PP pair within one SU when the SUs are large enough to hold whole pipelines.
     stage = layout.tp * layout.cp * layout.dp
     chains = max(1, stage // g)
