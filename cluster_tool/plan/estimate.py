@@ -23,7 +23,10 @@ Memory (per GPU, the stage that needs the most):
 Time (one step; every stage waits for the slowest):
 - compute: hardware FLOPs (model FLOPs `6·P + 12·L·H·Q·T` per token plus what recomputation
   repeats: one more forward, `2·P_layers + 4·L·H·Q·T`, for full) at peak dense TFLOP/s of the
-  chosen precision × `kernel_efficiency`; the output layer counts on the last stage;
+  chosen precision × `kernel_efficiency`; the output layer counts on the last stage. With
+  fp8 the same efficiency is applied to the fp8 peak, so fp8 estimates are an upper bound
+  (real fp8 runs gain well under the 2× of the datasheet peaks: attention, norms and
+  communication stay in bf16);
 - pipeline bubble: `(p−1)/(p−1+m)` of the step for 1F1B, `(p−1)/(v·m + p−1)` interleaved
   (Narayanan et al. 2021, Sections 2.2.1 and 2.2.2): the step is `(m + (p−1)/v)` stage times;
 - TP: 4 all-reduce-sized collectives of `2·s·b·h` bytes per layer and micro-batch (6 with full
