@@ -87,3 +87,17 @@ def test_bad_gate_results_are_usage_errors(tmp_path: Path) -> None:
         read_gate_results(path)
     with pytest.raises(UsageError, match=r"missing\.json"):
         read_gate_results(tmp_path / "missing.json")
+
+
+def test_unknown_gpu_model_is_a_usage_error() -> None:
+    from cluster_tool.plan import gpu_spec
+
+    assert gpu_spec("NVIDIA H200").hbm_gib == 141
+    with pytest.raises(UsageError, match="no compute figures"):
+        gpu_spec("mi300x")
+
+
+def test_synthetic_cluster_fills_sus_in_order() -> None:
+    shape = ClusterShape.synthetic(nodes=70, nodes_per_su=32)
+    assert shape.su_sizes() == {1: 32, 2: 32, 3: 6}
+    assert shape.usable_gpus == 560

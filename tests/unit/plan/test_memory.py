@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster_tool.plan import (
     PRESETS,
@@ -14,7 +18,7 @@ from cluster_tool.plan import (
     megatron_gpt,
     plan,
 )
-from cluster_tool.plan.estimate import Assumptions, memory, stage_layers
+from cluster_tool.plan.estimate import Assumptions, head_layer_equivalents, memory, stage_layers
 
 H100 = ClusterShape.synthetic(nodes=16)
 GIB = 1024**3
@@ -108,8 +112,6 @@ def test_hbm_margin_moves_the_verdict() -> None:
     assert estimate(model, roomy, training, layout).fits
     # Just big enough with no margin and no reserve, too small with the default margin.
     tight = Assumptions(memory_margin=0.0, reserved_gib=0.0)
-    from dataclasses import replace
-
     exact = replace(H100, hbm_gib=need * 1.001)
     assert estimate(model, exact, training, layout, tight).fits
     assert not estimate(model, exact, training, layout).fits
@@ -134,3 +136,17 @@ def test_context_parallel_only_for_long_sequences_where_it_wins() -> None:
     assert all(e.layout.cp > 1 for e in long.layouts[:3])
     short = plan(PRESETS["llama3-405b"], cluster, Training(global_batch=2048, micro_batch=1))
     assert all(e.layout.cp == 1 for e in short.layouts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=1, max_value=200), st.integers(min_value=1, max_value=64))
+def test_pipeline_partition_covers_every_layer_and_stays_balanced(layers: int, pp: int) -> None:
+    if pp > layers:
+        return
+    model = replace(PRESETS["llama3-70b"], layers=layers)
+    split = stage_layers(model, pp)
+    assert len(split) == pp and sum(split) == layers and min(split) >= 1
+    head = head_layer_equivalents(model)
+    loads = [*split[:-1], split[-1] + head]
+    # Never worse than the plain even split with the output layer on the last stage.
+    assert max(loads) <= max(-(-layers // pp), layers // pp + head) + 1e-9
