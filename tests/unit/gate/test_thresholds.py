@@ -141,3 +141,14 @@ def test_cut_short_run_is_classified_by_its_error_line() -> None:
 def test_missing_output_is_a_launch_failure() -> None:
     out = evaluate_step(Step("p", "all_reduce", Rung.PAIRS), None, NDR.expect(Rung.PAIRS))
     assert not out.passed and out.check == "nccl.launch"
+
+
+def test_topology_from_the_cabling_plan_names_leaves_and_spines() -> None:
+    inputs = gate_inputs(load_spec(EXAMPLES / "h200-4su.yml"))
+    topo = inputs.topology
+    assert topo.su_of["gpu001"] == 1 and topo.su_of["gpu127"] == 4
+    (hops,) = topo.path("gpu001", "gpu127", [1])
+    assert hops.startswith("rail 1: gpu001/mlx5_3 > su1-leaf-r1 > spine")
+    assert hops.endswith("> su4-leaf-r1 > gpu127/mlx5_3")
+    (same_leaf,) = topo.path("gpu001", "gpu002", [0])
+    assert same_leaf == "rail 0: gpu001/mlx5_0 > su1-leaf-r0 > gpu002/mlx5_0"
