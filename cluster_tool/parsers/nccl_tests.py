@@ -7,6 +7,7 @@ current (`size count type redop root ... #wrong`) and extended headers all map b
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -96,6 +97,8 @@ class NcclTestsRun:
     header: NcclTestsHeader | None
     nccl_version: str | None  # `NCCL version 2.26.2+cuda12.8` (or `# NCCL Tests compiled with`)
     reduced_max_bytes: int | None  # `# Reducing maxBytes to N due to memory limitation`
+    # len(ranks), or what busbw/algbw implies when the device list was elided; None if unknown.
+    rank_count: int | None = None
 
     @property
     def max_busbw(self) -> float | None:
@@ -477,7 +480,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
         errors.append(f"output ends inside a row (line {cut_short[0]}): {cut_short[1].strip()}")
     if collective is None:
         collective = _infer_collective(rows, len(ranks))
-    return NcclTestsRun(
+    run = NcclTestsRun(
         collective=collective,
         ranks=tuple(ranks),
         rows=tuple(rows),
@@ -489,3 +492,4 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
         nccl_version=nccl_version,
         reduced_max_bytes=reduced,
     )
+    return dataclasses.replace(run, rank_count=run.inferred_rank_count())

@@ -26,7 +26,7 @@ def test_two_node_16_rank_ndr_run() -> None:
     assert run.complete and run.errors == ()
     assert run.avg_busbw == 139.56 and run.out_of_bounds == 0
     assert run.collective == "all_reduce" and run.nccl_version == "2.26.2+cuda12.8"
-    assert len(run.ranks) == 16
+    assert len(run.ranks) == 16 and run.rank_count == 16
     assert {r.host for r in run.ranks} == {"bm-h100-01", "bm-h100-02"}
     r9 = run.ranks[9]
     assert (r9.rank, r9.group, r9.pid, r9.host, r9.device, r9.bus_id, r9.gpu) == (
@@ -77,6 +77,7 @@ def test_coreweave_96_rank_excerpt() -> None:
     )
     assert run.ranks == ()  # the README elides the device list
     assert run.inferred_rank_count() == 96  # busbw/algbw = 2(n-1)/n = 1.979
+    assert run.rank_count == 96  # and in the JSON
     assert run.avg_busbw == 373.187 and run.complete and run.out_of_bounds == 0
     assert [r.size for r in run.rows] == [2**29, 2**30, 2**31, 2**32, 2**33]
     assert [r.out_of_place.busbw for r in run.rows if r.out_of_place] == [
@@ -183,7 +184,7 @@ def test_json_has_the_agreed_fields() -> None:
     row = data["rows"][0]
     assert set(row) >= {"size", "count", "type", "redop", "root", "out_of_place", "in_place"}
     assert set(row["out_of_place"]) >= {"time_us", "algbw", "busbw", "wrong"}
-    assert data["ranks"][0]["host"] == "bm-h100-01"
+    assert data["ranks"][0]["host"] == "bm-h100-01" and data["rank_count"] == 16
 
 
 @pytest.mark.parametrize(
