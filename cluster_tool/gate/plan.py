@@ -87,24 +87,16 @@ class GateJob:
     round: int = 1
     env: tuple[tuple[str, str], ...] = field(default=())
 
-    def step_output(self, workdir: Path, step: Step, node: str = "%N") -> Path:
-        """Where a step's output lands: one file per node (`%N`), because every node's
-        slurmstepd opens the file itself and on a shared filesystem they would overwrite
-        each other's writes in one file."""
-        return workdir / f"{self.name}.{step.label}.{node}.out"
-
-    def step_outputs(self, workdir: Path, step: Step) -> list[Path]:
-        """The per-node files of a step, first node (rank 0, the table) first."""
-        return [self.step_output(workdir, step, n) for n in self.nodes]
+    def step_output(self, workdir: Path, step: Step) -> Path:
+        """Where a step's output lands. srun forwards every task's output to the batch host,
+        which alone writes the file: no two nodes ever write one file on a shared filesystem."""
+        return workdir / f"{self.name}.{step.label}.out"
 
     def slurm_output(self, workdir: Path) -> Path:
         return workdir / f"{self.name}.slurm.out"
 
     def outputs(self, workdir: Path) -> list[Path]:
-        files = [self.slurm_output(workdir)]
-        for s in self.steps:
-            files += self.step_outputs(workdir, s)
-        return files
+        return [self.slurm_output(workdir)] + [self.step_output(workdir, s) for s in self.steps]
 
 
 def sort_by_su(nodes: Sequence[str], su_of: Mapping[str, int] | None = None) -> list[str]:
@@ -223,12 +215,12 @@ def render_sbatch(job: GateJob, params: NcclTestParams, workdir: Path, gpus_per_
             # Rail steps share the allocation (--overlap) and run at once, like split groups.
             srun = (
                 f"srun --overlap --mpi=pmix --cpu-bind=none -N {n} --ntasks-per-node=1 "
-                f"--gpus-per-node={gpus_per_node} --output={out} env {env} {cmd} &"
+                f"--gpus-per-node={gpus_per_node} env {env} {cmd} > {out} 2>&1 &"
             )
         else:
             srun = (
                 f"srun --mpi=pmix --cpu-bind=none -N {n} --ntasks-per-node={gpus_per_node} "
-                f"--gpus-per-task=1 --output={out} env {env} {cmd}"
+                f"--gpus-per-task=1 env {env} {cmd} > {out} 2>&1"
             )
         lines.append(f"echo 'cluster-tool gate: step {step.label}'")
         lines.append(srun)

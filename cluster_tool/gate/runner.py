@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster_tool.gate.plan import GateJob, NcclTestParams, Step, render_sbatch
+from cluster_tool.gate.plan import GateJob, NcclTestParams, render_sbatch
 from cluster_tool.slurm import Slurm
 
 
@@ -80,13 +80,9 @@ class SlurmRunner:
             runs.append(JobRun(job, self.slurm.submit(script)))
         self._watch(runs)
         for r in runs:
-            r.texts = {s.label: self._step_text(r.job, s) for s in r.job.steps}
+            r.texts = {s.label: self.read(r.job.step_output(self.workdir, s)) for s in r.job.steps}
             r.slurm_text = self.read(r.job.slurm_output(self.workdir)) or ""
         return runs
-
-    def _step_text(self, job: GateJob, step: Step) -> str | None:
-        texts = [t for t in (self.read(p) for p in job.step_outputs(self.workdir, step)) if t]
-        return "".join(t if t.endswith("\n") else t + "\n" for t in texts) if texts else None
 
     def _watch(self, runs: list[JobRun]) -> None:
         submitted = self.clock()

@@ -137,7 +137,7 @@ class ReplaySlurm:
         nodes = tuple(re.search(r"--nodelist=(\S+)", text).group(1).split(","))  # type: ignore[union-attr]
         outputs = {
             m.group(1): Path(m.group(2))
-            for m in re.finditer(r"step (\S+)'\nsrun .*?--output='?([^'\s]+)", text)
+            for m in re.finditer(r"step (\S+)'\nsrun .*? > (\S+) 2>&1", text)
         }
         self.next_id += 1
         job_id = str(self.next_id)
@@ -152,9 +152,7 @@ class ReplaySlurm:
             if text.startswith(HANG):
                 job.hang = True
                 text = text[len(HANG) :]
-            # Rank 0 prints the table, on the first node; the others' files stay empty here.
-            for i, node in enumerate(job.nodes):
-                Path(str(path).replace("%N", node)).write_text(text if i == 0 else "")
+            path.write_text(text)
 
     def _squeue(self, ids: list[str]) -> str:
         lines = []
