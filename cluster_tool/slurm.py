@@ -265,7 +265,15 @@ class SlurmCLI:
         names = str(NodeSet.fromlist(list(nodes)))
         self.run(["scontrol", "update", f"nodename={names}", "state=resume"])
 
+    def sinfo_nodes(self, partition: str | None = None) -> list[NodeState]:
+        """The whole fleet in one cheap call: state and drain reason per node (`sinfo -N`)."""
+        argv = ["sinfo", "-h", "-N", "-o", "%N|%T|%E"]
+        if partition:
+            argv += ["-p", partition]
+        return parse_sinfo_nodes(self.run(argv))
+
     def node_states(self, nodes: Iterable[str] | None = None) -> list[NodeState]:
+        """Per-node detail (`scontrol show node -o`), flags and reason included."""
         argv = ["scontrol", "show", "node", "-o"]
         if nodes is not None:
             argv.append(str(NodeSet.fromlist(list(nodes))))

@@ -97,3 +97,11 @@ def test_job_states_fall_back_to_sacct_for_jobs_that_left_the_queue() -> None:
     states = SlurmCLI(run=rec).job_states(["4101", "4106"])
     assert states["4101"].state == "COMPLETED" and states["4106"].state == "RUNNING"
     assert rec.calls[1][:2] == ["sacct", "-n"] and "4101" in rec.calls[1]
+
+
+def test_sinfo_nodes_reads_the_fleet_in_one_call() -> None:
+    rec = _Recorder({"sinfo": (CAPTURED / "sinfo_nodes.txt").read_text()})
+    nodes = {n.name: n for n in SlurmCLI(run=rec).sinfo_nodes("gpu")}
+    assert rec.calls == [["sinfo", "-h", "-N", "-o", "%N|%T|%E", "-p", "gpu"]]
+    assert nodes["gpu002"].drained and not nodes["gpu001"].drained
+    assert nodes["gpu001"].usable and not nodes["gpu004"].usable
