@@ -256,7 +256,8 @@ def persistenced(argv: list[str], model: dict[str, Any], host: str) -> Result:
 
 
 def idle_daemon(argv: list[str], model: dict[str, Any], host: str) -> Result:
-    """A service the simulated hardware does not need (fabric manager, DCGM host engine): it
+    """A service the simulated hardware does not need (fabric manager, DCGM host engine,
+    openibd): it
     only has to run, answer `status` and stop, the way the roles drive it."""
     import signal
 
@@ -274,6 +275,7 @@ TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "nvidia-persistenced": persistenced,
     "nv-fabricmanager": idle_daemon,
     "nv-hostengine": idle_daemon,
+    "openibd": idle_daemon,
 }
 
 

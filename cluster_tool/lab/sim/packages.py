@@ -65,6 +65,8 @@ class SimPackage:
     files: dict[str, str] = field(default_factory=dict)
     carries_simulator: bool = False
     postinst: str = ""
+    # Real Debian packages the vendor's package would bring along (in the lab repository).
+    depends: tuple[str, ...] = ()
 
 
 NCCL_TESTS_DIR = "opt/nccl-tests/build"
@@ -184,6 +186,11 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
         SimPackage(
             "doca-ofed",
             "NVIDIA DOCA-OFED (simulated: the HCAs come from the lab's sysfs tree)",
+            tools={"usr/sbin/openibd-lab": "openibd"},
+            services={"openibd": "/usr/sbin/openibd-lab"},
+            carries_simulator=True,
+            # DOCA's profile brings its builds of these; the lab has Debian's.
+            depends=("infiniband-diags", "rdma-core", "ibverbs-utils"),
         ),
         SimPackage("libnccl2", "NCCL runtime (simulated: nccl-tests carry the model)"),
         SimPackage("libnccl-dev", "NCCL headers (simulated: no payload)"),
@@ -204,7 +211,7 @@ def _control(pkg: SimPackage, version: str) -> str:
         f"Version: {version}\n"
         "Architecture: amd64\n"
         "Maintainer: cluster-tool lab <lab@cluster-tool.invalid>\n"
-        "Depends: python3\n"
+        f"Depends: {', '.join(('python3', *pkg.depends))}\n"
         "Section: misc\n"
         "Priority: optional\n"
         f"Description: {pkg.summary}\n"

@@ -52,6 +52,7 @@ def _write_device(
     root: Path,
     device: str,
     *,
+    host: str,
     hca_type: str,
     fw_ver: str,
     guid: str,
@@ -72,7 +73,8 @@ def _write_device(
     _write(dev / "board_id", "MT_0000000838")
     _write(dev / "node_guid", _guid_sysfs(guid))
     _write(dev / "sys_image_guid", _guid_sysfs(guid))
-    _write(dev / "node_desc", device)
+    # What rdma-ndd writes with the "%h %d" format the fabric check relies on.
+    _write(dev / "node_desc", f"{host} {device}")
     port = dev / "ports" / "1"
     _write(port / "state", state)
     _write(port / "phys_state", phys_state)
@@ -104,6 +106,7 @@ def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
         _write_device(
             dest,
             hca.device,
+            host=node.name,
             hca_type=hca.hca_type,
             fw_ver=hca.fw_ver,
             guid=hca.node_guid,
@@ -145,6 +148,7 @@ def _write_nic(dest: Path, node: NodeHardware, nic: Nic) -> None:
     _write_device(
         dest,
         nic.device,
+        host=node.name,
         hca_type="MT4129",
         fw_ver="28.39.1002",
         guid=f"a088c20300{d[:6]}",

@@ -57,6 +57,9 @@ def test_names_and_versions_are_the_vendors(debs: dict[str, Path]) -> None:
     assert _field(debs["nvidia-driver-cuda"], "Version") == "550.127.08-1"
     assert _field(debs["datacenter-gpu-manager"], "Version") == "1:3.3.9"
     assert _field(debs["nccl-tests"], "Depends") == "python3"
+    assert _field(debs["doca-ofed"], "Depends") == (
+        "python3, infiniband-diags, rdma-core, ibverbs-utils"
+    )
 
 
 def test_every_package_the_roles_pin_is_built_at_a_matching_version(
@@ -88,6 +91,7 @@ def test_init_scripts_are_valid_shell(root: Path) -> None:
         "nvidia-dcgm",
         "nvidia-fabricmanager",
         "nvidia-persistenced",
+        "openibd",
     ]
     for script in scripts:
         assert os.access(script, os.X_OK)

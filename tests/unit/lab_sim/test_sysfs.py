@@ -28,6 +28,8 @@ def test_tree_has_the_files_libibumad_reads(tmp_path: Path) -> None:
     assert (port / "phys_state").read_text() == "5: LinkUp\n"
     assert (port / "gids" / "0").read_text().startswith("fe80:0000:0000:0000:946d:ae03:00")
     assert (tmp_path / "infiniband_mad" / "abi_version").read_text() == "5\n"
+    # rdma-ndd's "%h %d", which the doca_ofed role and the fabric check expect.
+    assert (tmp_path / "infiniband" / "mlx5_3" / "node_desc").read_text() == "gpu001 mlx5_3\n"
     assert sorted(p.name for p in (tmp_path / "infiniband").iterdir()) == sorted(
         [h.device for h in hw.hcas] + [n.device for n in hw.other_nics]
     )
