@@ -113,3 +113,52 @@ def _build_init(target: Path) -> None:
     if result.returncode != 0:
         run([gcc, "-O2", "-o", str(target), str(_INIT_SOURCE)], timeout=120)
     target.chmod(0o755)
+
+
+def ensure_layer(config: LabConfig, base: Path, name: str, packages: tuple[str, ...]) -> Path:
+    """A cached overlay layer over `base` with `packages` installed from the lab repository.
+
+    Built once (apt-get inside a throw-away overlay, the upper directory kept) and used as
+    an extra lower layer, so a node that needs a few tools from the start (the head's
+    fabric diags) boots with them instead of installing them on every `lab up`.
+    """
+    import hashlib
+
+    key = hashlib.sha256(f"{base.name}|{' '.join(sorted(packages))}".encode()).hexdigest()[:12]
+    final = config.cache_dir / "layers" / f"{name}-{key}"
+    if (final / ".lab-layer").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    scratch = final.with_name(final.name + ".tmp")
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    for sub in ("upper", "work", "root"):
+        (scratch / sub).mkdir(parents=True)
+    repo = config.repo_dir
+    script = f"""set -e
+R={scratch}/root
+mount --make-rprivate /
+mount -t overlay overlay -o lowerdir={base},upperdir={scratch}/upper,workdir={scratch}/work "$R"
+mount -t proc proc "$R/proc"
+mount --rbind /dev "$R/dev"
+mkdir -p "$R/mnt/lab-repo"
+mount --bind {repo} "$R/mnt/lab-repo"
+echo 'deb [trusted=yes] file:/mnt/lab-repo ./' > "$R/etc/apt/sources.list.d/lab-build.list"
+chroot "$R" apt-get -qq update
+chroot "$R" env DEBIAN_FRONTEND=noninteractive apt-get -qq -y install {" ".join(packages)}
+rm -f "$R/etc/apt/sources.list.d/lab-build.list"
+chroot "$R" apt-get -qq clean
+umount "$R/mnt/lab-repo"
+rmdir "$R/mnt/lab-repo"
+rm -rf "$R"/var/lib/apt/lists/*
+"""
+    result = run(["unshare", "--mount", "--fork", "sh", "-c", script], check=False, timeout=900)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise LabError(f"building the {name} layer failed: " + " | ".join(tail))
+    upper = scratch / "upper"
+    (upper / ".lab-layer").write_text(" ".join(packages) + "\n")
+    upper.rename(final)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return final

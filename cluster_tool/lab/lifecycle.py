@@ -25,7 +25,7 @@ import yaml
 from cluster_tool.errors import UsageError
 from cluster_tool.lab import bmc, fabric, nodes, repo
 from cluster_tool.lab import model as hw
-from cluster_tool.lab.base import ensure_base
+from cluster_tool.lab.base import ensure_base, ensure_layer
 from cluster_tool.lab.config import DEFAULT_SPEC, LabConfig
 from cluster_tool.lab.host import (
     LabError,
@@ -39,7 +39,7 @@ from cluster_tool.lab.host import (
 from cluster_tool.lab.state import LabState, load_state, save_state
 from cluster_tool.lab.topology import LabPlan, build_model, load_plan
 
-# Packages the head node gets at `lab up`: the subnet manager lives outside it, so the
+# Packages the head node boots with (a cached layer): the subnet manager lives outside it, so the
 # real diags (and the umad2sim preload that aims them at ibsim) come with the lab.
 HEAD_FABRIC_PACKAGES = ("infiniband-diags", "ibsim-utils")
 BOOT_TIMEOUT = 60.0
@@ -73,6 +73,7 @@ class LabStatus:
     services: dict[str, bool] = field(default_factory=dict)
     faults: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float | None = None
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +89,7 @@ class LabStatus:
             "services": self.services,
             "faults": self.faults,
             "elapsed_s": self.elapsed_s,
+            "timings": self.timings,
         }
 
 
@@ -130,8 +132,9 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         _check_plan(config, plan)
         base = ensure_base(config)
         repo.ensure_repo(config, base)
+        head_layer = ensure_layer(config, base, "head-fabric", HEAD_FABRIC_PACKAGES)
         try:
-            state = _build(config, plan, base)
+            state = _build(config, plan, base, head_layer)
         except BaseException:
             _teardown(config, load_state(config.state_file))
             raise
@@ -140,7 +143,7 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         return result
 
 
-def _build(config: LabConfig, plan: LabPlan, base: Path) -> LabState:
+def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> LabState:
     lab_name = f"{plan.cluster.name}-{config.prefix}"
     state = LabState(
         prefix=config.prefix,
@@ -152,6 +155,17 @@ def _build(config: LabConfig, plan: LabPlan, base: Path) -> LabState:
         hierarchies=nodes.host_cgroup_hierarchies(config.cgroup_name),
     )
     state.extra["lab_name"] = lab_name
+    state.extra["head_layer"] = str(head_layer)
+    timings: dict[str, float] = {}
+    state.extra["timings"] = timings
+    mark = time.monotonic()
+
+    def lap(stage: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        timings[stage] = round(now - mark, 2)
+        mark = now
+
     save_state(config.state_file, state)
     config.log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -161,39 +175,6 @@ def _build(config: LabConfig, plan: LabPlan, base: Path) -> LabState:
     _write_ssh_files(config, plan)
     _render_lab_inventory(config, plan)
 
-    state.services["repo"] = repo.start_server(config).to_json()
-    save_state(config.state_file, state)
-
-    nodes.add_netns(config, fabric.FABRIC_NS, config.ibsim_address)
-    state.netns.append(fabric.FABRIC_NS)
-    save_state(config.state_file, state)
-    ibsim, opensm = fabric.start(config, model)
-    state.services["ibsim"] = ibsim.to_json()
-    state.services["opensm"] = opensm.to_json()
-    save_state(config.state_file, state)
-
-    for host in plan.hosts:
-        nodes.add_netns(config, host.name, host.address)
-        state.netns.append(host.name)
-        save_state(config.state_file, state)
-        supervisor = nodes.start_node(config, node_spec(config, plan, host.name), base, _h(state))
-        state.nodes[host.name] = supervisor.to_json()
-        save_state(config.state_file, state)
-    for host in plan.hosts:
-        ref = state.node_ref(host.name)
-        nodes.wait_ssh(host.address, BOOT_TIMEOUT, ref)
-
-    head = _head(plan)
-    if head is not None:
-        ssh_run(
-            config,
-            head,
-            "DEBIAN_FRONTEND=noninteractive apt-get -qq update && "
-            "DEBIAN_FRONTEND=noninteractive apt-get -qq -y install "
-            + " ".join(HEAD_FABRIC_PACKAGES),
-            timeout=300,
-        )
-
     for host in plan.hosts:
         if host.bmc_address:
             ref = bmc.start_emulator(config, lab_name, host.name, host.address, host.bmc_address)
@@ -202,13 +183,51 @@ def _build(config: LabConfig, plan: LabPlan, base: Path) -> LabState:
     if any(h.bmc_address for h in plan.hosts):
         state.services["agent"] = _start_agent(config).to_json()
         save_state(config.state_file, state)
+    lap("bridge, model, inventory, BMC emulators")
+
+    state.services["repo"] = repo.start_server(config).to_json()
+    save_state(config.state_file, state)
+
+    nodes.add_netns(config, fabric.FABRIC_NS, config.ibsim_address)
+    state.netns.append(fabric.FABRIC_NS)
+    save_state(config.state_file, state)
+    lap("repository server")
+    ibsim, opensm = fabric.start(config, model)
+    state.services["ibsim"] = ibsim.to_json()
+    state.services["opensm"] = opensm.to_json()
+    save_state(config.state_file, state)
+    lap("fabric (ibsim, OpenSM sweep)")
+
+    for host in plan.hosts:
+        nodes.add_netns(config, host.name, host.address)
+        state.netns.append(host.name)
+        save_state(config.state_file, state)
+        supervisor = nodes.start_node(
+            config, node_spec(config, plan, host.name), _lower(state, plan, host.name), _h(state)
+        )
+        state.nodes[host.name] = supervisor.to_json()
+        save_state(config.state_file, state)
+    for host in plan.hosts:
+        nodes.wait_ssh(host.address, BOOT_TIMEOUT, state.node_ref(host.name))
+    lap("nodes booted, sshd up")
+
+    if any(h.bmc_address for h in plan.hosts):
         for host in plan.hosts:
             if host.bmc_address:
                 _wait_bmc(host.bmc_address, lab_name, host.name)
+    lap("BMCs answering")
 
     state.complete = True
     save_state(config.state_file, state)
     return state
+
+
+def _lower(state: LabState, plan: LabPlan, name: str) -> str:
+    """The node's overlay lower layers: the base, and on the head its fabric-tools layer."""
+    layer = state.extra.get("head_layer")
+    if name == _head(plan) and layer:
+        return f"{layer}:{state.base}"
+    return state.base
 
 
 def _h(state: LabState) -> list[nodes.CgroupHierarchy]:
@@ -486,7 +505,7 @@ def power_on_node(config: LabConfig, name: str, *, reimage: bool = False) -> Non
         if reimage:
             nodes.wipe_upper(config, name)
         supervisor = nodes.start_node(
-            config, node_spec(config, plan, name), Path(state.base), list(state.hierarchies)
+            config, node_spec(config, plan, name), _lower(state, plan, name), _h(state)
         )
         state.nodes[name] = supervisor.to_json()
         save_state(config.state_file, state)
@@ -551,6 +570,7 @@ def _status(config: LabConfig, state: LabState) -> LabStatus:
         ssh_config=str(config.ssh_config),
         inventory=str(config.inventory_dir),
         repo_url=f"{config.repo_url}/",
+        timings=dict(state.extra.get("timings", {})),
     )
     result.services = {
         name: ProcRef.from_json(ref).alive() for name, ref in sorted(state.services.items())

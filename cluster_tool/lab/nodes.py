@@ -243,10 +243,13 @@ def wipe_upper(config: LabConfig, name: str) -> None:
 def start_node(
     config: LabConfig,
     spec: NodeSpec,
-    base: Path,
+    lower: str,
     hierarchies: list[CgroupHierarchy],
 ) -> ProcRef:
-    """Boot a node whose network namespace exists; returns the host-side supervisor process."""
+    """Boot a node whose network namespace exists; returns the host-side supervisor process.
+
+    `lower` is the overlay's lowerdir: the base, or `layer:base` for a node with extra tools.
+    """
     directory = node_dir(config, spec.name)
     prepare_upper(config, spec)
     procs_files: list[Path] = []
@@ -260,7 +263,7 @@ def start_node(
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "LAB_NODE": spec.name,
-        "LAB_BASE": str(base),
+        "LAB_BASE": lower,
         "LAB_NODE_DIR": str(directory),
         "LAB_MODEL_DIR": str(config.model_dir),
         "LAB_CGROUPS": "\n".join(lines),
