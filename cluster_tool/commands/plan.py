@@ -63,7 +63,7 @@ def _model(
         hidden=hidden,
         heads=heads,
         kv_heads=kv_heads or heads,
-        ffn=ffn or int(8 * hidden / 3 // 256 * 256 + 256),
+        ffn=ffn or -(-8 * hidden // (3 * 256)) * 256,  # Llama: 8h/3 rounded up to 256
         vocab=vocab or 128256,
         seq=seq or 8192,
         params_override=params * 1e9 if params else None,
@@ -99,7 +99,9 @@ def plan_command(
     kv_heads: Annotated[
         int | None, typer.Option("--kv-heads", help="Key/value heads (GQA); default = heads.")
     ] = None,
-    ffn: Annotated[int | None, typer.Option("--ffn", help="FFN hidden size (SwiGLU).")] = None,
+    ffn: Annotated[
+        int | None, typer.Option("--ffn", help="FFN size (SwiGLU); default 8h/3 up to 256.")
+    ] = None,
     vocab: Annotated[int | None, typer.Option("--vocab", help="Vocabulary size.")] = None,
     seq: Annotated[int | None, typer.Option("--seq", help="Sequence length.")] = None,
     global_batch: Annotated[
