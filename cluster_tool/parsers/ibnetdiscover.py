@@ -134,6 +134,11 @@ class FabricLink:
     width: int | None
     speed: str | None
 
+    @property
+    def rate_gbps(self) -> float | None:
+        """The link rate as ibstat counts it: 400 for 4xNDR, 200 for 2xNDR."""
+        return link_rate_gbps(self.width, self.speed)
+
 
 @dataclass(frozen=True, slots=True)
 class SwitchPortPeer:

@@ -25,6 +25,8 @@ def test_ibsim_grouped_output() -> None:
         4, 3, "MF0;su1-leaf-r1:MQM8700/U1",
     )  # fmt: skip
     assert slow.annotation == "Could be 12X"
+    two_x = next(p for p in cas if p.node_description == "gpu002 mlx5_0")
+    assert (two_x.width, two_x.lane_speed_gbps, two_x.rate_gbps) == (2, 53.125, 100.0)
     narrow = next(p for p in cas if p.node_description == "gpu004 mlx5_0")
     assert (narrow.width, narrow.lane_speed_gbps, narrow.speed) == (1, 53.125, "HDR")
 

@@ -100,7 +100,14 @@ def test_real_ibnetdiscover_against_ibsim() -> None:
     # Every cable is listed from both ends; links() counts each once.
     links = fabric.links()
     assert len(links) == 7 + 4
-    assert {(lk.width, lk.speed) for lk in links} == {(4, "HDR"), (1, "HDR"), (4, "QDR")}
+    assert {(lk.width, lk.speed) for lk in links} == {
+        (4, "HDR"),
+        (2, "HDR"),
+        (1, "HDR"),
+        (4, "QDR"),
+    }
+    two_x = next(lk for lk in links if "gpu002 mlx5_0" in (lk.a_description, lk.b_description))
+    assert (two_x.width, two_x.speed, two_x.rate_gbps) == (2, "HDR", 100.0)
     narrow = next(lk for lk in links if "gpu004 mlx5_0" in (lk.a_description, lk.b_description))
     assert (narrow.width, narrow.speed) == (1, "HDR")
     assert slow.rate_gbps == 40.0 and uplinks["gpu001 mlx5_0"].rate_gbps == 200.0
