@@ -294,15 +294,19 @@ def run_gate(
     stopped: str | None = None
     if "single" in opts.rungs:
         admitted = ladder.single(admitted)
+    named: set[str] = set()
     if "pairs" in opts.rungs and len(admitted) >= 2:
         loc = ladder.localise("pairs", Rung.PAIRS, admitted, opts.rotation)
         stopped = stopped or loc.stop_reason
-        admitted = [n for n in admitted if n not in loc.bad]
+        named |= set(loc.bad)
     if opts.rails and len(admitted) >= 2 and not stopped:
-        # Another rotation than the pairs rung, so the rails see other partners.
+        # The nodes the pairs rung named run again here: a degraded HCA slows the whole
+        # ring, and only the per-rail runs say which rail. Another rotation than the pairs
+        # rung, so the rails see other partners.
         loc = ladder.localise("rails", Rung.RAILS, admitted, opts.rotation + 1)
         stopped = stopped or loc.stop_reason
-        admitted = [n for n in admitted if n not in loc.bad]
+        named |= set(loc.bad)
+    admitted = [n for n in admitted if n not in named]
     if "full" in opts.rungs and not stopped:
         ladder.full(admitted)
     for f in gdr_findings(ladder.gdr_evidence):

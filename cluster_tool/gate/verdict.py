@@ -30,11 +30,14 @@ def _what(res: PairResult, floor: float) -> str:
     return res.detail or f"{_gbs(res.busbw_gbs)} < {_gbs(floor)}"
 
 
-def drain_reason(check: str, what: str, partners: Iterable[str]) -> str:
+def drain_reason(
+    check: str, what: str, partners: Iterable[str], component: str | None = None
+) -> str:
     """The structured reason a drained node carries in Slurm."""
     names = sorted(set(partners))
     with_ = f" with {' and '.join(names)}" if names else ""
-    reason = f"{REASON_PREFIX} {check} {what}{with_}"
+    where = f" {component}:" if component else ""
+    reason = f"{REASON_PREFIX} {check}{where} {what}{with_}"
     return reason if len(reason) <= _REASON_MAX else reason[: _REASON_MAX - 3] + "..."
 
 
@@ -90,7 +93,8 @@ def localisation_findings(
         )
         findings.append(f)
         if not unscheduled:
-            guilty.append(NodeVerdict(node, f, drain_reason(res_check, what, partners)))
+            reason = drain_reason(res_check, what, partners, f.component)
+            guilty.append(NodeVerdict(node, f, reason))
     for res in loc.paths:
         a, b = sorted(res.nodes)[:2]
         hops = topology.path(a, b) if topology is not None else []
@@ -168,8 +172,13 @@ def plan_drains(
 ) -> DrainPlan:
     """Drain every guilty node, unless more than `max_fail_share` of the fleet is guilty."""
     drains: dict[str, str] = {}
+    specific: set[str] = set()
     for v in guilty:
-        drains.setdefault(v.node, v.reason)  # the first (strongest) reason wins
+        # First reason wins, unless a later one names the component (the rail) and it did not.
+        if v.node not in drains or (v.finding.component and v.node not in specific):
+            drains[v.node] = v.reason
+        if v.finding.component:
+            specific.add(v.node)
     if total_nodes and len(drains) > max_fail_share * total_nodes:
         return DrainPlan(
             stopped=(

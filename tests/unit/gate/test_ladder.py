@@ -168,7 +168,21 @@ def test_rails_rung_names_the_rail(tmp_path: Path) -> None:
     )
     (f,) = [f for f in result.report.findings if f.severity == "error"]
     assert (f.check, f.node, f.component) == ("nccl.rail", "gpu002", "rail 3 (mlx5_3)")
-    assert replay.drained["gpu002"].startswith("cluster-tool gate: nccl.rail 23 GB/s < 42 GB/s")
+    assert replay.drained["gpu002"].startswith(
+        "cluster-tool gate: nccl.rail rail 3 (mlx5_3): 23 GB/s < 42 GB/s with "
+    )
+
+
+def test_degraded_hca_named_by_pairs_then_its_rail_by_the_rails_rung(tmp_path: Path) -> None:
+    # One HCA down-trained: the whole ring runs at that rail's pace, so pairs fail too.
+    faults = answers(slow={"gpu002": 0.3}, rail_slow={("gpu002", 3): 0.3})
+    result, replay, _ = gate(tmp_path, LAB, faults, rungs=("pairs", "full"), rails=True, drain=True)
+    errors = sorted(
+        (f.check, f.node, f.component) for f in result.report.findings if f.severity == "error"
+    )
+    assert errors == [("nccl.pair", "gpu002", None), ("nccl.rail", "gpu002", "rail 3 (mlx5_3)")]
+    assert replay.drained["gpu002"].startswith("cluster-tool gate: nccl.rail rail 3 (mlx5_3):")
+    assert result.rungs["full"]["nodes"] == 3
 
 
 def test_too_many_failures_drain_nothing_and_say_why(tmp_path: Path) -> None:
