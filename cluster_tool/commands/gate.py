@@ -138,12 +138,24 @@ def simulate_command(
     nodes: Annotated[int, typer.Option("--nodes", min=2, help="Fleet size.")],
     bad: Annotated[int, typer.Option("--bad", min=0, help="Bad nodes to plant.")],
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    bad_links: Annotated[
+        int, typer.Option("--bad-links", min=0, help="Bad paths between healthy nodes.")
+    ] = 0,
+    job_minutes: Annotated[
+        float, typer.Option("--job-minutes", min=0.1, help="Minutes one pair job takes.")
+    ] = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
-    """Localise planted bad nodes in a simulated fleet with the gate's own code; print the cost."""
+    """Localise planted bad nodes in a simulated fleet with the gate's own code; print the cost.
+
+    Exit 0 when the gate names exactly the planted nodes, 1 otherwise.
+    """
     if bad > nodes:
         raise UsageError(f"--bad {bad} is more than --nodes {nodes}")
-    fleet = plant_fleet(nodes, bad, seed=seed)
+    try:
+        fleet = plant_fleet(nodes, bad, seed=seed, bad_paths=bad_links, job_minutes=job_minutes)
+    except ValueError as exc:  # more bad links than clean pairs to put them on
+        raise UsageError(f"--bad-links: {exc}") from exc
     result, loc = simulate(fleet)
     if json_out:
         output.emit_json(result.to_json())

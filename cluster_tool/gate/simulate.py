@@ -105,6 +105,8 @@ def plant_fleet(
     # screen (rotation 0) runs; the full rung is what catches paths no pair crosses.
     screen, _ = pair_rotation(names, 0, fleet.su_of)
     clean = [p for p in screen if not (set(p) & set(bad_map))]
+    if bad_paths > len(clean):
+        raise ValueError(f"only {len(clean)} healthy screen pairs to put {bad_paths} bad paths on")
     for a, b in rng.sample(clean, bad_paths):
         fleet.bad_paths.add(frozenset((a, b)))
     return fleet

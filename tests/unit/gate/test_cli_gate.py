@@ -24,6 +24,12 @@ def test_simulate_json_has_exactly_the_contract_keys(capsys: pytest.CaptureFixtu
     assert data["rounds"] <= 3 and data["jobs"] >= 512 and data["gpu_hours"] > 0
 
 
+def test_simulate_reports_bad_links_as_paths_not_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gate", "simulate", "--nodes", "64", "--bad", "1", "--bad-links", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "nccl.path" in out and "fail only together" in out
+
+
 def test_simulate_more_bad_than_nodes_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gate", "simulate", "--nodes", "4", "--bad", "5"]) == 2
     assert "more than --nodes" in capsys.readouterr().err
