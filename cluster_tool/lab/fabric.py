@@ -95,6 +95,9 @@ def net_file(model: hw.HardwareModel) -> str:
             leaf.lid,
             kind,
         )
+    # Device ids as real HDR parts report them: Quantum switch, ConnectX-6 HCA (ibsim 0.10
+    # has no vendor id setting).
+    lines += ["devid=0xcf08", ""]
     for switch in model.switches:
         lines.append(f"switchguid={switch.guid}")
         lines.append(
@@ -107,6 +110,7 @@ def net_file(model: hw.HardwareModel) -> str:
                 f'[{port}]\t"{peer}"[{peer_port}]\t\t# "{peer_desc}" lid {peer_lid} {kind}'
             )
         lines.append("")
+    lines += ["devid=0x101b", ""]
     for node in model.nodes:
         for hca in node.hcas:
             if hca.node_description not in ca_ports:
