@@ -164,7 +164,7 @@ def simulate_command(
         out.print(f"rounds={result.rounds} jobs={result.jobs} gpu_hours={result.gpu_hours}")
         out.print(f"bad_nodes: {NodeSet.fromlist(result.bad_nodes) if result.bad_nodes else '-'}")
         out.print(f"found:     {NodeSet.fromlist(result.found) if result.found else '-'}")
-        findings, _ = localisation_findings(loc, fleet.expectation)
+        findings, _ = localisation_findings(loc, fleet.expectation, fleet.topology())
         for f in findings:
             out.print(f"{f.severity.upper():7} {f.check:16} {f.node or f.component}: {f.message}")
     return 0 if sorted(result.found) == sorted(result.bad_nodes) else 1

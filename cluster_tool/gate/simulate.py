@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from cluster_tool.gate.localize import Localisation, PairResult, localize
 from cluster_tool.gate.plan import pair_rotation
 from cluster_tool.gate.thresholds import Expectation, GateProfile, Rung, Thresholds
+from cluster_tool.gate.topology import Topology
 
 # A simulated pair job: an all_reduce sweep to 16 GiB on 16 GPUs takes a few minutes
 # with allocation and NCCL init; 5 minutes is the accounting unit for GPU-hours.
@@ -43,6 +44,15 @@ class SimulatedFleet:
     @property
     def su_of(self) -> dict[str, int]:
         return {n: i // self.su_size + 1 for i, n in enumerate(self.nodes)}
+
+    def topology(self, rails: int = 8, spines: int = 16) -> Topology:
+        """A rail-optimised fat tree for the fleet: a leaf per rail per SU, every leaf on
+        every spine (the SuperPOD layout), so paths can be named in the simulation too."""
+        su_of = self.su_of
+        spine_set = frozenset(f"spine{i:02d}" for i in range(1, spines + 1))
+        leaf_of = {(n, r): f"su{su_of[n]}-leaf-r{r}" for n in self.nodes for r in range(rails)}
+        hca_of = {(n, r): f"mlx5_{r}" for n in self.nodes for r in range(rails)}
+        return Topology(su_of, leaf_of, hca_of, dict.fromkeys(set(leaf_of.values()), spine_set))
 
     def run_job(self, nodes: Sequence[str]) -> PairResult:
         """What nccl-tests on `nodes` would report: the slowest member sets the ring's pace."""

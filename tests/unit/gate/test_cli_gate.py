@@ -28,6 +28,7 @@ def test_simulate_reports_bad_links_as_paths_not_nodes(capsys: pytest.CaptureFix
     assert main(["gate", "simulate", "--nodes", "64", "--bad", "1", "--bad-links", "1"]) == 0
     out = capsys.readouterr().out
     assert "nccl.path" in out and "fail only together" in out
+    assert "-leaf-r0 > spine[01-16] > " in out or "-leaf-r0 > gpu" in out
 
 
 def test_simulate_more_bad_than_nodes_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
