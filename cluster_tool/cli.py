@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from cluster_tool import __version__, output
+from cluster_tool.commands import checks as checks_commands
 from cluster_tool.commands import gate as gate_commands
 from cluster_tool.commands import lab as lab_commands
 from cluster_tool.commands import parse as parse_commands
@@ -47,7 +48,14 @@ def root(
 
 
 # Each area registers its commands; see cluster_tool/commands/.
-_AREAS: tuple = (parse_commands, spec_commands, plan_commands, gate_commands, lab_commands)
+_AREAS: tuple = (
+    parse_commands,
+    spec_commands,
+    plan_commands,
+    gate_commands,
+    lab_commands,
+    checks_commands,
+)
 for _module in _AREAS:
     _module.register(app)
 

@@ -1,0 +1,302 @@
+"""`cluster-tool fabric check`, `cluster-tool validate`, `cluster-tool node-check`, `node-file`:
+the health and wiring checks, run from captured text, over SSH, or on the node itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cluster_tool import output
+from cluster_tool.errors import ParseError, UsageError
+from cluster_tool.findings import Report
+
+fabric_app = typer.Typer(
+    name="fabric", help="The InfiniBand fabric against the cabling plan.", no_args_is_help=True
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output on stdout.")]
+SpecOpt = Annotated[Path | None, typer.Option("--spec", help="The cluster spec.")]
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def _located(exc: ParseError, path: Path) -> UsageError:
+    # The parsers name the line; the command knows the file.
+    text = str(exc)
+    if text.startswith("<input>"):
+        text = f"{path}{text[len('<input>') :]}"
+    return UsageError(text)
+
+
+def _spec(path: Path | None, positional: Path | None = None):  # type: ignore[no-untyped-def]
+    from cluster_tool.spec import load_spec
+
+    chosen = path or positional
+    if chosen is None:
+        raise UsageError("give the cluster spec: --spec FILE")
+    return load_spec(chosen)
+
+
+def _print_report(report: Report, json_out: bool, extra: dict[str, object] | None = None) -> None:
+    if json_out:
+        data = report.to_json()
+        data.update(extra or {})
+        output.emit_json(data)
+        return
+    out = output.stdout
+    for f in report.findings:
+        out.print(f"{f.severity.upper():7} {f.check:18} {f.message}", markup=False)
+    s = report.summary
+    counts = f"{s.get('errors', 0)} errors, {s.get('warnings', 0)} warnings"
+    out.print(f"{report.status.upper()}: {counts}", markup=False)
+
+
+@fabric_app.command("check")
+def fabric_check(
+    spec: SpecOpt = None,
+    ibnetdiscover: Annotated[
+        Path | None, typer.Option("--ibnetdiscover", help="ibnetdiscover output (a file).")
+    ] = None,
+    counters: Annotated[
+        Path | None,
+        typer.Option("--counters", help="ibqueryerrors or perfquery output, for fabric.errors."),
+    ] = None,
+    cabling: Annotated[
+        Path | None,
+        typer.Option("--cabling", help="A rendered cabling.csv (default: derived from the spec)."),
+    ] = None,
+    switch_links_csv: Annotated[
+        Path | None,
+        typer.Option("--switch-links", help="A rendered switch-links.csv (default: the spec's)."),
+    ] = None,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="Only these nodes' cables (hostlist).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> int:
+    """The discovered fabric against the plan: exit 0 when no error finding, 1 otherwise."""
+    from cluster_tool.checks.fabric import check_fabric, plan_for
+    from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
+    from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
+    from cluster_tool.remote.validate import select_nodes
+    from cluster_tool.render.plan import read_cabling_csv, read_switch_links_csv
+
+    cluster = _spec(spec)
+    if ibnetdiscover is None:
+        raise UsageError("give the discovered fabric: --ibnetdiscover FILE")
+    text = _read(ibnetdiscover, "--ibnetdiscover")
+    try:
+        discovered = parse_ibnetdiscover(text)
+    except ParseError as exc:
+        raise _located(exc, ibnetdiscover) from None
+    found_counters = None
+    if counters is not None:
+        ctext = _read(counters, "--counters")
+        try:
+            if "# Port counters" in ctext or "# Port extended counters" in ctext:
+                found_counters = parse_perfquery(ctext)
+            else:
+                found_counters = parse_ibqueryerrors(ctext)
+        except ParseError as exc:
+            raise _located(exc, counters) from None
+    plan = plan_for(
+        cluster,
+        read_cabling_csv(cabling) if cabling else None,
+        read_switch_links_csv(switch_links_csv) if switch_links_csv else None,
+    )
+    only = select_nodes(cluster, nodes) if nodes else None
+    findings = check_fabric(cluster, discovered, plan=plan, counters=found_counters, nodes=only)
+    report = Report.from_findings(
+        findings,
+        {
+            "switches": len(discovered.switches),
+            "cas": len(discovered.cas),
+            "planned_hca_cables": len(plan.rows),
+            "planned_switch_links": len(plan.links),
+        },
+    )
+    _print_report(report, json_out)
+    return report.exit_code
+
+
+def validate(
+    spec_arg: Annotated[
+        Path | None, typer.Argument(metavar="[SPEC]", help="The cluster spec (or --spec).")
+    ] = None,
+    spec: SpecOpt = None,
+    health: Annotated[bool, typer.Option("--health", help="GPU/HCA/software health.")] = False,
+    fabric: Annotated[bool, typer.Option("--fabric", help="Wiring and port counters.")] = False,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="Only these GPU nodes (hostlist).")
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write a JUnit XML file.")
+    ] = None,
+    save: Annotated[
+        Path | None, typer.Option("--save", help="Save every raw output under this folder.")
+    ] = None,
+    replay: Annotated[
+        Path | None, typer.Option("--from", help="Replay a saved capture; no SSH.")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Hosts probed at once.", min=1)
+    ] = 32,
+    ssh_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--ssh-config", help="OpenSSH config naming the hosts (default ~/.ssh/config)."
+        ),
+    ] = None,
+    transport: Annotated[
+        str, typer.Option("--transport", help="paramiko (default) or openssh.")
+    ] = "paramiko",
+    dcgm: Annotated[
+        bool, typer.Option("--dcgm/--no-dcgm", help="Run `dcgmi diag -r 1` on every node.")
+    ] = True,
+    json_out: JsonOpt = False,
+) -> int:
+    """Health and fabric checks over SSH, read-only. Exit 0 pass, 1 failed, 3 unreachable."""
+    from cluster_tool.remote.fanout import OpenSshTransport, ParamikoTransport, Transport
+    from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
+
+    cluster = _spec(spec, spec_arg)
+    if not health and not fabric:
+        health = fabric = True
+    if save is not None and replay is not None:
+        raise UsageError("--save and --from exclude each other")
+    if ssh_config is not None and not ssh_config.is_file():
+        raise UsageError(f"--ssh-config {ssh_config}: no such file")
+    chosen: Transport
+    if transport == "paramiko":
+        chosen = ParamikoTransport(ssh_config)
+    elif transport == "openssh":
+        chosen = OpenSshTransport(ssh_config)
+    else:
+        raise UsageError("--transport: paramiko or openssh")
+    selected = select_nodes(cluster, nodes)
+
+    def progress(result: object) -> None:
+        host = getattr(result, "host", "?")
+        err = getattr(result, "error", None)
+        output.progress(f"{host}: {'unreachable: ' + err if err else 'collected'}")
+
+    result = run_validate(
+        cluster,
+        health=health,
+        fabric=fabric,
+        nodes=selected if nodes else None,
+        transport=chosen,
+        concurrency=concurrency,
+        save=save,
+        replay=replay,
+        dcgm=dcgm,
+        on_done=progress,
+    )
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_xml(result), encoding="utf-8")
+    _print_report(result.report, json_out, {"unreachable": result.unreachable})
+    return result.exit_code
+
+
+def node_check(
+    slurm: Annotated[
+        bool,
+        typer.Option("--slurm", help="As Slurm's HealthCheckProgram: drain on failure, resume."),
+    ] = False,
+    node_file: Annotated[
+        Path | None,
+        typer.Option("--node-file", help="Node file (default /etc/cluster-tool/node.json)."),
+    ] = None,
+    spec: Annotated[
+        Path | None, typer.Option("--spec", help="Instead of a node file: the spec and --node.")
+    ] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="This node's name (default: the node file's).")
+    ] = None,
+    dcgm: Annotated[bool, typer.Option("--dcgm", help="Also run `dcgmi diag -r 1`.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --slurm: say what it would do, change nothing.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> int:
+    """The node checks on this node. Exit 0 healthy, 1 a check failed."""
+    from dataclasses import replace
+
+    from cluster_tool.checks.node import NODE_FILE, expectations_for, read_node_file
+    from cluster_tool.remote.fanout import TransportError
+    from cluster_tool.remote.node_check import (
+        SlurmAction,
+        drain_reason,
+        local_node_name,
+        run_node_check,
+        slurm_health_action,
+    )
+    from cluster_tool.slurm import SlurmCLI
+
+    if spec is not None:
+        expect = expectations_for(_spec(spec), node or local_node_name())
+    else:
+        expect = read_node_file(node_file or NODE_FILE)
+        if node:
+            expect = replace(expect, node=node)
+    try:
+        findings = run_node_check(expect, dcgm=dcgm)
+    except TransportError as exc:
+        raise UsageError(f"node-check: the probes did not run: {exc}") from None
+    report = Report.from_findings(findings, {"node": expect.node})
+    extra: dict[str, object] = {}
+    if slurm:
+        if dry_run:
+            reason = drain_reason(expect.node, findings)
+            action = SlurmAction("drain" if reason else "resume-if-own", expect.node, reason)
+        else:
+            action = slurm_health_action(expect.node, findings, SlurmCLI())
+        extra["slurm"] = action.to_json()
+    _print_report(report, json_out, extra)
+    if slurm and not json_out:
+        a = extra["slurm"]
+        assert isinstance(a, dict)
+        output.stdout.print(
+            f"slurm: {a['action']} {a['node']}" + (f" ({a['reason']})" if a["reason"] else ""),
+            markup=False,
+        )
+    return report.exit_code
+
+
+def node_file(
+    node: Annotated[str, typer.Argument(help="The GPU node the file is for.")],
+    spec: SpecOpt = None,
+    out: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write here (default: stdout).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> int:
+    """The node file `node-check` reads (/etc/cluster-tool/node.json) for one node."""
+    from cluster_tool.checks.node import expectations_for
+
+    data = expectations_for(_spec(spec), node).to_node_file()
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        if json_out:
+            output.emit_json({"written": str(out), "node": node})
+        return 0
+    output.emit_json(data)
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(fabric_app, name="fabric")
+    app.command("validate")(validate)
+    app.command("node-check")(node_check)
+    app.command("node-file")(node_file)

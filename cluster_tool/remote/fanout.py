@@ -1,0 +1,331 @@
+"""The read-only SSH fan-out: one session per host, every probe of that host in it, many hosts
+at once; captures saved to a folder and replayed from it offline.
+
+Capture layout (`--save DIR`, read back by `--from DIR`; run records embed it as is):
+
+    DIR/manifest.json           {"version": 1, "created": ISO time, "hosts": {HOST: {
+                                   "probes": [NAME, ...], "reachable": bool, "error": str|null,
+                                   "elapsed_s": float}}}
+    DIR/HOST/NAME.out           the probe's stdout, byte for byte
+    DIR/HOST/probes.json        {NAME: {"rc": int, "stderr": str}}
+
+A host that could not be reached has no folder, only its manifest entry with the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from cluster_tool.errors import ParseError, UsageError
+from cluster_tool.remote.probes import (
+    Probe,
+    ProbeOutput,
+    composite_script,
+    outputs_to_json,
+    split_output,
+)
+
+__all__ = [
+    "CAPTURE_VERSION",
+    "HostResult",
+    "LocalTransport",
+    "OpenSshTransport",
+    "ParamikoTransport",
+    "Target",
+    "Transport",
+    "collect",
+    "load_capture",
+    "save_capture",
+]
+
+CAPTURE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """A host to reach: its name (what findings say) and the address to dial, if known."""
+
+    name: str
+    address: str | None = None
+
+
+@dataclass
+class HostResult:
+    """What came back from one host: its probes' output, or why it could not be reached."""
+
+    host: str
+    outputs: dict[str, ProbeOutput] = field(default_factory=dict)
+    error: str | None = None
+    elapsed_s: float = 0.0
+    probes: tuple[str, ...] = ()
+
+    @property
+    def reachable(self) -> bool:
+        return self.error is None
+
+
+class TransportError(Exception):
+    """The host could not be reached or the session broke; the message says how."""
+
+
+class Transport(Protocol):
+    """Runs a shell script on a host with stdin = the script; returns (rc, stdout, stderr)."""
+
+    def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]: ...
+
+
+def _ssh_config_hosts(path: Path | None) -> Callable[[str], dict[str, object]]:
+    import paramiko
+
+    config = paramiko.SSHConfig()
+    if path is not None and path.is_file():
+        config = paramiko.SSHConfig.from_path(str(path))
+    return config.lookup  # type: ignore[return-value]
+
+
+@dataclass
+class ParamikoTransport:
+    """SSH through paramiko, reading Host blocks of an OpenSSH config (HostName, User, Port,
+    IdentityFile, StrictHostKeyChecking). The spec's address is dialled when the config
+    does not name the host."""
+
+    ssh_config: Path | None = None
+    user: str | None = None
+    connect_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        default = Path.home() / ".ssh" / "config"
+        self._lookup = _ssh_config_hosts(
+            self.ssh_config or (default if default.is_file() else None)
+        )
+
+    def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]:
+        import paramiko
+
+        opts = self._lookup(target.name)
+        hostname = str(opts.get("hostname", target.name))
+        if hostname == target.name and target.address:
+            hostname = target.address
+        user = self.user or opts.get("user") or os.environ.get("USER") or "root"
+        raw_keys = opts.get("identityfile") or []
+        keys = [os.path.expanduser(str(k)) for k in raw_keys] if isinstance(raw_keys, list) else []
+        client = paramiko.SSHClient()
+        client.load_system_host_keys()
+        strict = str(opts.get("stricthostkeychecking", "yes")).lower()
+        known = opts.get("userknownhostsfile")
+        if strict == "no":
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        else:
+            if isinstance(known, str) and os.path.isfile(os.path.expanduser(known)):
+                client.load_host_keys(os.path.expanduser(known))
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            client.connect(
+                hostname,
+                port=int(str(opts.get("port", 22))),
+                username=str(user),
+                key_filename=keys or None,  # type: ignore[arg-type]  # paramiko takes a list
+                timeout=self.connect_timeout,
+                banner_timeout=self.connect_timeout,
+                auth_timeout=self.connect_timeout,
+                look_for_keys=not keys,
+                allow_agent=not keys,
+            )
+            stdin, stdout, stderr = client.exec_command("sh -s", timeout=timeout)
+            stdin.write(script)
+            stdin.channel.shutdown_write()
+            out = stdout.read()
+            err = stderr.read()
+            rc = stdout.channel.recv_exit_status()
+            return rc, out, err
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+        finally:
+            client.close()
+
+
+@dataclass
+class OpenSshTransport:
+    """SSH through the OpenSSH client (honours everything in ssh_config, ControlMaster too)."""
+
+    ssh_config: Path | None = None
+    connect_timeout: float = 10.0
+
+    def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(self.connect_timeout)}"]
+        if self.ssh_config is not None:
+            argv += ["-F", str(self.ssh_config)]
+            host = target.name
+        else:
+            host = target.address or target.name
+        argv += [host, "sh -s"]
+        try:
+            proc = subprocess.run(
+                argv, input=script.encode(), capture_output=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise TransportError(f"no answer in {timeout:g} s") from exc
+        if proc.returncode == 255:  # ssh's own failure, not the script's
+            last = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise TransportError(last[-1] if last else "ssh failed (exit 255)")
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+@dataclass
+class LocalTransport:
+    """This machine itself (node-check runs the same probes without SSH)."""
+
+    def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]:
+        try:
+            proc = subprocess.run(
+                ["sh", "-s"],
+                input=script.encode(),
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise TransportError(f"probes did not finish in {timeout:g} s") from exc
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+def _one(
+    transport: Transport, target: Target, probes: Sequence[Probe], timeout: float
+) -> HostResult:
+    script, token = composite_script(probes)
+    started = time.monotonic()
+    names = tuple(p.name for p in probes)
+    try:
+        rc, out, err = transport.run(target, script, timeout)
+    except TransportError as exc:
+        return HostResult(target.name, error=str(exc), probes=names, elapsed_s=_since(started))
+    try:
+        outputs = split_output(out, token)
+    except ParseError as exc:
+        detail = err.decode("utf-8", "replace").strip().splitlines()
+        why = detail[-1] if detail else str(exc)
+        return HostResult(
+            target.name,
+            error=f"probe script failed (exit {rc}): {why}",
+            probes=names,
+            elapsed_s=_since(started),
+        )
+    missing = [n for n in names if n not in outputs]
+    if missing:
+        return HostResult(
+            target.name,
+            outputs=outputs,
+            error=f"probe script ended early (exit {rc}); no output for {', '.join(missing)}",
+            probes=names,
+            elapsed_s=_since(started),
+        )
+    return HostResult(target.name, outputs=outputs, probes=names, elapsed_s=_since(started))
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 3)
+
+
+def collect(
+    jobs: Iterable[tuple[Target, Sequence[Probe]]],
+    transport: Transport,
+    *,
+    concurrency: int = 32,
+    timeout: float = 900.0,
+    on_done: Callable[[HostResult], None] | None = None,
+) -> dict[str, HostResult]:
+    """Run each host's probes in one session per host, `concurrency` hosts at a time."""
+    jobs = list(jobs)
+    if concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    results: dict[str, HostResult] = {}
+    if not jobs:
+        return results
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(jobs))) as pool:
+        futures = [pool.submit(_one, transport, t, p, timeout) for t, p in jobs]
+        for future in futures:
+            result = future.result()
+            results[result.host] = result
+            if on_done is not None:
+                on_done(result)
+    return results
+
+
+def save_capture(directory: Path, results: Mapping[str, HostResult]) -> None:
+    """Write every host's raw outputs in the capture layout (see the module docstring)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest_path = directory / "manifest.json"
+    manifest: dict[str, object] = {"version": CAPTURE_VERSION, "hosts": {}}
+    if manifest_path.is_file():  # a second collection into the same folder adds to it
+        with contextlib.suppress(json.JSONDecodeError):
+            manifest = json.loads(manifest_path.read_text())
+    manifest["created"] = datetime.now(UTC).isoformat(timespec="seconds")
+    hosts = manifest.setdefault("hosts", {})
+    assert isinstance(hosts, dict)
+    for name, result in results.items():
+        if "/" in name or name.startswith("."):
+            raise UsageError(f"host name {name!r} cannot name a capture folder")
+        entry = hosts.setdefault(name, {"probes": []})
+        entry["probes"] = sorted(set(entry.get("probes", [])) | set(result.outputs))
+        entry.update(
+            {"reachable": result.reachable, "error": result.error, "elapsed_s": result.elapsed_s}
+        )
+        if not result.outputs:
+            continue
+        folder = directory / name
+        folder.mkdir(exist_ok=True)
+        meta_path = folder / "probes.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        for probe, out in result.outputs.items():
+            (folder / f"{probe}.out").write_text(out.stdout, encoding="utf-8")
+        meta.update(outputs_to_json(result.outputs))
+        meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[str, HostResult]:
+    """Read a saved capture back as if it had just been collected."""
+    manifest_path = directory / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{directory}: not a capture folder (no manifest.json)") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{manifest_path}: {exc}") from None
+    if manifest.get("version") != CAPTURE_VERSION:
+        raise UsageError(f"{manifest_path}: expected capture version {CAPTURE_VERSION}")
+    wanted = set(hosts) if hosts is not None else None
+    results: dict[str, HostResult] = {}
+    for name, entry in manifest.get("hosts", {}).items():
+        if wanted is not None and name not in wanted:
+            continue
+        folder = directory / name
+        meta_path = folder / "probes.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        outputs = {}
+        for probe in entry.get("probes", []):
+            out_path = folder / f"{probe}.out"
+            if not out_path.is_file():
+                continue
+            info = meta.get(probe, {})
+            outputs[probe] = ProbeOutput(
+                int(info.get("rc", 0)), out_path.read_text(encoding="utf-8"), info.get("stderr", "")
+            )
+        results[name] = HostResult(
+            name,
+            outputs=outputs,
+            error=entry.get("error") if not entry.get("reachable", True) else None,
+            elapsed_s=float(entry.get("elapsed_s", 0.0)),
+            probes=tuple(entry.get("probes", [])),
+        )
+    return results

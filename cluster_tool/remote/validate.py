@@ -1,0 +1,342 @@
+"""`validate`: collect health probes from GPU nodes and the fabric from the subnet-manager host
+(over SSH, or from a saved capture), run the checks, and hand back one report.
+
+Also `junit_xml`: one test case per check per node, so CI dashboards show what passed too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from xml.sax.saxutils import escape, quoteattr
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from cluster_tool.checks.fabric import check_fabric
+from cluster_tool.checks.node import check_node, expectations_for
+from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
+from cluster_tool.findings import Finding, Report
+from cluster_tool.parsers.ibcounters import parse_ibqueryerrors
+from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
+from cluster_tool.remote.fanout import (
+    HostResult,
+    Target,
+    Transport,
+    collect,
+    load_capture,
+    save_capture,
+)
+from cluster_tool.remote.probes import FABRIC_PROBES, HEALTH_PROBES, Probe
+from cluster_tool.spec.models import Cluster
+
+__all__ = [
+    "FABRIC_CHECKS",
+    "NODE_CHECKS",
+    "ValidateResult",
+    "health_probes",
+    "junit_xml",
+    "run_validate",
+    "select_nodes",
+]
+
+# Every id a node check can give, and every fabric id: the test cases of the JUnit file.
+NODE_CHECKS = (
+    "os.unreachable",
+    "gpu.driver",
+    "gpu.count",
+    "gpu.model",
+    "gpu.temperature",
+    "gpu.ecc-mode",
+    "gpu.ecc",
+    "gpu.remapped-rows",
+    "gpu.retired-pages",
+    "gpu.xid",
+    "gpu.sxid",
+    "gpu.pcie",
+    "gpu.throttle",
+    "gpu.persistence",
+    "gpu.fabric",
+    "gpu.reset",
+    "gpu.dcgm",
+    "ib.driver",
+    "ib.count",
+    "ib.state",
+    "ib.rate",
+    "ib.link-layer",
+    "ib.affinity",
+    "gdr.inactive",
+    "gdr.mode",
+    "nccl.env",
+    "os.kernel-log",
+)
+FABRIC_CHECKS = (
+    "fabric.discover",
+    "fabric.swapped",
+    "fabric.wrong-rail",
+    "fabric.wrong-port",
+    "fabric.wrong-su",
+    "fabric.link-down",
+    "fabric.missing",
+    "fabric.speed",
+    "fabric.width",
+    "fabric.unexpected",
+    "fabric.errors",
+    "fabric.spine",
+)
+
+
+@dataclass
+class ValidateResult:
+    """The report, which hosts answered, and what ran (for JUnit and run records)."""
+
+    report: Report
+    results: dict[str, HostResult]
+    nodes: list[str]
+    fabric_host: str | None
+    unreachable: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """3 when a host could not be reached (the contract), else the report's 0/1."""
+        return EXIT_UNREACHABLE if self.unreachable else self.report.exit_code
+
+
+def select_nodes(cluster: Cluster, hostlist: str | None) -> list[str]:
+    """The GPU nodes to check: all, or those of a hostlist (UsageError naming strangers)."""
+    gpu = [n.name for n in cluster.gpu_nodes()]
+    if not hostlist:
+        return gpu
+    try:
+        wanted = list(NodeSet(hostlist))
+    except NodeSetException as exc:
+        raise UsageError(f"--nodes: not a hostlist {hostlist!r}: {exc}") from None
+    strangers = [n for n in wanted if n not in gpu]
+    if strangers:
+        raise UsageError(f"--nodes: not GPU nodes of {cluster.name}: {NodeSet.fromlist(strangers)}")
+    return [n for n in gpu if n in set(wanted)]
+
+
+def health_probes(*, dcgm: bool = True) -> tuple[Probe, ...]:
+    """The health probes; without DCGM's diag (minutes on real GPUs) when `dcgm` is False."""
+    return tuple(p for p in HEALTH_PROBES if dcgm or p.name != "dcgmi-diag")
+
+
+def run_validate(
+    cluster: Cluster,
+    *,
+    health: bool = True,
+    fabric: bool = True,
+    nodes: Sequence[str] | None = None,
+    transport: Transport | None = None,
+    concurrency: int = 32,
+    save: Path | None = None,
+    replay: Path | None = None,
+    dcgm: bool = True,
+    on_done: Callable[[HostResult], None] | None = None,
+) -> ValidateResult:
+    """Collect (or replay), check, report. `nodes` narrows health and the host-cable part of
+    the fabric check; leaf-spine links are always checked in full."""
+    if not health and not fabric:
+        raise UsageError("nothing to validate: give --health, --fabric or both")
+    started = time.monotonic()
+    selected = list(nodes) if nodes is not None else [n.name for n in cluster.gpu_nodes()]
+    fabric_host = cluster.fabric.subnet_manager if fabric else None
+    jobs: dict[str, list[Probe]] = {}
+    if health:
+        for name in selected:
+            jobs.setdefault(name, []).extend(health_probes(dcgm=dcgm))
+    if fabric_host is not None:
+        jobs.setdefault(fabric_host, []).extend(FABRIC_PROBES)
+
+    if replay is not None:
+        results = load_capture(replay, jobs)
+        for name in jobs:
+            results.setdefault(
+                name, HostResult(name, error=f"not in the capture {replay}", probes=())
+            )
+    else:
+        if transport is None:
+            raise UsageError("no transport to reach the hosts")
+        address = {h.name: h.address for h in cluster.hosts()}
+        results = collect(
+            [(Target(name, address.get(name)), probes) for name, probes in jobs.items()],
+            transport,
+            concurrency=concurrency,
+            on_done=on_done,
+        )
+        if save is not None:
+            save_capture(save, results)
+
+    findings: list[Finding] = []
+    unreachable = sorted((n for n, r in results.items() if not r.reachable), key=list(jobs).index)
+    for name in unreachable:
+        findings.append(
+            Finding(
+                check="os.unreachable",
+                node=name,
+                expected="reachable over SSH",
+                observed=results[name].error,
+                message=f"{name}: unreachable: {results[name].error}",
+            )
+        )
+    if health:
+        nccl_conf = _rendered_nccl_conf(cluster)
+        for name in selected:
+            result = results[name]
+            if not result.reachable:
+                continue
+            expect = expectations_for(cluster, name, nccl_conf=nccl_conf)
+            findings += check_node(expect, result.outputs)
+    if fabric_host is not None and results[fabric_host].reachable:
+        findings += _fabric_findings(cluster, results[fabric_host], nodes)
+    summary = {
+        "nodes": len(selected) if health else 0,
+        "unreachable": len(unreachable),
+        "fabric_host": fabric_host,
+        "health": health,
+        "fabric": fabric,
+        "elapsed_s": round(time.monotonic() - started, 2),
+        "replayed_from": str(replay) if replay is not None else None,
+    }
+    report = Report.from_findings(_worst_first(findings), summary)
+    return ValidateResult(report, results, selected, fabric_host, unreachable)
+
+
+def _rendered_nccl_conf(cluster: Cluster) -> str | None:
+    from cluster_tool.render.engine import render_files
+
+    return render_files(cluster).get("nccl.conf")
+
+
+def _fabric_findings(
+    cluster: Cluster, result: HostResult, nodes: Sequence[str] | None
+) -> list[Finding]:
+    host = result.host
+    out = result.outputs.get("ibnetdiscover")
+    if out is None or out.rc != 0:
+        why = (out.stderr or out.stdout).strip().splitlines() if out else []
+        return [
+            Finding(
+                check="fabric.discover",
+                node=host,
+                component="ibnetdiscover",
+                expected="runs",
+                observed="not installed" if out and out.not_installed else "failed",
+                message=f"{host}: ibnetdiscover "
+                + ("is not installed" if out and out.not_installed else "failed")
+                + (f": {why[-1]}" if why else ""),
+            )
+        ]
+    try:
+        discovered = parse_ibnetdiscover(out.stdout)
+    except ParseError as exc:
+        return [
+            Finding(
+                check="fabric.discover",
+                node=host,
+                component="ibnetdiscover",
+                expected="ibnetdiscover output",
+                observed="unreadable",
+                message=f"{host}: ibnetdiscover output not understood: {exc}",
+            )
+        ]
+    findings: list[Finding] = []
+    counters = None
+    errs = result.outputs.get("ibqueryerrors")
+    if errs is not None and errs.stdout.strip():
+        try:
+            counters = parse_ibqueryerrors(errs.stdout)
+        except ParseError as exc:
+            findings.append(
+                Finding(
+                    check="fabric.discover",
+                    severity="warning",
+                    node=host,
+                    component="ibqueryerrors",
+                    message=f"{host}: ibqueryerrors output not understood: {exc}",
+                )
+            )
+    elif errs is not None:
+        findings.append(
+            Finding(
+                check="fabric.discover",
+                severity="warning",
+                node=host,
+                component="ibqueryerrors",
+                observed=f"exit {errs.rc}",
+                message=f"{host}: ibqueryerrors printed nothing (exit {errs.rc}); port error "
+                "counters were not checked",
+            )
+        )
+    findings += check_fabric(cluster, discovered, counters=counters, nodes=nodes)
+    return findings
+
+
+_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def _worst_first(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: _RANK[f.severity])
+
+
+def junit_xml(result: ValidateResult) -> str:
+    """JUnit XML: a test suite per node (and one for the fabric), a test case per check id,
+    failed by its error findings; warnings are printed into the case's system-out."""
+    by_key: dict[tuple[str, str], list[Finding]] = {}
+    for f in result.report.findings:
+        # Fabric findings name nodes too, but belong to the fabric's suite.
+        suite = "fabric" if f.check.startswith("fabric.") else (f.node or "cluster")
+        by_key.setdefault((suite, f.check), []).append(f)
+    suites: list[tuple[str, tuple[str, ...]]] = []
+    summary = result.report.summary
+    if summary.get("health"):
+        suites += [(n, NODE_CHECKS) for n in result.nodes]
+    if result.fabric_host is not None:
+        suites.append(("fabric", FABRIC_CHECKS))
+    known = {s for s, _ in suites}
+    for suite, _check in by_key:  # ids outside the lists still get their case
+        if suite not in known:
+            suites.append((suite, ()))
+            known.add(suite)
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>']
+    total = sum(len(_cases(s, ids, by_key)) for s, ids in suites)
+    failures = sum(
+        1
+        for s, ids in suites
+        for c in _cases(s, ids, by_key)
+        if any(f.fails for f in by_key.get((s, c), []))
+    )
+    lines.append(f'<testsuites name="cluster-tool validate" tests="{total}" failures="{failures}">')
+    for suite, ids in suites:
+        cases = _cases(suite, ids, by_key)
+        failed = [c for c in cases if any(f.fails for f in by_key.get((suite, c), []))]
+        lines.append(
+            f'  <testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{len(failed)}">'
+        )
+        for check in cases:
+            found = by_key.get((suite, check), [])
+            lines.append(f"    <testcase classname={quoteattr(suite)} name={quoteattr(check)}>")
+            errors = [f for f in found if f.fails]
+            if errors:
+                text = "\n".join(f.message for f in errors)
+                lines.append(
+                    f"      <failure message={quoteattr(errors[0].message)} "
+                    f'type="{escape(check)}">{escape(text)}</failure>'
+                )
+            others = [f for f in found if not f.fails]
+            if others:
+                text = "\n".join(f"{f.severity}: {f.message}" for f in others)
+                lines.append(f"      <system-out>{escape(text)}</system-out>")
+            lines.append("    </testcase>")
+        lines.append("  </testsuite>")
+    lines.append("</testsuites>")
+    return "\n".join(lines) + "\n"
+
+
+def _cases(
+    suite: str, ids: tuple[str, ...], by_key: dict[tuple[str, str], list[Finding]]
+) -> list[str]:
+    extra = sorted(c for s, c in by_key if s == suite and c not in ids)
+    return [*ids, *extra]
