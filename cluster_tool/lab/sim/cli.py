@@ -30,6 +30,7 @@ from .render_smi import (
     render_nvlink_status,
     render_query,
     render_query_csv,
+    render_summary,
     render_topo,
 )
 
@@ -148,7 +149,7 @@ def nvidia_smi(argv: list[str], model: dict[str, Any], host: str) -> Result:
     if "-L" in args or "--list-gpus" in args:
         return Result(render_list(hw))
     if not [a for a in args if a not in ("-i", "--id") and not a.isdigit()]:
-        return Result(render_list(hw))
+        return Result(render_summary(hw))
     return Result(_invalid(), 2)
 
 

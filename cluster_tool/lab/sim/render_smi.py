@@ -446,6 +446,49 @@ def render_nvlink_status(hw: NodeHardware) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_summary(hw: NodeHardware, now: float | None = None) -> str:
+    """Bare `nvidia-smi`: the summary table as driver 550 draws it."""
+    stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now))
+    rule = "+" + "-" * 89 + "+"
+    cells = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
+    lines = [
+        f"{stamp}       ",
+        rule,
+        f"| NVIDIA-SMI {hw.driver_version:<23}Driver Version: {hw.driver_version:<15}"
+        f"CUDA Version: {hw.cuda_version:<9}|",
+        "|" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+",
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A "
+        "| Volatile Uncorr. ECC |",
+        "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage "
+        "| GPU-Util  Compute M. |",
+        f"|{'':41}|{'':24}|{'MIG M.':>21} |",
+        "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|",
+    ]
+    for i, g in enumerate(hw.present_gpus()):
+        spec = g.spec
+        persistence = "On  " if g.persistence_mode else "Off "
+        ecc = str(g.ecc_volatile.uncorrectable) if g.ecc_enabled else "N/A"
+        power = f"{round(g.power_draw_w)}W / {round(spec.power_limit_w):>4}W"
+        lines += [
+            f"|{i:>4}  {spec.name:<31}{persistence}|   {g.bus_id} Off |{ecc:>21} |",
+            f"| N/A  {g.temperature_c:>3}C    P0{power:>24} |"
+            f"{0:>8}MiB / {spec.memory_mib:>6}MiB |{0:>7}%{'Default':>13} |",
+            f"|{'':41}|{'':24}|{'Disabled':>21} |",
+            cells,
+        ]
+    lines += [
+        " " * 91,
+        rule,
+        f"| {'Processes:':<88}|",
+        f"|  GPU   GI   CI        PID   Type   Process name{'GPU Memory':>40} |",
+        f"|        ID   ID{'Usage':>68}{'':6}|",
+        "|" + "=" * 89 + "|",
+        f"|  {'No running processes found':<87}|",
+        rule,
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def render_list(hw: NodeHardware) -> str:
     """`nvidia-smi -L`."""
     return "".join(

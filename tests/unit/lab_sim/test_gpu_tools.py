@@ -14,6 +14,7 @@ from cluster_tool.lab.sim.render_smi import (
     render_nvlink_status,
     render_query,
     render_query_csv,
+    render_summary,
     render_topo,
 )
 from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
@@ -194,3 +195,24 @@ def test_hardware_round_trips_through_the_model_dict(hw: NodeHardware) -> None:
     hw.gpus[1].xids.append((10.0, 63))
     hw.hcas[2].state = "Down"
     assert NodeHardware.from_dict(hw.to_dict()) == hw
+
+
+def test_bare_nvidia_smi_draws_the_driver_550_table(hw: NodeHardware) -> None:
+    hw.driver_version, hw.cuda_version = "550.127.08", "12.4"
+    hw.gpus[1].ecc_volatile.dram_uncorrectable = 3
+    hw.gpus[7].present = False
+    lines = render_summary(hw).splitlines()
+    # Every line of the table is as wide as driver 550 draws it.
+    assert {len(line) for line in lines[1:]} == {91}
+    assert lines[2] == (
+        "| NVIDIA-SMI 550.127.08             Driver Version: 550.127.08     "
+        "CUDA Version: 12.4     |"
+    )
+    rows = [line for line in lines if re.match(r"\|\s+\d+  NVIDIA", line)]
+    assert len(rows) == 7
+    assert rows[0].startswith(
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:1B:00.0 Off |"
+    )
+    assert rows[1].endswith("|                    3 |")  # volatile uncorrectable ECC
+    usage = lines[lines.index(rows[0]) + 1]
+    assert usage.split("|")[2] == "       0MiB /  81559MiB "
