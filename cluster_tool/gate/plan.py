@@ -209,7 +209,9 @@ def render_sbatch(job: GateJob, params: NcclTestParams, workdir: Path, gpus_per_
     parallel = any(s.rail is not None for s in job.steps)
     for step in job.steps:
         out = shlex.quote(str(job.step_output(workdir, step)))
-        cmd = " ".join(shlex.quote(a) for a in params.argv(step.collective))
+        # Line-buffered, so the output grows row by row and the watchdog sees progress
+        # (through srun stdout is a pipe, and a fully buffered test says nothing until exit).
+        cmd = "stdbuf -oL " + " ".join(shlex.quote(a) for a in params.argv(step.collective))
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in step.env)
         if step.rail is not None:
             # Rail steps share the allocation (--overlap) and run at once, like split groups.
