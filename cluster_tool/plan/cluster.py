@@ -180,13 +180,12 @@ class ClusterShape:
                     f"{profile.gpu_count}; the planner needs one GPU count for all nodes"
                 )
         base = gpu_spec(str(profile.gpu_model))
-        hbm = float(getattr(profile, "gpu_memory_gib", base.hbm_gib) or base.hbm_gib)
-        hcas = profile.compute_hcas() if callable(getattr(profile, "compute_hcas", None)) else []
-        rails = len(hcas) or int(profile.gpu_count)
+        hbm = float(profile.gpu_memory_gib)
+        rails = len(profile.compute_hcas)
         shape = cls(
             nodes=tuple(PlanNode(name=n.name, su=int(n.su)) for n in gpu_nodes),
             gpus_per_node=int(profile.gpu_count),
-            nvlink_domain=int(getattr(profile, "nvlink_domain_size", profile.gpu_count)),
+            nvlink_domain=int(profile.nvlink_domain_size),
             gpu=replace(base, hbm_gib=hbm),
             fabric_busbw_gbs=float(profile.expected_busbw_multi_node_gbs),
             nvlink_busbw_gbs=float(profile.expected_busbw_single_node_gbs),
