@@ -66,7 +66,10 @@ def test_pair_job_forces_ring_and_runs_one_rank_per_gpu(tmp_path: Path) -> None:
         assert "--mpi=pmix -N 2" in line.replace("--cpu-bind=none ", "")
         assert "--ntasks-per-node=8 --gpus-per-task=1" in line
         assert "NCCL_ALGO=Ring" in line
-    assert "/opt/nccl-tests/build/alltoall_perf -b 8 -e 16G -f 2 -g 1 -n 20 -w 5 -c 1" in sruns[1]
+    assert (
+        "stdbuf -oL /opt/nccl-tests/build/alltoall_perf -b 8 -e 16G -f 2 -g 1 -n 20 -w 5 -c 1"
+        in sruns[1]
+    )
     # srun forwards all ranks to the batch host, which alone writes the step's file.
     assert sruns[1].endswith(f" > {tmp_path}/r1-pairs-gpu001-gpu017.alltoall.out 2>&1")
 
