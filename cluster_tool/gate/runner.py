@@ -9,13 +9,14 @@ reason.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_tool.gate.plan import GateJob, NcclTestParams, render_sbatch
-from cluster_tool.slurm import Slurm
+from cluster_tool.slurm import Slurm, SlurmError
 
 
 @dataclass
@@ -74,15 +75,27 @@ class SlurmRunner:
         """Submit every job, wait for all to end (or be cancelled), read their outputs."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         runs: list[JobRun] = []
-        for job in jobs:
-            script = self.workdir / f"{job.name}.sbatch"
-            script.write_text(render_sbatch(job, self.params, self.workdir, self.gpus_per_node))
-            runs.append(JobRun(job, self.slurm.submit(script)))
-        self._watch(runs)
+        try:
+            for job in jobs:
+                script = self.workdir / f"{job.name}.sbatch"
+                script.write_text(render_sbatch(job, self.params, self.workdir, self.gpus_per_node))
+                runs.append(JobRun(job, self.slurm.submit(script)))
+            self._watch(runs)
+        except BaseException:
+            # Interrupted or Slurm failed us: leave no gate job holding nodes behind.
+            for r in runs:
+                if r.ended_at is None:
+                    self._cancel_quietly(r.job_id)
+            raise
         for r in runs:
             r.texts = {s.label: self.read(r.job.step_output(self.workdir, s)) for s in r.job.steps}
             r.slurm_text = self.read(r.job.slurm_output(self.workdir)) or ""
         return runs
+
+    def _cancel_quietly(self, job_id: str) -> None:
+        # Already gone, or Slurm itself is down: the error that got us here matters more.
+        with contextlib.suppress(SlurmError):
+            self.slurm.cancel(job_id)
 
     def _watch(self, runs: list[JobRun]) -> None:
         submitted = self.clock()

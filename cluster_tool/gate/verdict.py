@@ -17,7 +17,8 @@ from cluster_tool.gate.topology import Topology
 from cluster_tool.slurm import Slurm
 
 REASON_PREFIX = "cluster-tool gate:"
-# Slurm keeps reasons short in `sinfo` columns; scontrol accepts more, but nobody reads it.
+# Room for the check, numbers, rail and partners; a cap keeps an odd error text from
+# flooding `sinfo -R`.
 _REASON_MAX = 200
 
 

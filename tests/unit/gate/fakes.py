@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster_tool.slurm import SlurmError
 from tests.conftest import read_real_output
 
 SINGLE = "all_reduce_perf_h100_single_node_8gpu_nvls_nvidia_dgxc.txt"
@@ -110,6 +111,7 @@ class ReplaySlurm:
     drained: dict[str, str] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
     never_start: set[str] = field(default_factory=set)  # jobs with these nodes stay queued
+    refuse_after: int | None = None  # sbatch fails once this many jobs were accepted
     next_id: int = 5000
 
     def __call__(self, argv: Sequence[str]) -> str:
@@ -132,6 +134,8 @@ class ReplaySlurm:
         raise AssertionError(f"unexpected command {argv}")
 
     def _sbatch(self, script: Path) -> str:
+        if self.refuse_after is not None and len(self.jobs) >= self.refuse_after:
+            raise SlurmError("sbatch --parsable: Batch job submission failed: Socket timed out")
         text = script.read_text()
         name = re.search(r"--job-name=ct-gate-(\S+)", text).group(1)  # type: ignore[union-attr]
         nodes = tuple(re.search(r"--nodelist=(\S+)", text).group(1).split(","))  # type: ignore[union-attr]

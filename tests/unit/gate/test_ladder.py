@@ -13,7 +13,7 @@ from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.runner import SlurmRunner
 from cluster_tool.gate.simulate import node_names
 from cluster_tool.gate.thresholds import GateProfile, Thresholds
-from cluster_tool.slurm import SlurmCLI
+from cluster_tool.slurm import SlurmCLI, SlurmError
 from tests.unit.gate.fakes import (
     HANG,
     PAIR,
@@ -286,3 +286,10 @@ def test_missing_peermem_is_pinned_on_its_node_even_when_only_rank_0_logs(
     errors = sorted((f.check, f.node) for f in result.report.findings if f.severity == "error")
     assert errors == [("gdr.not-used", "gpu004"), ("nccl.pair", "gpu004")]
     assert list(replay.drained) == ["gpu004"]
+
+
+def test_failed_submission_cancels_the_jobs_already_queued(tmp_path: Path) -> None:
+    replay = ReplaySlurm(answers(), refuse_after=2)
+    with pytest.raises(SlurmError, match="submission failed"):
+        gate(tmp_path, LAB, answers(), replay=replay)
+    assert sorted(c[1] for c in replay.calls if c[0] == "scancel") == sorted(replay.jobs)
