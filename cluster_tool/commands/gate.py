@@ -91,7 +91,12 @@ def gate(
     poll_s: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 10.0,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
-    """Climb the ladder (single, pairs, full; --rails) and localise what fails."""
+    """Climb the ladder (single, pairs, full; --rails) and localise what fails.
+
+    Job scripts and outputs go to --workdir (default ./gate-runs/TIME), which must be on a
+    filesystem the first node of every job sees too: Slurm writes the outputs there.
+    Exit 0 pass, 1 something failed, 2 bad input.
+    """
     if ctx.invoked_subcommand is not None:
         return 0
     if spec is None:

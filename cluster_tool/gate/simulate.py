@@ -124,7 +124,11 @@ def plant_fleet(
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """The cost of localisation on a simulated fleet and whether it named the planted nodes."""
+    """The cost of localisation on a simulated fleet and whether it named the planted nodes.
+
+    `rounds` counts sets of pair jobs run in parallel (screen, split, confirm); the single
+    rung before them is one round at any size and is not counted.
+    """
 
     rounds: int
     jobs: int
