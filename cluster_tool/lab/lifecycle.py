@@ -172,6 +172,7 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
     nodes.ensure_bridge(config)
 
     model = hw.save(config.model_dir, build_model(plan, lab_name))
+    _write_fake_sysfs(config, model)
     _write_ssh_files(config, plan)
     _render_lab_inventory(config, plan)
 
@@ -220,6 +221,15 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
     state.complete = True
     save_state(config.state_file, state)
     return state
+
+
+def _write_fake_sysfs(config: LabConfig, model: hw.HardwareModel) -> None:
+    """Each node's fake /sys/class (HCAs for the real ibstat), mounted at its boot (part 2)."""
+    try:
+        from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees
+    except ImportError:  # a checkout without the device simulators: nodes without HCAs
+        return
+    write_all_sysfs_trees(model.model_dump(mode="json"), config.nodes_dir)
 
 
 def _lower(state: LabState, plan: LabPlan, name: str) -> str:

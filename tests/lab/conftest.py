@@ -20,9 +20,10 @@ import yaml
 
 from tests.conftest import REPO
 
-TEST_SUBNET = "10.79.0"
-TEST_PREFIX = "ctt"
-TEST_BRIDGE = "cttlab0"
+# Overridable so two test sessions (two engineers, two checkouts) can run side by side.
+TEST_SUBNET = os.environ.get("CLUSTER_TOOL_TEST_LAB_NET", "10.79.0")
+TEST_PREFIX = os.environ.get("CLUSTER_TOOL_TEST_LAB_PREFIX", "ctt")
+TEST_BRIDGE = f"{TEST_PREFIX}lab0"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,7 +17,7 @@ from cluster_tool.lab.config import LabConfig
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
 from cluster_tool.render.plan import read_cabling_csv, read_switch_links_csv
 from tests.conftest import REPO
-from tests.lab.conftest import LabHandle, leftovers, require_root
+from tests.lab.conftest import TEST_PREFIX, TEST_SUBNET, LabHandle, leftovers, require_root
 
 CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
 
@@ -175,7 +175,7 @@ def test_status_json_lists_nodes_services_and_faults(lab: LabHandle) -> None:
         ("head", "head"),
         ("gpu001", "gpu"),
     ]
-    assert data["nodes"][1]["address"] == "10.79.0.11"
+    assert data["nodes"][1]["address"] == f"{TEST_SUBNET}.11"
     assert all(data["services"].values()) and {"ibsim", "opensm", "repo"} <= set(data["services"])
     assert data["faults"] == []
 
@@ -190,6 +190,29 @@ def test_lab_ssh_runs_a_command_on_a_node(lab: LabHandle) -> None:
         check=False,
     )
     assert (result.returncode, result.stdout.strip()) == (0, "gpu001")
+
+
+def test_up_after_a_crash_cleans_up_the_leftovers_and_rebuilds(lab: LabHandle) -> None:
+    import signal
+
+    from cluster_tool.lab.state import load_state
+
+    state_file = lab.config.state_file  # type: ignore[attr-defined]
+    before = load_state(state_file)
+    assert before is not None
+    # A crash: the fabric simulator and a node die without `lab down`.
+    for ref in (before.service_ref("ibsim"), before.node_ref("gpu001")):
+        assert ref is not None
+        os.kill(ref.pid, signal.SIGKILL)
+    status = lifecycle.up(lab.config, lab.spec)  # type: ignore[arg-type]
+    after = load_state(state_file)
+    assert not status.already_running and status.running
+    assert after is not None and after.nodes["gpu001"] != before.nodes["gpu001"]
+    mine = f"{TEST_PREFIX}-"
+    netns = sorted(p.name for p in Path("/run/netns").iterdir() if p.name.startswith(mine))
+    assert netns == sorted(f"{mine}{n}" for n in [*lab.node_names, "fabric"])
+    for name in lab.node_names:
+        assert lab.ssh(name, "hostname").stdout.strip() == name
 
 
 # --- errors: one line, exit 2, nothing built ----------------------------------------------------
@@ -224,12 +247,15 @@ def test_up_as_non_root_is_a_one_line_usage_error(tmp_path: Path) -> None:
 
 
 def test_up_on_an_address_range_in_use_fails_cleanly(lab: LabHandle, tmp_path: Path) -> None:
-    config = _other_config(tmp_path, "10.79.0.0/24")  # the session lab holds this range
+    config = _other_config(tmp_path, f"{TEST_SUBNET}.0/24")  # the session lab holds this range
     spec = tmp_path / "lab.yml"
-    spec.write_text((REPO / "examples" / "lab.yml").read_text().replace("10.77.0.", "10.79.0."))
+    spec.write_text(
+        (REPO / "examples" / "lab.yml").read_text().replace("10.77.0.", f"{TEST_SUBNET}.")
+    )
     from cluster_tool.errors import UsageError
 
-    with pytest.raises(UsageError, match=r"10\.79\.0\.0/24 is already in use on cttlab0"):
+    taken = f"{TEST_SUBNET}.0/24 is already in use on {TEST_PREFIX}lab0".replace(".", r"\.")
+    with pytest.raises(UsageError, match=taken):
         lifecycle.up(config, spec)
     assert leftovers(config) == []
     assert not config.state_file.exists()
