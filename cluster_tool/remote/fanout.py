@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import time
@@ -104,6 +105,8 @@ class ParamikoTransport:
     connect_timeout: float = 10.0
 
     def __post_init__(self) -> None:
+        # paramiko logs a traceback per failed handshake; the finding says it in one line.
+        logging.getLogger("paramiko").addHandler(logging.NullHandler())
         default = Path.home() / ".ssh" / "config"
         self._lookup = _ssh_config_hosts(
             self.ssh_config or (default if default.is_file() else None)
@@ -130,17 +133,25 @@ class ParamikoTransport:
                 client.load_host_keys(os.path.expanduser(known))
             client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
-            client.connect(
-                hostname,
-                port=int(str(opts.get("port", 22))),
-                username=str(user),
-                key_filename=keys or None,  # type: ignore[arg-type]  # paramiko takes a list
-                timeout=self.connect_timeout,
-                banner_timeout=self.connect_timeout,
-                auth_timeout=self.connect_timeout,
-                look_for_keys=not keys,
-                allow_agent=not keys,
-            )
+            for attempt in (1, 2):
+                try:
+                    client.connect(
+                        hostname,
+                        port=int(str(opts.get("port", 22))),
+                        username=str(user),
+                        key_filename=keys or None,  # type: ignore[arg-type]  # takes a list
+                        timeout=self.connect_timeout,
+                        banner_timeout=self.connect_timeout,
+                        auth_timeout=self.connect_timeout,
+                        look_for_keys=not keys,
+                        allow_agent=not keys,
+                    )
+                    break
+                except paramiko.SSHException:
+                    # sshd's MaxStartups drops handshakes beyond its limit: try once more.
+                    if attempt == 2:
+                        raise
+                    time.sleep(0.5)
             stdin, stdout, stderr = client.exec_command("sh -s", timeout=timeout)
             stdin.write(script)
             stdin.channel.shutdown_write()

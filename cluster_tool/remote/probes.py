@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -95,9 +96,7 @@ def composite_script(probes: Iterable[Probe], token: str | None = None) -> tuple
     for probe in probes:
         if not _NAME.match(probe.name):
             raise ValueError(f"bad probe name {probe.name!r}")
-        if "'" in probe.command:
-            raise ValueError(f"probe {probe.name}: no single quotes in commands")
-        lines.append(f"run {probe.name} {int(probe.timeout_s)} '{probe.command}' &")
+        lines.append(f"run {probe.name} {int(probe.timeout_s)} {shlex.quote(probe.command)} &")
     lines.append("wait")
     names = " ".join(p.name for p in probes)
     lines += [
