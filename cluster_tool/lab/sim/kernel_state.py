@@ -12,6 +12,7 @@ module-missing fault shows there too. Stdlib only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -99,6 +100,49 @@ def write_tree(hw: NodeHardware, loaded: list[str], root: Path) -> None:
                     Path(dirpath, name).rmdir()
 
 
+# Character devices the driver creates: major 195 for the GPUs and nvidiactl; nvidia-uvm
+# gets a dynamic major (this one is what it commonly lands on).
+NVIDIA_MAJOR = 195
+UVM_MAJOR = 510
+
+
+def device_nodes(hw: NodeHardware, loaded: list[str]) -> dict[str, tuple[int, int]]:
+    """/dev entries (name -> (major, minor)) the loaded driver provides: one per present GPU
+    (Slurm's gres.conf names them), nvidiactl, and nvidia-uvm when it is loaded."""
+    if "nvidia" not in loaded:
+        return {}
+    nodes = {f"nvidia{g.minor}": (NVIDIA_MAJOR, g.minor) for g in hw.present_gpus()}
+    nodes["nvidiactl"] = (NVIDIA_MAJOR, 255)
+    if "nvidia_uvm" in loaded:
+        nodes["nvidia-uvm"] = (UVM_MAJOR, 0)
+        nodes["nvidia-uvm-tools"] = (UVM_MAJOR, 1)
+    return nodes
+
+
+def sync_devices(hw: NodeHardware, loaded: list[str], dev_dir: Path) -> None:
+    """Create the driver's device nodes in `dev_dir` and remove those of GPUs that are gone
+    (a node's /dev is its own tmpfs). Opening them fails (no such device): what Slurm and the
+    checks need is that they exist, with the right numbers."""
+    import re
+    import stat
+
+    wanted = device_nodes(hw, loaded)
+    for name, (major, minor) in wanted.items():
+        path = dev_dir / name
+        try:
+            st = path.stat()
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(major, minor):
+                continue
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        path.chmod(0o666)
+    for path in dev_dir.glob("nvidia*"):
+        if path.name not in wanted and re.fullmatch(r"nvidia(\d+|ctl|-uvm|-uvm-tools)", path.name):
+            path.unlink()
+
+
 def _mounted(point: str) -> bool:
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -113,6 +157,10 @@ def in_lab_node() -> bool:
     forced = os.environ.get("LAB_MOUNT_KERNEL_VIEW")
     if forced in ("0", "1"):
         return forced == "1"
+    return _detected_lab_node()
+
+
+def _detected_lab_node() -> bool:
     return "LAB_MODEL" not in os.environ and Path("/run/lab-model/model.json").is_file()
 
 
@@ -133,6 +181,12 @@ def publish(
         return
     if not mount:
         return
+    # /dev only inside a real lab node (its own tmpfs); a forced run names its own dir, since
+    # a mount namespace alone still shares the host's /dev.
+    dev = os.environ.get("LAB_DEV_DIR") or ("/dev" if _detected_lab_node() else None)
+    if dev:
+        with contextlib.suppress(OSError):
+            sync_devices(hw, loaded_modules(hw, run_dir), Path(dev))
     for point, sub in MOUNTS.items():
         if os.path.isdir(point) and not _mounted(point):
             subprocess.run(

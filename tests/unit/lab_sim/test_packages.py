@@ -248,3 +248,35 @@ test -e /sys/module/nvidia_peermem || echo PEERMEM-GONE
     assert out[-1] == "PEERMEM-GONE"
     # The host's own /sys/module was never touched.
     assert not Path("/proc/driver/nvidia").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_loaded_driver_creates_the_gres_device_files(root: Path, tmp_path: Path) -> None:
+    """slurmd's gres.conf names /dev/nvidia[0-7]: the loaded driver provides them; a GPU that
+    is gone loses its file."""
+    model = _model(tmp_path)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    env = {"LAB_MOUNT_KERNEL_VIEW": "1", "LAB_DEV_DIR": str(dev)}
+    # Mounting over /proc/driver is tried too: keep it inside a private mount namespace.
+    script = f"/usr/bin/python3 -S -I {root}/usr/local/sbin/modprobe nvidia_uvm"
+    full = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "LAB_MODEL": str(model),
+        "LAB_NODE": "gpu001",
+        "LAB_RUN_DIR": str(tmp_path / "run"),
+        **env,
+    }
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], env=full, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    names = sorted(p.name for p in dev.iterdir())
+    assert names == sorted([f"nvidia{i}" for i in range(8)] + ["nvidiactl", "nvidia-uvm",
+                                                               "nvidia-uvm-tools"])  # fmt: skip
+    st = (dev / "nvidia3").stat()
+    assert (os.major(st.st_rdev), os.minor(st.st_rdev)) == (195, 3)
+    faulted = json.loads(model.read_text())
+    inject(faulted, "gpu-missing", "gpu001", 3)
+    model.write_text(json.dumps(faulted))
+    lsmod = f"/usr/bin/python3 -S -I {root}/usr/local/sbin/lsmod"
+    subprocess.run(["unshare", "-m", "sh", "-c", lsmod], env=full, capture_output=True, check=True)
+    assert not (dev / "nvidia3").exists() and (dev / "nvidia4").exists()
