@@ -365,10 +365,13 @@ def _check_addresses_free(config: LabConfig) -> None:
             continue
         iface, cidr = parts[1], parts[3]
         try:
-            network = ipaddress.IPv4Interface(cidr).network
+            interface = ipaddress.IPv4Interface(cidr)
         except ValueError:
             continue
-        if network.overlaps(config.subnet):
+        network = interface.network
+        if interface.ip in config.subnet or (
+            network.overlaps(config.subnet) and network.prefixlen >= config.subnet.prefixlen
+        ):
             raise UsageError(f"address range {config.subnet} is already in use on {iface} ({cidr})")
     routes = run(["ip", "-4", "route", "show"]).stdout
     for line in routes.splitlines():
@@ -379,7 +382,9 @@ def _check_addresses_free(config: LabConfig) -> None:
             network = ipaddress.IPv4Network(dest, strict=False)
         except ValueError:
             continue
-        if network.overlaps(config.subnet):
+        # A wider route (a VPC's 10.0.0.0/8) is shadowed by the lab's own; an equal or
+        # narrower one means something else already uses these addresses.
+        if network.overlaps(config.subnet) and network.prefixlen >= config.subnet.prefixlen:
             raise UsageError(f"address range {config.subnet} overlaps the route {line.strip()}")
     taken = [ns for ns in _prefixed_netns(config)]
     if taken:
