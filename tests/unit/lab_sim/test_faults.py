@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster_tool.lab.faults import FAULTS, FaultError, heal, heal_all, inject
 from cluster_tool.lab.sim.hw import node_hardware
@@ -220,3 +222,42 @@ def test_bad_faults_are_refused_and_change_nothing(
     assert model == original
     with pytest.raises(FaultError, match="no active fault"):
         heal(model, "link-down-1")
+
+
+# Faults that can pile up on the same fields in any order (all valid on the lab model).
+_STACKABLE = [
+    ("cable-swap", ("gpu001", "mlx5_0", "mlx5_3"), {}),
+    ("cable-swap", ("gpu001", "mlx5_3", "mlx5_4"), {}),
+    ("link-down", ("gpu001", "mlx5_0"), {}),
+    ("link-degrade", ("gpu001", "mlx5_0"), {"width": "2X"}),
+    ("link-degrade", ("gpu001", "mlx5_0"), {"width": "1X"}),
+    ("port-errors", ("gpu001", "mlx5_3"), {"symbol": 7}),
+    ("gpu-ecc", ("gpu002", 1), {"now": NOW}),
+    ("gpu-xid", ("gpu002", 1, 79), {"now": NOW + 5}),
+    ("gpu-hot", ("gpu002", 1, 91), {}),
+    ("gpu-hot", ("gpu002", 1, 99), {}),
+    ("gpu-missing", ("gpu002", 1), {}),
+    ("slow-node", ("gpu002", 0.3), {}),
+    ("slow-node", ("gpu002", 0.7), {}),
+    ("node-down", ("gpu003",), {}),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    picks=st.lists(st.integers(0, len(_STACKABLE) - 1), min_size=1, max_size=8),
+    order=st.randoms(use_true_random=False),
+)
+def test_any_faults_healed_in_any_order_restore_the_model(picks: list[int], order: Any) -> None:
+    original: dict[str, Any] = json.loads(MODEL.read_text())
+    data = copy.deepcopy(original)
+    ids = []
+    for i in picks:
+        kind, args, options = _STACKABLE[i]
+        ids.append(inject(data, kind, *args, **options)["id"])
+    order.shuffle(ids)
+    for fault_id in ids:
+        heal(data, fault_id)
+    assert data.pop("faults") == []
+    original.pop("faults")
+    assert data == original
