@@ -87,6 +87,16 @@ def test_nvidia_smi_on_the_node_shows_eight_h100_at_the_pinned_driver(sim: LabHa
     version = _ssh_ok(sim, "gpu001", "cat /proc/driver/nvidia/version")
     assert "Open Kernel Module" in version
     assert _ssh_ok(sim, "gpu001", "test -d /sys/module/nvidia_peermem && echo yes") == "yes\n"
+    # The device files Slurm's gres.conf names (File=/dev/nvidia[0-7]).
+    devices = _ssh_ok(sim, "gpu001", "stat -c '%n %t:%T' /dev/nvidia0 /dev/nvidia7 /dev/nvidiactl")
+    assert devices.split() == [
+        "/dev/nvidia0",
+        "c3:0",
+        "/dev/nvidia7",
+        "c3:7",
+        "/dev/nvidiactl",
+        "c3:ff",
+    ]
 
 
 def test_gpu_ecc_shows_a_volatile_uncorrectable_error_and_heals(sim: LabHandle) -> None:
