@@ -58,28 +58,26 @@ def plan_for(
     return FabricPlan(tuple(rows), tuple(links), leaf_of, spines)
 
 
-def _expected_link(cluster: Cluster, node: str | None) -> tuple[int, str]:
-    """(lanes, generation) a link should train at: the node profile's, else the fabric's."""
-    width, speed = cluster.fabric.expected_width, cluster.fabric.expected_speed
-    if node is not None:
-        try:
-            profile = cluster.host(node).profile
-        except KeyError:
-            profile = None
-        if profile is not None:
-            width, speed = profile.expected_width, profile.expected_speed
-    return WIDTH_LANES[width], speed
+def _expected_links(cluster: Cluster) -> dict[str | None, tuple[int, str]]:
+    """(lanes, generation) each node's links should train at: its profile's; the fabric's
+    for switch links (key None) and hosts without a profile."""
+    fabric = (WIDTH_LANES[cluster.fabric.expected_width], cluster.fabric.expected_speed)
+    out: dict[str | None, tuple[int, str]] = {None: fabric}
+    for host in cluster.hosts():
+        p = host.profile
+        out[host.name] = (WIDTH_LANES[p.expected_width], p.expected_speed) if p else fabric
+    return out
 
 
 def _link_findings(
-    cluster: Cluster,
+    expected: dict[str | None, tuple[int, str]],
     node: str | None,
     component: str | None,
     ends: str,
     width: int | None,
     speed: str | None,
 ) -> list[Finding]:
-    lanes, generation = _expected_link(cluster, node)
+    lanes, generation = expected.get(node, expected[None])
     out: list[Finding] = []
     if width is not None and width < lanes:
         out.append(
@@ -148,6 +146,7 @@ def check_fabric(
     plan = plan or plan_for(cluster)
     name_of = cluster.fabric.switch_name
     only = set(nodes) if nodes is not None else None
+    expected = _expected_links(cluster)
     findings: list[Finding] = []
 
     # The switches, by plan name. A switch whose description does not match the pattern
@@ -167,13 +166,10 @@ def check_fabric(
 
     # --- switches -------------------------------------------------------------------------
     missing_switches = set()
+    used = {row.leaf for row in plan.rows}
+    used |= {link.spine for link in plan.links} | {link.leaf for link in plan.links}
     for name in sorted(set(plan.leaf_of) | plan.spines):
-        if name in seen_switches:
-            continue
-        used = any(row.leaf == name for row in plan.rows) or any(
-            link.spine == name or link.leaf == name for link in plan.links
-        )
-        if not used:
+        if name in seen_switches or name not in used:
             continue
         missing_switches.add(name)
         findings.append(
@@ -202,11 +198,8 @@ def check_fabric(
     observed: dict[tuple[str, str], PortLocation] = {}
     extra: list[tuple[str, str | None, PortLocation]] = []
     planned = {(row.node, row.hca): row for row in plan.rows}
-    for uplink in fabric.ca_uplinks():
-        host, device = _split_description(uplink.ca_description)
-        where = PortLocation(
-            sw(uplink.switch_description), uplink.switch_port, uplink.width, uplink.speed
-        )
+    for ca_description, where in _ca_cables(fabric, sw):
+        host, device = _split_description(ca_description)
         if device is not None and (host, device) in planned:
             observed[(host, device)] = where
         else:
@@ -219,7 +212,7 @@ def check_fabric(
     for node, rows in rows_by_node.items():
         if only is not None and node not in only:
             continue
-        findings.extend(_node_cables(cluster, plan, node, rows, observed, missing_switches))
+        findings.extend(_node_cables(expected, plan, node, rows, observed, missing_switches))
 
     known_hosts = {h.name: h for h in cluster.hosts()}
     for host, device, where in extra:
@@ -249,7 +242,7 @@ def check_fabric(
         )
 
     # --- leaf-spine links ---------------------------------------------------------------------
-    findings.extend(_spine_links(cluster, plan, fabric, sw, missing_switches))
+    findings.extend(_spine_links(expected, plan, fabric, sw, missing_switches))
 
     # --- counters -------------------------------------------------------------------------------
     if counters is not None:
@@ -258,7 +251,7 @@ def check_fabric(
 
 
 def _node_cables(
-    cluster: Cluster,
+    expected: dict[str | None, tuple[int, str]],
     plan: FabricPlan,
     node: str,
     rows: list[CablingRow],
@@ -277,7 +270,7 @@ def _node_cables(
         if where.switch == row.leaf and where.port == row.leaf_port:
             out.extend(
                 _link_findings(
-                    cluster,
+                    expected,
                     node,
                     row.hca,
                     f"{node} {row.hca} ↔ {where}",
@@ -365,23 +358,63 @@ def _node_cables(
     return out
 
 
+def _peer_kind(peer_id: str, kinds: dict[str, str]) -> str | None:
+    # ibnetdiscover ids say the kind: S-<guid> switch, H-<guid> CA; ibsim ids are names.
+    kind = kinds.get(peer_id)
+    if kind is not None:
+        return kind
+    return {"S-": SWITCH, "H-": CA}.get(peer_id[:2])
+
+
+def _ca_cables(fabric: Fabric, name: Callable[[str | None], str]) -> list[tuple[str, PortLocation]]:
+    """Every CA port's cable and the switch port it lands on (the parser's `ca_uplinks`
+    without the GUID work this check does not need, which is most of its time)."""
+    kinds = {n.node_id: n.kind for n in fabric.nodes}
+    out: list[tuple[str, PortLocation]] = []
+    seen: set[tuple[str, int]] = set()
+    for node in fabric.nodes:
+        if node.kind != CA:
+            continue
+        for p in node.ports:
+            seen.add((node.description, p.port))
+            out.append(
+                (
+                    node.description,
+                    PortLocation(name(p.peer_description), p.peer_port, p.width, p.speed),
+                )
+            )
+    for node in fabric.nodes:  # a CA seen only from its switch (an excerpt of a fabric)
+        if node.kind != SWITCH:
+            continue
+        for p in node.ports:
+            if p.peer_description is None or (p.peer_description, p.peer_port) in seen:
+                continue
+            if _peer_kind(p.peer_id, kinds) != CA:
+                continue
+            seen.add((p.peer_description, p.peer_port))
+            out.append(
+                (p.peer_description, PortLocation(name(node.description), p.port, p.width, p.speed))
+            )
+    return out
+
+
 def _spine_links(
-    cluster: Cluster,
+    expected: dict[str | None, tuple[int, str]],
     plan: FabricPlan,
     fabric: Fabric,
     name: Callable[[str | None], str],
     missing_switches: set[str],
 ) -> list[Finding]:
     peers: dict[tuple[str, int], tuple[str, int, int | None, str | None]] = {}
-    for p in fabric.switch_ports():
-        if p.peer_kind == CA:
+    kinds = {n.node_id: n.kind for n in fabric.nodes}
+    for node in fabric.nodes:
+        if node.kind != SWITCH:
             continue
-        peers[(name(p.switch_description), p.port)] = (
-            name(p.peer_description),
-            p.peer_port,
-            p.width,
-            p.speed,
-        )
+        here = name(node.description)
+        for p in node.ports:
+            if _peer_kind(p.peer_id, kinds) == CA:
+                continue
+            peers[(here, p.port)] = (name(p.peer_description), p.peer_port, p.width, p.speed)
     out: list[Finding] = []
     planned_ports = set()
     for link in plan.links:
@@ -418,7 +451,7 @@ def _spine_links(
                 )
             )
             continue
-        out.extend(_link_findings(cluster, None, link.leaf, f"{ends} ↔ {want}", width, speed))
+        out.extend(_link_findings(expected, None, link.leaf, f"{ends} ↔ {want}", width, speed))
     # Uplinks the plan does not have (a leaf cabled to another leaf, a stray spine cable).
     reported: set[tuple[str, int]] = set()
     for (switch, port), (peer, peer_port, _w, _s) in sorted(peers.items()):
@@ -507,6 +540,7 @@ def check_counters(
                 continue
             entries.append((by_lid[block.lid], block.port, block.counters))
 
+    host_names = {h.name for h in cluster.hosts()}
     out: list[Finding] = []
     for description, port, values in entries:
         over = {k: v for k, v in values.items() if k in limits and v > limits[k]}
@@ -516,9 +550,7 @@ def check_counters(
             here = f"{label(description)} port {port}"
             peer = far.get((description, port))
             host, device = _split_description(peer.rsplit(" port ", 1)[0]) if peer else ("", None)
-            node = (
-                host if device is not None and host in {h.name for h in cluster.hosts()} else None
-            )
+            node = host if device is not None and host in host_names else None
             component = device if node else label(description)
         else:
             host, device = _split_description(description)
