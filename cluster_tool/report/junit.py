@@ -1,0 +1,66 @@
+"""JUnit XML from a run record: one test suite per node (and one for the fabric), one test case
+per check that ran there, failed by its error findings; for CI dashboards."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+from xml.sax.saxutils import escape, quoteattr
+
+FABRIC_SUITE = "fabric"
+
+
+def _suite_of(finding: Mapping[str, Any]) -> str:
+    # Fabric findings name a node too, but they belong to the fabric's suite.
+    check = str(finding.get("check", ""))
+    if check.startswith("fabric."):
+        return FABRIC_SUITE
+    return str(finding.get("node") or "cluster")
+
+
+def junit_xml(
+    summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]], name: str = "cluster-tool"
+) -> str:
+    """`summary["checks"]` maps a suite (node name or `fabric`) to the check ids that ran there;
+    a finding whose check is not listed still gets its own case, so nothing is lost."""
+    planned: dict[str, list[str]] = {
+        str(suite): [str(c) for c in ids] for suite, ids in (summary.get("checks") or {}).items()
+    }
+    by_case: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for f in findings:
+        suite = _suite_of(f)
+        check = str(f.get("check", "unknown"))
+        by_case.setdefault((suite, check), []).append(f)
+        cases = planned.setdefault(suite, [])
+        if check not in cases:
+            cases.append(check)
+
+    def failing(suite: str, check: str) -> list[Mapping[str, Any]]:
+        return [f for f in by_case.get((suite, check), []) if f.get("severity") == "error"]
+
+    total = sum(len(ids) for ids in planned.values())
+    failures = sum(1 for s, ids in planned.items() for c in ids if failing(s, c))
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>']
+    lines.append(f'<testsuites name={quoteattr(name)} tests="{total}" failures="{failures}">')
+    for suite, ids in planned.items():
+        failed = sum(1 for c in ids if failing(suite, c))
+        lines.append(
+            f'  <testsuite name={quoteattr(suite)} tests="{len(ids)}" failures="{failed}">'
+        )
+        for check in ids:
+            lines.append(f"    <testcase classname={quoteattr(suite)} name={quoteattr(check)}>")
+            errors = failing(suite, check)
+            if errors:
+                text = "\n".join(str(f.get("message", "")) for f in errors)
+                lines.append(
+                    f"      <failure message={quoteattr(str(errors[0].get('message', '')))} "
+                    f"type={quoteattr(check)}>{escape(text)}</failure>"
+                )
+            others = [f for f in by_case.get((suite, check), []) if f.get("severity") != "error"]
+            if others:
+                text = "\n".join(f"{f.get('severity')}: {f.get('message')}" for f in others)
+                lines.append(f"      <system-out>{escape(text)}</system-out>")
+            lines.append("    </testcase>")
+        lines.append("  </testsuite>")
+    lines.append("</testsuites>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,324 @@
+"""Pieces the three workflows share: Slurm admin steps (drain and wait, reservations), waiting for
+SSH, converging through ansible-runner, the node ladder, and turning results into run-record data
+(the rail × node link matrix, busbw rows per rung)."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.errors import ParseError
+from cluster_tool.findings import Finding
+from cluster_tool.gate.plan import GateJob
+from cluster_tool.gate.runner import JobRun, SlurmRunner
+from cluster_tool.gate.thresholds import Thresholds
+from cluster_tool.parsers.nccl_tests import parse_nccl_tests
+from cluster_tool.render.plan import CablingRow
+from cluster_tool.slurm import NodeState, SlurmCLI, SlurmError, run_command
+
+PENDING_REASON = "cluster-tool: pending validation"
+
+# Base states in which a drained node runs no job any more.
+_QUIET = frozenset({"IDLE", "DOWN", "FUTURE", "UNKNOWN"})
+
+
+def ssh_command_runner(
+    host: str, ssh_config: Path | None = None, timeout: float = 120.0
+) -> Callable[[Sequence[str]], str]:
+    """Run Slurm client commands on `host` over SSH (the controller, when this machine is not a
+    Slurm client); same contract as `cluster_tool.slurm.run_command`."""
+    import shlex
+
+    def run(argv: Sequence[str]) -> str:
+        ssh = ["ssh", "-o", "BatchMode=yes"]
+        if ssh_config is not None:
+            ssh += ["-F", str(ssh_config)]
+        return run_command([*ssh, host, shlex.join(argv)], timeout=timeout)
+
+    return run
+
+
+@dataclass
+class AdminSlurm(SlurmCLI):
+    """The shared Slurm client plus what workflows need beyond the gate: the jobs on a node,
+    cancelling them (only under --force), and maintenance reservations the gate submits into."""
+
+    reservation: str | None = None
+
+    def __post_init__(self) -> None:
+        inner = self.run
+
+        def run(argv: Sequence[str]) -> str:
+            # Gate jobs go into the maintenance reservation, so they may use nodes that no
+            # user job can reach while they are being validated.
+            if argv and argv[0] == "sbatch" and self.reservation:
+                argv = ["sbatch", f"--reservation={self.reservation}", *argv[1:]]
+            return inner(argv)
+
+        self.run = run
+
+    def jobs_on(self, nodes: Iterable[str]) -> dict[str, list[str]]:
+        """Running (or completing) job ids per node, from `squeue -w`."""
+        names = str(NodeSet.fromlist(list(nodes)))
+        text = self.run(["squeue", "-h", "-w", names, "-t", "RUNNING,COMPLETING", "-o", "%i|%N"])
+        found: dict[str, list[str]] = {}
+        for no, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            parts = line.split("|")
+            if len(parts) != 2:
+                raise ParseError("expected JOBID|NODELIST", line_no=no, line=line)
+            for node in NodeSet(parts[1].strip()):
+                found.setdefault(node, []).append(parts[0].strip())
+        return found
+
+    def cancel_jobs_on(self, nodes: Iterable[str]) -> None:
+        self.run(["scancel", "-w", str(NodeSet.fromlist(list(nodes)))])
+
+    def reserve(self, name: str, nodes: Iterable[str]) -> None:
+        """A maintenance reservation on `nodes` for this user; existing jobs are not touched."""
+        names = str(NodeSet.fromlist(list(nodes)))
+        self.run(
+            [
+                "scontrol", "create", "reservation", f"ReservationName={name}",
+                f"Nodes={names}", "StartTime=now", "Duration=infinite",
+                f"Users={getpass.getuser()}", "Flags=maint,ignore_jobs",
+            ]
+        )  # fmt: skip
+        self.reservation = name
+
+    def release(self, name: str) -> None:
+        try:
+            self.run(["scontrol", "delete", f"ReservationName={name}"])
+        finally:
+            if self.reservation == name:
+                self.reservation = None
+
+
+@dataclass
+class DrainOutcome:
+    """Per node after a drain: None when it is quiet (no job left), else why it is not."""
+
+    waited_s: float
+    problems: dict[str, str] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
+
+
+def _quiet(state: NodeState | None) -> bool:
+    return state is not None and state.drained and state.state in _QUIET
+
+
+def drain_and_wait(
+    slurm: Any,
+    nodes: Sequence[str],
+    reason: str,
+    *,
+    timeout_s: float,
+    force: bool = False,
+    poll_s: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DrainOutcome:
+    """Drain `nodes` and wait until their running jobs have ended. A job still running after
+    `timeout_s` is cancelled only with `force`; otherwise that node is reported, not touched."""
+    started = clock()
+    slurm.drain(nodes, reason)
+    outcome = DrainOutcome(0.0)
+    waiting = list(nodes)
+    forced = False
+    while waiting:
+        states = {s.name: s for s in slurm.node_states(waiting)}
+        waiting = [n for n in waiting if not _quiet(states.get(n))]
+        if not waiting:
+            break
+        if clock() - started >= timeout_s:
+            if force and not forced:
+                outcome.cancelled = sorted(waiting)
+                slurm.cancel_jobs_on(waiting)
+                forced = True
+                started = clock()  # give the cancelled jobs one more timeout to end
+                continue
+            for n in waiting:
+                st = states.get(n)
+                seen = "+".join([st.state, *sorted(st.flags)]) if st else "unknown to Slurm"
+                outcome.problems[n] = (
+                    f"jobs still running after {timeout_s:.0f} s ({seen}); not killed"
+                    if not forced
+                    else f"jobs did not end after scancel ({seen})"
+                )
+            break
+        sleep(poll_s)
+    outcome.waited_s = round(clock() - started, 1)
+    return outcome
+
+
+def wait_for_ssh(
+    address: str,
+    timeout_s: float,
+    *,
+    port: int = 22,
+    poll_s: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """True once `address:port` answers with an SSH banner; False after `timeout_s`."""
+    deadline = clock() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=5) as conn:
+                conn.settimeout(5)
+                if conn.recv(64).startswith(b"SSH-"):
+                    return True
+        except OSError:
+            pass  # still booting: refused, unreachable or no banner yet
+        if clock() >= deadline:
+            return False
+        sleep(poll_s)
+
+
+def ssh_true(node: str, ssh_config: Path | None, timeout: float = 30.0) -> bool:
+    """One `ssh NODE true`: the banner is up and the lab's (or site's) key is accepted."""
+    argv = ["ssh", "-o", "BatchMode=yes"]
+    if ssh_config is not None:
+        argv += ["-F", str(ssh_config)]
+    try:
+        proc = subprocess.run(
+            [*argv, node, "true"], capture_output=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+# --- run-record data -------------------------------------------------------------------------
+
+
+def link_matrix(
+    plan: Sequence[CablingRow],
+    nodes: Iterable[str],
+    findings: Sequence[Finding],
+    fabric_checked: bool,
+) -> list[dict[str, Any]]:
+    """One entry per (node, rail): `up`, or the fabric check that failed on that HCA."""
+    wanted = set(nodes)
+    by_hca: dict[tuple[str, str], Finding] = {}
+    for f in findings:
+        if not f.check.startswith("fabric.") or f.node is None or not f.fails:
+            continue
+        for part in (f.component or "").split(","):
+            by_hca.setdefault((f.node, part.strip()), f)
+    links = []
+    for row in plan:
+        if row.node not in wanted:
+            continue
+        bad = by_hca.get((row.node, row.hca))
+        if not fabric_checked:
+            state, detail = "unknown", "fabric not checked"
+        elif bad is not None:
+            state, detail = bad.check.removeprefix("fabric."), bad.message
+        else:
+            state, detail = "up", f"{row.hca} on {row.leaf} port {row.leaf_port}"
+        links.append(
+            {"node": row.node, "rail": row.rail, "hca": row.hca, "state": state, "detail": detail}
+        )
+    return links
+
+
+@dataclass
+class RecordingRunner(SlurmRunner):
+    """The gate's Slurm runner that also keeps what each step printed (raw output for the run
+    record) and its busbw by message size (for the report's plots)."""
+
+    thresholds: Thresholds | None = None
+    save_dir: Path | None = None
+    busbw: list[dict[str, Any]] = field(default_factory=list)
+
+    def run(self, jobs: Sequence[GateJob]) -> list[JobRun]:
+        runs = super().run(jobs)
+        for r in runs:
+            self._keep(r)
+        return runs
+
+    def _keep(self, r: JobRun) -> None:
+        if self.save_dir is not None:
+            self.save_dir.mkdir(parents=True, exist_ok=True)
+            (self.save_dir / f"{r.job.name}.slurm.out").write_text(r.slurm_text)
+        for step in r.job.steps:
+            text = r.texts.get(step.label)
+            if text is None:
+                continue
+            if self.save_dir is not None:
+                (self.save_dir / f"{r.job.name}.{step.label}.out").write_text(text)
+            try:
+                parsed = parse_nccl_tests(text)
+            except ParseError:
+                continue  # the gate already reports unreadable output as a finding
+            points = []
+            for row in parsed.rows:
+                sides = [s.busbw for s in (row.out_of_place, row.in_place) if s is not None]
+                if sides:
+                    points.append([row.size, max(sides)])
+            floor = None
+            if self.thresholds is not None:
+                floor = self.thresholds.expect(
+                    step.rung, step.collective, nodes=len(r.job.nodes)
+                ).floor_gbs
+            self.busbw.append(
+                {
+                    "rung": str(step.rung),
+                    "label": f"{'+'.join(r.job.nodes)} {step.label}",
+                    "nodes": list(r.job.nodes),
+                    "floor_gbs": floor,
+                    "points": points,
+                }
+            )
+
+
+def node_verdicts(
+    nodes: Iterable[str], findings: Sequence[Finding], states: Mapping[str, NodeState] | None = None
+) -> dict[str, dict[str, Any]]:
+    """pass/fail per node from the error findings that name it; the first error is the reason."""
+    verdicts: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        errors = [f for f in findings if f.node == node and f.fails]
+        st = (states or {}).get(node)
+        verdicts[node] = {
+            "verdict": "fail" if errors else "pass",
+            "reason": errors[0].message if errors else None,
+            "checks_failed": sorted({f.check for f in errors}),
+            "slurm": _slurm_text(st),
+        }
+    return verdicts
+
+
+def _slurm_text(st: NodeState | None) -> str | None:
+    if st is None:
+        return None
+    text = "+".join([st.state.lower(), *sorted(f.lower() for f in st.flags)])
+    return f"{text} ({st.reason})" if st.reason else text
+
+
+def drain_reason(findings: Sequence[Finding], prefix: str = "cluster-tool") -> str:
+    """A drain reason Slurm can hold (one line, short) from the first error finding."""
+    first = next((f for f in findings if f.fails), None)
+    text = f"{prefix}: {first.check}: {first.message}" if first else f"{prefix}: failed"
+    return " ".join(text.split())[:200]
+
+
+def safe_resume(slurm: Any, nodes: Sequence[str]) -> list[str]:
+    """Resume nodes in one call; returns the nodes Slurm refused (SlurmError), for the record."""
+    if not nodes:
+        return []
+    try:
+        slurm.resume(nodes)
+    except SlurmError:
+        return list(nodes)
+    return []

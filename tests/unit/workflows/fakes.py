@@ -1,0 +1,145 @@
+"""Fakes for the workflows that behave like the real edges: a Slurm that answers the client
+commands in their real formats (jobs keep a drained node DRAINING until they end), and a BMC that
+applies power actions on a later read, as the sushy-tools emulator's fake driver does."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.bmc.redfish import BmcError
+from cluster_tool.workflows.common import AdminSlurm
+
+
+@dataclass
+class SlurmCluster:
+    """Answers scontrol/squeue/scancel argv with text shaped like Slurm 24.05 prints it."""
+
+    nodes: list[str]
+    jobs: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (node, polls left)
+    drained: dict[str, str] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
+    calls: list[list[str]] = field(default_factory=list)
+    reservations: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        argv = list(argv)
+        self.calls.append(argv)
+        if argv[:2] == ["scontrol", "update"]:
+            fields = dict(a.split("=", 1) for a in argv[2:])
+            for node in NodeSet(fields["nodename"]):
+                if fields["state"] == "drain":
+                    self.drained[node] = fields["reason"]
+                elif fields["state"] == "resume":
+                    self.drained.pop(node, None)
+            return ""
+        if argv[:3] == ["scontrol", "show", "node"]:
+            wanted = list(NodeSet(argv[4])) if len(argv) > 4 else self.nodes
+            return "".join(self._line(n) for n in wanted)
+        if argv[0] == "squeue" and "-w" in argv:
+            wanted = set(NodeSet(argv[argv.index("-w") + 1]))
+            return "".join(f"{j}|{n}\n" for j, (n, _) in self.jobs.items() if n in wanted)
+        if argv[0] == "scancel" and argv[1] == "-w":
+            wanted = set(NodeSet(argv[2]))
+            self.jobs = {j: v for j, v in self.jobs.items() if v[0] not in wanted}
+            return ""
+        if argv[:3] == ["scontrol", "create", "reservation"]:
+            fields = dict(a.split("=", 1) for a in argv[3:])
+            self.reservations[fields["ReservationName"]] = fields["Nodes"]
+            return f"Reservation created: {fields['ReservationName']}\n"
+        if argv[:2] == ["scontrol", "delete"]:
+            self.reservations.pop(argv[2].split("=", 1)[1], None)
+            return ""
+        raise AssertionError(f"unexpected command {argv}")
+
+    def _busy(self, node: str) -> bool:
+        return any(n == node for n, _ in self.jobs.values())
+
+    def _line(self, node: str) -> str:
+        # A read is a poll: running jobs get one step closer to their end.
+        for job_id, (n, left) in list(self.jobs.items()):
+            if n == node:
+                if left <= 1:
+                    del self.jobs[job_id]
+                else:
+                    self.jobs[job_id] = (n, left - 1)
+        if node in self.down:
+            state = "DOWN*+NOT_RESPONDING"
+        else:
+            state = "MIXED" if self._busy(node) else "IDLE"
+        reason = ""
+        if node in self.drained:
+            state += "+DRAIN"
+            reason = f" Reason={self.drained[node]} [root@2026-11-29T12:00:00]"
+        return (
+            f"NodeName={node} Arch=x86_64 CPUAlloc=0 Gres=gpu:h100:8 NodeAddr=10.77.0.11 "
+            f"State={state} Partitions=gpu{reason}\n"
+        )
+
+
+def admin_slurm(cluster: SlurmCluster) -> AdminSlurm:
+    return AdminSlurm(run=cluster)
+
+
+@dataclass
+class EmulatedBmcs:
+    """Per node: power state, boot override, and power actions applied `lag` reads later, as the
+    emulator's fake driver applies them; a power-on with a one-time PXE override re-images."""
+
+    nodes: list[str]
+    lag: int = 2
+    refuse_pxe: set[str] = field(default_factory=set)
+    power: dict[str, str] = field(default_factory=dict)
+    target: dict[str, str] = field(default_factory=dict)
+    pending: dict[str, tuple[str, int]] = field(default_factory=dict)
+    reimaged: list[str] = field(default_factory=list)
+    booted: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for n in self.nodes:
+            self.power.setdefault(n, "On")
+            self.target.setdefault(n, "Hdd")
+
+    def power_state(self, node: str) -> str:
+        if node in self.pending:
+            want, left = self.pending[node]
+            if left <= 1:
+                del self.pending[node]
+                self._apply(node, want)
+            else:
+                self.pending[node] = (want, left - 1)
+        return self.power[node]
+
+    def _apply(self, node: str, want: str) -> None:
+        if self.power[node] == want:
+            return
+        self.power[node] = want
+        if want == "On":
+            self.booted.append(node)
+            if self.target[node] == "Pxe":
+                self.reimaged.append(node)
+                self.target[node] = "Hdd"  # one-time: the next boot is from disk again
+
+    def set_pxe_once(self, node: str) -> None:
+        if node in self.refuse_pxe:
+            raise BmcError(f"{node}: the BMC refused a one-time PXE boot: HTTP 400 Bad Request")
+        self.target[node] = "Pxe"
+
+    def power_off(self, node: str) -> None:
+        self.pending[node] = ("Off", self.lag)
+
+    def power_on(self, node: str) -> None:
+        self.pending[node] = ("On", self.lag)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
