@@ -1,0 +1,268 @@
+"""`validate` against the emulated cluster: the real ibnetdiscover/ibqueryerrors on the head
+through the SSH fan-out; cable faults made in ibsim are named with the right id, node and
+component and are gone once healed. The health part needs the converged lab (simulator
+packages installed by the roles) and `lab inject`; those tests say so when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from tests.lab.conftest import LabHandle
+
+CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
+
+
+def validate(lab: LabHandle, *args: str, timeout: float = 300) -> tuple[int, dict[str, Any]]:
+    proc = subprocess.run(
+        [
+            *CLI,
+            "validate",
+            "--spec",
+            str(lab.spec),
+            "--ssh-config",
+            str(lab.ssh_config),
+            "--json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.stdout, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def errors(report: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    return [
+        (f["check"], f["node"], f["component"])
+        for f in report["findings"]
+        if f["severity"] == "error"
+    ]
+
+
+def until(
+    lab: LabHandle, args: tuple[str, ...], done: Callable[[dict[str, Any]], bool], wait: float = 45
+) -> tuple[int, dict[str, Any]]:
+    """Validate until `done` holds (ibsim re-cabling shows after a moment), or give up."""
+    deadline = time.monotonic() + wait
+    while True:
+        rc, report = validate(lab, *args)
+        if done(report) or time.monotonic() > deadline:
+            return rc, report
+        time.sleep(2)
+
+
+FABRIC = ("--fabric",)
+
+
+@pytest.fixture
+def clean_fabric(lab: LabHandle) -> Iterator[LabHandle]:
+    rc, report = until(lab, FABRIC, lambda r: not errors(r))
+    assert (rc, errors(report)) == (0, []), report
+    yield lab
+
+
+def recable(lab: LabHandle, moves: list[tuple[str, str, int]]) -> None:
+    """Unplug each HCA and plug it into (leaf, port); `restore` puts them back."""
+    for hca, _, _ in moves:
+        lab.ibsim(f'Unlink "{hca}"[1]')
+    for hca, leaf, port in moves:
+        lab.ibsim(f'Link "{hca}"[1] "{leaf}"[{port}]')
+
+
+def restore(lab: LabHandle, planned: dict[str, tuple[str, int]]) -> None:
+    for hca in planned:
+        lab.ibsim(f'Unlink "{hca}"[1]')
+    for hca, (leaf, port) in planned.items():
+        lab.ibsim(f'Link "{hca}"[1] "{leaf}"[{port}]')
+
+
+def test_a_healthy_lab_fabric_validates_clean(clean_fabric: LabHandle) -> None:
+    rc, report = validate(clean_fabric, *FABRIC)
+    assert rc == 0 and report["status"] == "pass"
+    assert report["summary"]["fabric_host"] == "head"
+
+
+def test_a_cable_swap_is_one_finding_naming_both_hcas(clean_fabric: LabHandle) -> None:
+    lab = clean_fabric
+    planned = {"gpu003 mlx5_0": ("su1-leaf-r0", 3), "gpu003 mlx5_3": ("su1-leaf-r1", 3)}
+    recable(lab, [("gpu003 mlx5_0", "su1-leaf-r1", 3), ("gpu003 mlx5_3", "su1-leaf-r0", 3)])
+    try:
+        rc, report = until(lab, FABRIC, lambda r: bool(errors(r)))
+        assert rc == 1
+        assert errors(report) == [("fabric.swapped", "gpu003", "mlx5_0,mlx5_3")]
+        message = report["findings"][0]["message"]
+        assert (
+            "gpu003 mlx5_3 is cabled to su1-leaf-r0 port 3; expected su1-leaf-r1 port 3" in message
+        )
+    finally:
+        restore(lab, planned)
+    rc, report = until(lab, FABRIC, lambda r: not errors(r))
+    assert (rc, errors(report)) == (0, [])
+
+
+def test_wrong_rail_and_wrong_port(clean_fabric: LabHandle) -> None:
+    lab = clean_fabric
+    planned = {"gpu001 mlx5_4": ("su1-leaf-r2", 1), "gpu002 mlx5_5": ("su1-leaf-r3", 2)}
+    # A lab leaf has 4 down-ports and 4 uplinks (5-8) of its 40: 37 and 38 are free.
+    recable(lab, [("gpu001 mlx5_4", "su1-leaf-r5", 37), ("gpu002 mlx5_5", "su1-leaf-r3", 38)])
+    try:
+        rc, report = until(lab, FABRIC, lambda r: len(errors(r)) >= 2)
+        assert rc == 1
+        assert sorted(errors(report)) == [
+            ("fabric.wrong-port", "gpu002", "mlx5_5"),
+            ("fabric.wrong-rail", "gpu001", "mlx5_4"),
+        ]
+    finally:
+        restore(lab, planned)
+    rc, report = until(lab, FABRIC, lambda r: not errors(r))
+    assert (rc, errors(report)) == (0, [])
+
+
+def test_a_cut_cable_is_link_down_and_a_cut_uplink_is_fabric_spine(clean_fabric: LabHandle) -> None:
+    lab = clean_fabric
+    lab.ibsim('Unlink "gpu002 mlx5_3"[1]')
+    lab.ibsim('Unlink "su1-leaf-r6"[5]')
+    try:
+        rc, report = until(lab, FABRIC, lambda r: len(errors(r)) >= 2)
+        assert rc == 1
+        assert sorted(errors(report)) == [
+            ("fabric.link-down", "gpu002", "mlx5_3"),
+            ("fabric.spine", None, "su1-leaf-r6"),
+        ]
+    finally:
+        lab.ibsim('ReLink "gpu002 mlx5_3"[1]')
+        lab.ibsim('ReLink "su1-leaf-r6"[5]')
+    rc, report = until(lab, FABRIC, lambda r: not errors(r))
+    assert (rc, errors(report)) == (0, [])
+
+
+def test_port_errors_over_the_spec_threshold_are_fabric_errors(clean_fabric: LabHandle) -> None:
+    lab = clean_fabric
+    lab.ibsim('PerformanceSet "gpu004 mlx5_9"[1] PortCounters.SymbolErrorCounter=500')
+    try:
+        rc, report = until(lab, FABRIC, lambda r: bool(errors(r)))
+        assert rc == 1
+        assert errors(report) == [("fabric.errors", "gpu004", "mlx5_9")]
+        assert "SymbolErrorCounter 500 > 10" in report["findings"][0]["message"]
+    finally:
+        lab.ibsim('PerformanceSet "gpu004 mlx5_9"[1] PortCounters.SymbolErrorCounter=0')
+    rc, report = until(lab, FABRIC, lambda r: not errors(r))
+    assert (rc, errors(report)) == (0, [])
+
+
+def test_save_then_replay_gives_the_same_report(clean_fabric: LabHandle, tmp_path: Path) -> None:
+    lab = clean_fabric
+    rc, live = validate(lab, *FABRIC, "--save", str(tmp_path / "cap"))
+    assert (tmp_path / "cap" / "head" / "ibnetdiscover.out").is_file()
+    rc2, replayed = validate(lab, *FABRIC, "--from", str(tmp_path / "cap"))
+    assert (rc, live["findings"]) == (rc2, replayed["findings"])
+
+
+def test_an_unreachable_node_is_a_finding_and_exit_3(lab: LabHandle, tmp_path: Path) -> None:
+    spec = tmp_path / "lab-with-ghost.yml"
+    text = lab.spec.read_text().replace("gpu[001-004]", "gpu[001-005]")
+    spec.write_text(text)
+    proc = subprocess.run(
+        [*CLI, "validate", "--spec", str(spec), "--ssh-config", str(lab.ssh_config), "--health",
+         "--nodes", "gpu005", "--no-dcgm", "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [(f["check"], f["node"]) for f in report["findings"]] == [("os.unreachable", "gpu005")]
+
+
+# --- health: needs the converged lab and `lab inject` ---------------------------------------
+
+
+def _has_simulators(lab: LabHandle) -> bool:
+    return lab.ssh("gpu001", "command -v nvidia-smi && command -v ibstat").returncode == 0
+
+
+def _has_inject() -> bool:
+    proc = subprocess.run([*CLI, "lab", "inject", "--help"], capture_output=True, text=True)
+    return proc.returncode == 0
+
+
+@pytest.fixture
+def converged(lab: LabHandle) -> LabHandle:
+    if not _has_simulators(lab):
+        pytest.skip("the lab is not converged: no simulated nvidia-smi/ibstat on gpu001")
+    if not _has_inject():
+        pytest.skip("`cluster-tool lab inject` is not there yet")
+    return lab
+
+
+def lab_cli(lab: LabHandle, *args: str) -> dict[str, Any]:
+    env_dir = str(lab.config.lab_dir)  # type: ignore[attr-defined]
+    proc = subprocess.run(
+        [*CLI, "lab", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"CLUSTER_TOOL_LAB_DIR": env_dir, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+HEALTH = ("--health", "--no-dcgm")
+
+
+def test_a_healthy_converged_lab_validates_with_no_error(converged: LabHandle) -> None:
+    rc, report = validate(converged, "--health", "--fabric")
+    assert errors(report) == [] and rc == 0
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        (("gpu-ecc", "gpu002", "3"), ("gpu.ecc", "gpu002", "GPU3")),
+        (("gpu-xid", "gpu003", "5", "79"), ("gpu.xid", "gpu003", "GPU5")),
+        (("gpu-hot", "gpu001", "2", "95"), ("gpu.temperature", "gpu001", "GPU2")),
+        (("gpu-missing", "gpu004", "6"), ("gpu.count", "gpu004", None)),
+        (("link-down", "gpu002", "mlx5_4"), ("ib.state", "gpu002", "mlx5_4")),
+    ],
+)
+def test_each_injected_node_fault_is_found_and_heals(
+    converged: LabHandle, fault: tuple[str, ...], expected: tuple[str, str, str | None]
+) -> None:
+    lab = converged
+    record = lab_cli(lab, "inject", *fault)
+    try:
+        rc, report = until(lab, HEALTH, lambda r: expected in errors(r))
+        assert rc == 1 and expected in errors(report), errors(report)
+    finally:
+        lab_cli(lab, "heal", str(record.get("id", "--all")))
+    rc, report = until(lab, HEALTH, lambda r: not errors(r))
+    assert (rc, errors(report)) == (0, [])
+
+
+def test_node_check_drains_and_resumes_through_slurm(converged: LabHandle) -> None:
+    lab = converged
+    if lab.ssh(
+        "gpu002", "command -v cluster-tool && test -f /etc/cluster-tool/node.json"
+    ).returncode:
+        pytest.skip("cluster-tool and its node file are not installed on the lab nodes")
+    record = lab_cli(lab, "inject", "gpu-ecc", "gpu002", "3")
+    try:
+        assert lab.ssh("gpu002", "cluster-tool node-check --slurm").returncode == 1
+        state = lab.ssh("head", "sinfo -h -N -n gpu002 -o '%T|%E'").stdout.strip()
+        assert state.startswith("drained|cluster-tool: gpu.ecc GPU3"), state
+    finally:
+        lab_cli(lab, "heal", str(record.get("id", "--all")))
+    assert lab.ssh("gpu002", "cluster-tool node-check --slurm").returncode == 0
+    state = lab.ssh("head", "sinfo -h -N -n gpu002 -o '%T'").stdout.strip()
+    assert state in ("idle", "mixed", "allocated"), state
