@@ -1,0 +1,139 @@
+"""The node checks against the lab's simulators: every probe's output rendered from the lab's
+hardware model (the same code the simulator packages run in a node; `ibstat` is the real one
+over the model's sysfs tree), a healthy node gives no error, and each node fault the lab can
+inject is found with its id, node and component and is gone once healed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster_tool.checks.node import check_node, expectations_for
+from cluster_tool.findings import Finding
+from cluster_tool.lab.faults import heal, inject
+from cluster_tool.lab.sim import cli as sim
+from cluster_tool.lab.sim.hw import node_hardware
+from cluster_tool.lab.sim.kernel_state import kernel_files
+from cluster_tool.lab.sim.sysfs import write_sysfs_tree
+from cluster_tool.remote.probes import ProbeOutput
+from cluster_tool.spec import load_spec
+from tests.conftest import FIXTURES, REPO
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ibstat"),
+    reason="the real ibstat over the model's sysfs tree needs root and infiniband-diags",
+)
+
+LAB = load_spec(REPO / "examples" / "lab.yml")
+
+
+def model() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / "sim" / "lab-model.json").read_text())
+    return data
+
+
+def real_ibstat(tree: Path) -> ProbeOutput:
+    script = f"mount -t overlay overlay -o ro,lowerdir={tree}:/sys/class /sys/class && exec ibstat"
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=30
+    )
+    return ProbeOutput(done.returncode, done.stdout, done.stderr)
+
+
+def probe_outputs(data: dict[str, Any], node: str, tmp: Path) -> dict[str, ProbeOutput]:
+    """What HEALTH_PROBES would collect from `node` of a lab running this model."""
+
+    def run(result: sim.Result) -> ProbeOutput:
+        return ProbeOutput(result.exit_code, result.stdout, result.stderr)
+
+    hw = node_hardware(data, node)
+    loaded = [
+        m for m in ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem") if m in hw.modules
+    ]
+    files = kernel_files(hw, loaded)
+    version = files.get("proc-driver/nvidia/version")
+    tree = tmp / f"sysfs-{node}-{len(list(tmp.iterdir()))}"
+    return {
+        "hostname": ProbeOutput(0, f"{node}\n"),
+        "nvidia-smi-q": run(sim.nvidia_smi(["-q"], data, node)),
+        "nvidia-smi-topo": run(sim.nvidia_smi(["topo", "-m"], data, node)),
+        "ibstat": real_ibstat(write_sysfs_tree(hw, tree)),
+        "kernel-log": run(sim.dmesg([], data, node)),
+        "modules": ProbeOutput(0, "".join(f"{m}\n" for m in loaded)),
+        "nvidia-version": ProbeOutput(0, version)
+        if version
+        else ProbeOutput(1, "", "No such file"),
+        "kernel": ProbeOutput(0, "6.1.0-27-amd64\n"),
+        "nccl-conf": ProbeOutput(0, _nccl_conf()),
+        "dcgmi-diag": run(sim.dcgmi(["diag", "-r", "1"], data, node)),
+    }
+
+
+def _nccl_conf() -> str:
+    from cluster_tool.render.engine import render_files
+
+    return render_files(LAB)["nccl.conf"]
+
+
+def errors(findings: list[Finding]) -> set[tuple[str, str | None, str | None]]:
+    return {(f.check, f.node, f.component) for f in findings if f.fails}
+
+
+def check(data: dict[str, Any], node: str, tmp: Path) -> list[Finding]:
+    return check_node(expectations_for(LAB, node), probe_outputs(data, node, tmp))
+
+
+def test_every_lab_node_is_healthy(tmp_path: Path) -> None:
+    data = model()
+    for node in ("gpu001", "gpu002", "gpu003", "gpu004"):
+        findings = check(data, node, tmp_path)
+        assert errors(findings) == set(), [f.message for f in findings if f.fails]
+
+
+@pytest.mark.parametrize(
+    ("fault", "options", "expected"),
+    [
+        (("gpu-ecc", "gpu002", "3"), {}, {("gpu.ecc", "gpu002", "GPU3")}),
+        (("gpu-xid", "gpu003", "5", "79"), {}, {("gpu.xid", "gpu003", "GPU5")}),
+        (("gpu-hot", "gpu001", "2", "95"), {}, {("gpu.temperature", "gpu001", "GPU2")}),
+        (("gpu-missing", "gpu004", "6"), {}, {("gpu.count", "gpu004", None)}),
+        (("link-down", "gpu002", "mlx5_4"), {}, {("ib.state", "gpu002", "mlx5_4")}),
+        (("link-degrade", "gpu001", "mlx5_9", "1X"), {}, {("ib.rate", "gpu001", "mlx5_9")}),
+        (("module-missing", "gpu003", "nvidia"), {}, {("gpu.driver", "gpu003", "nvidia-smi-q")}),
+    ],
+)
+def test_each_node_fault_is_found_and_heals(
+    tmp_path: Path,
+    fault: tuple[str, ...],
+    options: dict[str, Any],
+    expected: set[tuple[str, str | None, str | None]],
+) -> None:
+    data = model()
+    healthy = copy.deepcopy(data)
+    node = fault[1]
+    record = inject(data, fault[0], *fault[1:], **options)
+    found = errors(check(data, node, tmp_path))
+    assert expected <= found, found
+    # The fault's other symptoms are the same node's, never another node's.
+    assert {n for _, n, _ in found} == {node}
+    heal(data, record["id"])
+    assert data["nodes"] == healthy["nodes"]
+    assert errors(check(data, node, tmp_path)) == set()
+
+
+def test_an_ecc_fault_shows_every_symptom(tmp_path: Path) -> None:
+    data = model()
+    inject(data, "gpu-ecc", "gpu002", "3")
+    found = errors(check(data, "gpu002", tmp_path))
+    assert {
+        ("gpu.ecc", "gpu002", "GPU3"),
+        ("gpu.remapped-rows", "gpu002", "GPU3"),
+        ("gpu.xid", "gpu002", "GPU3"),
+    } <= found
