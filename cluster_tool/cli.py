@@ -15,6 +15,7 @@ from cluster_tool.commands import lab as lab_commands
 from cluster_tool.commands import parse as parse_commands
 from cluster_tool.commands import plan as plan_commands
 from cluster_tool.commands import spec as spec_commands
+from cluster_tool.commands import workflows as workflow_commands
 from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
 
 app = typer.Typer(
@@ -55,6 +56,7 @@ _AREAS: tuple = (
     gate_commands,
     lab_commands,
     checks_commands,
+    workflow_commands,
 )
 for _module in _AREAS:
     _module.register(app)

@@ -1,0 +1,297 @@
+"""Bring-up: render → site.yml through ansible-runner → health + fabric validation → the gate →
+admission. New nodes wait in Slurm drained ("cluster-tool: pending validation") and are resumed
+only once they pass; a node that fails stays drained with the reason. A host that fails to
+converge does not stop the others (the playbook tolerates failures, the recap names them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
+from cluster_tool.findings import Finding
+from cluster_tool.slurm import NodeState, SlurmError
+from cluster_tool.workflows.common import PENDING_REASON, drain_reason, node_verdicts
+
+# Converge failures tolerated per play batch: all of them, so healthy hosts carry on; the
+# recap says which failed and those are left out of admission.
+TOLERATE_ALL = 100
+
+
+class Converge(Protocol):
+    def __call__(
+        self,
+        *,
+        limit: str | None,
+        tags: str | None,
+        check: bool,
+        diff: bool,
+        on_event: Callable[[PlaybookEvent], None] | None,
+    ) -> PlaybookResult: ...
+
+
+@dataclass
+class Validation:
+    """What the health + fabric validation gave: its findings and who did not answer."""
+
+    findings: list[Finding]
+    unreachable: list[str] = field(default_factory=list)
+    fabric_checked: bool = True
+
+
+@dataclass
+class GateOutcome:
+    findings: list[Finding]
+    busbw: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BringupDeps:
+    """The edges bring-up drives; unit tests hand fakes, the CLI the real ones."""
+
+    converge: Converge
+    validate: Callable[[Sequence[str]], Validation]
+    gate: Callable[[Sequence[str]], GateOutcome]
+    slurm: Any  # drain, resume, node_states, reserve, release (workflows.common.AdminSlurm)
+
+
+@dataclass(frozen=True)
+class BringupOptions:
+    limit: str | None = None
+    phase: str | None = None
+    check: bool = False
+    diff: bool = False
+    gate: bool = True
+
+
+@dataclass
+class Phase:
+    name: str
+    status: str  # passed, failed, skipped
+    elapsed_s: float = 0.0
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "elapsed_s": self.elapsed_s,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class BringupResult:
+    phases: list[Phase]
+    findings: list[Finding]
+    nodes: dict[str, dict[str, Any]]
+    busbw: list[dict[str, Any]] = field(default_factory=list)
+    fabric_checked: bool = False
+    converge: PlaybookResult | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if any(f.fails for f in self.findings) or any(p.status == "failed" for p in self.phases):
+            return 1
+        return 0
+
+
+class PhaseProgress:
+    """Hosts done/failed per play, from runner events; `emit` gets one line per change worth
+    a glance (the CLI hands `output.progress`, silent off a TTY)."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.play: str | None = None
+        self.done: set[str] = set()
+        self.failed: set[str] = set()
+        self.tallies: list[tuple[str, int, int]] = []
+
+    def __call__(self, event: PlaybookEvent) -> None:
+        if event.event == "playbook_on_play_start":
+            self._close()
+            self.play = event.play
+            self.emit(f"▶ {event.play}")
+            return
+        if event.host is None:
+            if event.event == "playbook_on_stats":
+                self._close()
+            return
+        if event.failed or event.unreachable:
+            if event.host not in self.failed:
+                why = "unreachable" if event.unreachable else f"{event.task}: {event.message or ''}"
+                self.emit(f"  ✗ {event.host}: {why.strip()}"[:300])
+            self.failed.add(event.host)
+        elif event.event.startswith("runner_on_"):
+            self.done.add(event.host)
+
+    def _close(self) -> None:
+        if self.play is None:
+            return
+        ok = len(self.done - self.failed)
+        self.tallies.append((self.play, ok, len(self.failed)))
+        self.emit(f"  {self.play}: {ok} host(s) done, {len(self.failed)} failed")
+        self.play, self.done, self.failed = None, set(), set()
+
+
+def converge_findings(result: PlaybookResult) -> list[Finding]:
+    """One finding per host that failed or was unreachable, naming its first failing task."""
+    first: dict[str, PlaybookEvent] = {}
+    for e in result.failures():
+        if e.host and e.host not in first:
+            first[e.host] = e
+    findings = []
+    for host in sorted(set(result.failed_hosts) | set(result.unreachable_hosts)):
+        event = first.get(host)
+        unreachable = host in result.unreachable_hosts
+        task = event.task if event else None
+        text = (event.message or "").strip() if event else ""
+        msg = text.splitlines()[0][:200] if text else ""
+        findings.append(
+            Finding(
+                check="os.unreachable" if unreachable else "ansible.converge",
+                node=host,
+                component=task,
+                expected="converged",
+                observed="unreachable" if unreachable else msg or "failed",
+                message=f"{host}: "
+                + ("unreachable over SSH" if unreachable else f"task '{task}' failed: {msg}"),
+            )
+        )
+    return findings
+
+
+def _states(slurm: Any, nodes: Sequence[str]) -> dict[str, NodeState]:
+    try:
+        return {s.name: s for s in slurm.node_states(nodes)}
+    except SlurmError:
+        return {}
+
+
+def run_bringup(
+    gpu_nodes: Sequence[str],
+    deps: BringupDeps,
+    options: BringupOptions,
+    *,
+    on_event: Callable[[PlaybookEvent], None] | None = None,
+    reservation: str = "cluster-tool-bringup",
+) -> BringupResult:
+    """Converge, validate, gate and admit; partial failure leaves the healthy nodes admitted."""
+    phases: list[Phase] = []
+    findings: list[Finding] = []
+    scope = list(gpu_nodes)
+    if options.limit:
+        wanted = set(NodeSet(options.limit))
+        scope = [n for n in gpu_nodes if n in wanted]
+
+    started = time.monotonic()
+    result = deps.converge(
+        limit=options.limit,
+        tags=options.phase,
+        check=options.check,
+        diff=options.diff,
+        on_event=on_event,
+    )
+    converge_bad = converge_findings(result)
+    findings += converge_bad
+    failed_hosts = {f.node for f in converge_bad}
+    phases.append(
+        Phase(
+            "converge",
+            "failed" if failed_hosts or (result.rc != 0 and not result.hosts) else "passed",
+            round(time.monotonic() - started, 1),
+            f"{len(result.hosts)} host(s), {result.changed_total} change(s), "
+            f"{len(failed_hosts)} failed",
+        )
+    )
+    reached = [n for n in scope if n in result.hosts and n not in failed_hosts]
+    if options.check or options.phase or not reached:
+        # A dry run or a single phase converges only, and validating a half-built node (or
+        # none, when the preflight stopped the play) says nothing.
+        why = (
+            "--check"
+            if options.check
+            else f"--phase {options.phase}"
+            if options.phase
+            else "the converge reached no GPU node"
+        )
+        phases.append(Phase("validate", "skipped", detail=why))
+        verdicts = node_verdicts(scope, findings)
+        return BringupResult(phases, findings, verdicts, converge=result)
+
+    # Admission starts drained: nodes not yet in service wait for validation.
+    before = _states(deps.slurm, scope)
+    new = [n for n in scope if n not in before or not before[n].usable or _pending(before[n])]
+    candidates = [n for n in scope if n not in failed_hosts]
+    pending = [n for n in new if n in candidates]
+    if pending:
+        deps.slurm.drain(pending, PENDING_REASON)
+
+    started = time.monotonic()
+    validation = deps.validate(candidates)
+    findings += validation.findings
+    health_bad = {f.node for f in validation.findings if f.fails and f.node}
+    phases.append(
+        Phase(
+            "validate",
+            "failed" if health_bad or validation.unreachable else "passed",
+            round(time.monotonic() - started, 1),
+            f"{len(candidates)} node(s) checked, {len(health_bad)} failed",
+        )
+    )
+
+    busbw: list[dict[str, Any]] = []
+    gate_nodes = [n for n in candidates if n not in health_bad]
+    if options.gate and gate_nodes:
+        started = time.monotonic()
+        deps.slurm.reserve(reservation, gate_nodes)
+        try:
+            # Inside the maintenance reservation only our gate jobs can reach these nodes.
+            deps.slurm.resume([n for n in gate_nodes if n in pending])
+            outcome = deps.gate(gate_nodes)
+        finally:
+            deps.slurm.release(reservation)
+        findings += outcome.findings
+        busbw = outcome.busbw
+        gate_bad = {f.node for f in outcome.findings if f.fails and f.node}
+        phases.append(
+            Phase(
+                "gate",
+                "failed" if any(f.fails for f in outcome.findings) else "passed",
+                round(time.monotonic() - started, 1),
+                f"{len(gate_nodes)} node(s), {len(gate_bad)} named",
+            )
+        )
+    else:
+        phases.append(Phase("gate", "skipped", detail="no node passed validation"))
+
+    # Admission: a node passes when no error finding names it.
+    started = time.monotonic()
+    bad_nodes = {f.node for f in findings if f.fails and f.node in set(scope)}
+    admit = [n for n in candidates if n not in bad_nodes]
+    for node in sorted(bad_nodes):
+        deps.slurm.drain([node], drain_reason([f for f in findings if f.node == node]))
+    if admit:
+        deps.slurm.resume(admit)
+    phases.append(
+        Phase(
+            "admit",
+            "failed" if bad_nodes else "passed",
+            round(time.monotonic() - started, 1),
+            f"{len(admit)} resumed, {len(bad_nodes)} left drained",
+        )
+    )
+    verdicts = node_verdicts(scope, findings, _states(deps.slurm, scope))
+    return BringupResult(
+        phases, findings, verdicts, busbw, validation.fabric_checked, converge=result
+    )
+
+
+def _pending(state: NodeState) -> bool:
+    return state.drained and state.reason.startswith(PENDING_REASON)

@@ -1,0 +1,210 @@
+"""The real edges behind the workflows: ansible-runner for converging, the checks engineer's
+read-only fan-out (`remote.validate.run_validate`) for health and fabric, the gate through Slurm,
+and the summary every run record holds. Tests drive the workflows with fakes instead."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.ansible.runner import REPO_ROOT, PlaybookEvent, PlaybookResult, run_playbook
+from cluster_tool.findings import Finding
+from cluster_tool.gate.from_spec import gate_inputs
+from cluster_tool.gate.ladder import GateOptions, run_gate
+from cluster_tool.remote.fanout import OpenSshTransport, Transport
+from cluster_tool.remote.validate import FABRIC_CHECKS, NODE_CHECKS, run_validate
+from cluster_tool.render.plan import cabling_plan
+from cluster_tool.spec.models import Cluster
+from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
+from cluster_tool.workflows.common import RecordingRunner, link_matrix
+from cluster_tool.workflows.runs import RunRecord
+
+SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
+GATE_CHECKS = ("nccl.single", "nccl.pair")
+
+
+def ansible_limit(hostlist: str | Sequence[str] | None) -> str | None:
+    """Ansible does not read ClusterShell ranges (`gpu[001-004]`): expand to a comma list."""
+    if hostlist is None:
+        return None
+    names = list(NodeSet(hostlist)) if isinstance(hostlist, str) else list(hostlist)
+    return ",".join(names) or None
+
+
+@dataclass
+class Live:
+    """Everything the live edges need, built once per command."""
+
+    cluster: Cluster
+    inventory: Path
+    record: RunRecord
+    slurm: Any
+    ssh_config: Path | None = None
+    transport: Transport | None = None
+    gate_workdir: Path | None = None
+    dcgm: bool = True
+    rungs: tuple[str, ...] = ("single", "pairs", "full")
+    extravars: dict[str, Any] | None = None
+
+    def _transport(self) -> Transport:
+        return self.transport or OpenSshTransport(self.ssh_config)
+
+    def converge(
+        self,
+        *,
+        limit: str | Sequence[str] | None,
+        tags: str | None = None,
+        check: bool = False,
+        diff: bool = False,
+        on_event: Callable[[PlaybookEvent], None] | None = None,
+    ) -> PlaybookResult:
+        extravars = {
+            "cluster_max_fail_percentage": TOLERATE_ALL,
+            "cluster_check_only": check,
+            **(self.extravars or {}),
+        }
+        return run_playbook(
+            SITE_YML,
+            self.inventory,
+            limit=ansible_limit(limit),
+            tags=tags,
+            extravars=extravars,
+            check=check,
+            diff=diff,
+            event_handler=on_event,
+            private_data_dir=self.record.path / "ansible",
+        )
+
+    def converge_nodes(self, nodes: Sequence[str]) -> dict[str, str | None]:
+        """Re-image's converge: per node None, or the first failing task."""
+        from cluster_tool.workflows.bringup import converge_findings
+
+        result = self.converge(limit=list(nodes))
+        bad = {f.node: f.message for f in converge_findings(result)}
+        return {
+            n: bad.get(n) if n in result.hosts else bad.get(n, "not in the play recap")
+            for n in nodes
+        }
+
+    def _validate(
+        self, label: str, *, health: bool, fabric: bool, nodes: Sequence[str] | None
+    ) -> Validation:
+        result = run_validate(
+            self.cluster,
+            health=health,
+            fabric=fabric,
+            nodes=nodes,
+            transport=self._transport(),
+            save=self.record.raw_dir() / label,
+            dcgm=self.dcgm,
+        )
+        return Validation(list(result.report.findings), list(result.unreachable), fabric)
+
+    def validate(self, nodes: Sequence[str]) -> Validation:
+        return self._validate("validate", health=True, fabric=True, nodes=nodes)
+
+    def fabric(self) -> Validation:
+        return self._validate("fabric", health=False, fabric=True, nodes=None)
+
+    def health(self, nodes: Sequence[str]) -> Validation:
+        return self._validate("health", health=True, fabric=False, nodes=nodes)
+
+    def gate(self, nodes: Sequence[str], rungs: tuple[str, ...] | None = None) -> GateOutcome:
+        inputs = gate_inputs(self.cluster)
+        workdir = (self.gate_workdir or self.record.path / "gate-work").resolve()
+        runner = RecordingRunner(
+            slurm=self.slurm,
+            workdir=workdir / time.strftime("%H%M%S"),
+            params=inputs.params,
+            gpus_per_node=inputs.thresholds.profile.gpus_per_node,
+            watchdog_s=inputs.watchdog_s,
+            pending_s=900.0,
+            poll_s=5.0,
+            thresholds=inputs.thresholds,
+            save_dir=self.record.raw_dir() / "gate",
+        )
+        options = GateOptions(
+            rungs=rungs or self.rungs,
+            max_fail_share=inputs.max_fail_share,
+            straggler_z=inputs.straggler_z,
+        )
+        result = run_gate(
+            list(nodes), runner, inputs.thresholds, inputs.params, inputs.topology, options
+        )
+        return GateOutcome(list(result.report.findings), runner.busbw, result.to_json()["summary"])
+
+    def node_ladder(self, node: str, partner: str | None) -> list[Finding]:
+        """Re-image's ladder: health and the node's cables, then single and a pair with a
+        known-good node, inside a maintenance reservation (the node is still drained)."""
+        found = self.validate([node])
+        if any(f.fails for f in found.findings):
+            return found.findings
+        nodes = [node] if partner is None else [node, partner]
+        name = f"cluster-tool-reimage-{node}"
+        self.slurm.reserve(name, nodes)
+        try:
+            self.slurm.resume([node])
+            outcome = self.gate(nodes, ("single", "pairs") if partner else ("single",))
+        finally:
+            self.slurm.release(name)
+        gate_findings = outcome.findings
+        # The partner is known good: a failing pair names the re-imaged node.
+        pinned = [
+            f.model_copy(update={"node": node}) if f.fails and f.node in (None, partner) else f
+            for f in gate_findings
+        ]
+        self.busbw = getattr(self, "busbw", []) + outcome.busbw
+        return found.findings + pinned
+
+
+def run_summary(
+    *,
+    command: str,
+    record: RunRecord,
+    inputs: dict[str, Any],
+    phases: Sequence[Any],
+    findings: Sequence[Finding],
+    verdicts: dict[str, dict[str, Any]],
+    cluster: Cluster | None,
+    health_nodes: Sequence[str],
+    fabric_checked: bool,
+    busbw: Sequence[dict[str, Any]] = (),
+    gate_nodes: Sequence[str] = (),
+    extra_checks: dict[str, list[str]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """summary.json: inputs, phases, per-node verdicts, the checks that ran (for JUnit), the link
+    matrix and the busbw rows (for the report)."""
+    checks: dict[str, list[str]] = {}
+    for node in health_nodes:
+        checks[node] = list(NODE_CHECKS)
+    for node in gate_nodes:
+        checks.setdefault(node, []).extend(GATE_CHECKS)
+    if fabric_checked:
+        checks["fabric"] = list(FABRIC_CHECKS)
+    for suite, ids in (extra_checks or {}).items():
+        checks.setdefault(suite, [])
+        checks[suite] = list(dict.fromkeys([*ids, *checks[suite]]))
+    links: list[dict[str, Any]] = []
+    if cluster is not None and verdicts:
+        links = link_matrix(cabling_plan(cluster), verdicts.keys(), findings, fabric_checked)
+    started = record.inputs().get("started")
+    summary: dict[str, Any] = {
+        "command": command,
+        "run_id": record.run_id,
+        "started": started,
+        "inputs": inputs,
+        "phases": [p.to_json() if hasattr(p, "to_json") else p for p in phases],
+        "nodes": verdicts,
+        "checks": checks,
+        "links": links,
+        "busbw": list(busbw),
+        "verdict": "fail" if any(f.fails for f in findings) else "pass",
+    }
+    summary.update(extra or {})
+    return summary

@@ -1,0 +1,157 @@
+"""Validate after maintenance: after cables or switches were touched, the full fabric check, then
+health and the gate on the nodes cabled to the named switch (from the cabling plan) or on the
+given nodes; with `admit`, resume what passes and leave what fails drained with the reason."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from cluster_tool.errors import UsageError
+from cluster_tool.findings import Finding
+from cluster_tool.render.plan import cabling_plan, switch_links
+from cluster_tool.spec.models import Cluster
+from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
+from cluster_tool.workflows.common import drain_reason, node_verdicts
+
+
+def nodes_on_switch(cluster: Cluster, switch: str) -> list[str]:
+    """GPU nodes with an HCA cabled to `switch`: a leaf's own nodes; for a spine, the nodes of
+    every leaf it links to (all of them, in a full fat tree). UsageError for an unknown switch."""
+    plan = cabling_plan(cluster)
+    on_leaf = [r.node for r in plan if r.leaf == switch]
+    if on_leaf:
+        return list(dict.fromkeys(on_leaf))
+    leaves = {link.leaf for link in switch_links(cluster) if link.spine == switch}
+    if leaves:
+        return list(dict.fromkeys(r.node for r in plan if r.leaf in leaves))
+    known = sorted({r.leaf for r in plan} | {link.spine for link in switch_links(cluster)})
+    shown = ", ".join(known[:6]) + (" …" if len(known) > 6 else "")
+    raise UsageError(f"--switch {switch}: no such leaf or spine in the cabling plan ({shown})")
+
+
+def select_after_maintenance(
+    cluster: Cluster, switch: str | None, hostlist: str | None
+) -> list[str]:
+    """The nodes to re-check: those of a switch, or a hostlist of GPU nodes; exactly one."""
+    if (switch is None) == (hostlist is None):
+        raise UsageError("give exactly one of --switch NAME or --nodes HOSTLIST")
+    if switch is not None:
+        return nodes_on_switch(cluster, switch)
+    gpu = [n.name for n in cluster.gpu_nodes()]
+    try:
+        wanted = set(NodeSet(hostlist))
+    except NodeSetException as exc:
+        raise UsageError(f"--nodes: not a hostlist {hostlist!r}: {exc}") from None
+    strangers = sorted(wanted - set(gpu))
+    if strangers:
+        raise UsageError(f"--nodes: not GPU nodes of {cluster.name}: {NodeSet.fromlist(strangers)}")
+    return [n for n in gpu if n in wanted]
+
+
+@dataclass
+class AfterMaintenanceDeps:
+    fabric: Callable[[], Validation]  # the whole fabric, every cable
+    health: Callable[[Sequence[str]], Validation]
+    gate: Callable[[Sequence[str]], GateOutcome]
+    slurm: Any
+
+
+@dataclass
+class AfterMaintenanceResult:
+    nodes: list[str]
+    phases: list[Phase]
+    findings: list[Finding]
+    verdicts: dict[str, dict[str, Any]]
+    busbw: list[dict[str, Any]] = field(default_factory=list)
+    fabric_checked: bool = True
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(f.fails for f in self.findings) else 0
+
+
+def run_after_maintenance(
+    nodes: Sequence[str],
+    deps: AfterMaintenanceDeps,
+    *,
+    admit: bool = False,
+    gate: bool = True,
+    reservation: str = "cluster-tool-validate",
+) -> AfterMaintenanceResult:
+    """Fabric (all of it), then health and the gate on `nodes`; admit what passes if asked."""
+    phases: list[Phase] = []
+    started = time.monotonic()
+    fabric = deps.fabric()
+    findings = list(fabric.findings)
+    phases.append(
+        Phase(
+            "fabric",
+            "failed" if any(f.fails for f in fabric.findings) else "passed",
+            round(time.monotonic() - started, 1),
+            f"{sum(1 for f in fabric.findings if f.fails)} error(s)",
+        )
+    )
+    started = time.monotonic()
+    health = deps.health(nodes)
+    findings += health.findings
+    bad = {f.node for f in findings if f.fails and f.node in set(nodes)}
+    phases.append(
+        Phase(
+            "health",
+            "failed" if any(f.fails for f in health.findings) else "passed",
+            round(time.monotonic() - started, 1),
+            f"{len(nodes)} node(s)",
+        )
+    )
+    busbw: list[dict[str, Any]] = []
+    gate_nodes = [n for n in nodes if n not in bad]
+    if gate and gate_nodes:
+        started = time.monotonic()
+        if admit:
+            # The nodes may still be drained from the maintenance: let only the gate in.
+            deps.slurm.reserve(reservation, gate_nodes)
+            try:
+                deps.slurm.resume(gate_nodes)
+                outcome = deps.gate(gate_nodes)
+            finally:
+                deps.slurm.release(reservation)
+        else:
+            outcome = deps.gate(gate_nodes)
+        findings += outcome.findings
+        busbw = outcome.busbw
+        phases.append(
+            Phase(
+                "gate",
+                "failed" if any(f.fails for f in outcome.findings) else "passed",
+                round(time.monotonic() - started, 1),
+                f"{len(gate_nodes)} node(s)",
+            )
+        )
+    else:
+        phases.append(Phase("gate", "skipped", detail="--no-gate" if not gate else "no node left"))
+    bad = {f.node for f in findings if f.fails and f.node in set(nodes)}
+    if admit:
+        for node in sorted(bad):
+            deps.slurm.drain([node], drain_reason([f for f in findings if f.node == node]))
+        passing = [n for n in nodes if n not in bad]
+        if passing:
+            deps.slurm.resume(passing)
+        phases.append(Phase("admit", "failed" if bad else "passed", 0.0, f"{len(passing)} resumed"))
+    states = None
+    try:
+        states = {s.name: s for s in deps.slurm.node_states(list(nodes))}
+    except Exception:  # the verdicts stand without Slurm's view; the findings say why
+        states = None
+    return AfterMaintenanceResult(
+        list(nodes),
+        phases,
+        findings,
+        node_verdicts(nodes, findings, states),
+        busbw,
+        fabric.fabric_checked,
+    )
