@@ -250,19 +250,99 @@ def test_each_injected_node_fault_is_found_and_heals(
     assert (rc, errors(report)) == (0, [])
 
 
+# What `cluster-tool` needs on a node, copied from this checkout's virtualenv (the lab's nodes
+# run the same Debian and Python as this machine): the package and its imports.
+_RUNTIME = (
+    "ClusterShell",
+    "annotated_doc",
+    "annotated_types",
+    "click",
+    "jinja2",
+    "markupsafe",
+    "pydantic",
+    "pydantic_core",
+    "rich",
+    "pygments",
+    "markdown_it",
+    "mdurl",
+    "shellingham",
+    "typer",
+    "typing_extensions.py",
+    "typing_inspection",
+    "yaml",
+)
+
+
+def install_cluster_tool(lab: LabHandle, node: str) -> None:
+    """cluster-tool under /opt/cluster-tool with a /usr/local/bin wrapper, and the node file."""
+    import sys
+    import tarfile
+    from io import BytesIO
+
+    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
+    buf = BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(REPO / "cluster_tool", arcname="cluster_tool")
+        for name in _RUNTIME:
+            if (site / name).exists():
+                tar.add(site / name, arcname=name)
+    wrapper = '#!/bin/sh\nPYTHONPATH=/opt/cluster-tool exec python3 -m cluster_tool "$@"\n'
+    script = (
+        "mkdir -p /opt/cluster-tool /etc/cluster-tool && tar -xzf - -C /opt/cluster-tool && "
+        f"printf '%s' '{wrapper}' > /usr/local/bin/cluster-tool && "
+        "chmod 755 /usr/local/bin/cluster-tool"
+    )
+    done = subprocess.run(
+        ["ssh", "-F", str(lab.ssh_config), node, script],
+        input=buf.getvalue(),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    node_file = subprocess.run(
+        [*CLI, "node-file", "--spec", str(lab.spec), node],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    done = subprocess.run(
+        ["ssh", "-F", str(lab.ssh_config), node, "cat > /etc/cluster-tool/node.json"],
+        input=node_file,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def sinfo(lab: LabHandle, node: str) -> str:
+    return lab.ssh("head", f"sinfo -h -N -n {node} -o '%T|%E'").stdout.strip()
+
+
 def test_node_check_drains_and_resumes_through_slurm(converged: LabHandle) -> None:
     lab = converged
-    if lab.ssh(
-        "gpu002", "command -v cluster-tool && test -f /etc/cluster-tool/node.json"
-    ).returncode:
-        pytest.skip("cluster-tool and its node file are not installed on the lab nodes")
+    if lab.ssh("head", "command -v sinfo").returncode:
+        pytest.skip("Slurm is not installed in the lab")
+    install_cluster_tool(lab, "gpu002")
+    assert lab.ssh("gpu002", "cluster-tool node-check --slurm").returncode == 0, "unhealthy start"
     record = lab_cli(lab, "inject", "gpu-ecc", "gpu002", "3")
     try:
-        assert lab.ssh("gpu002", "cluster-tool node-check --slurm").returncode == 1
-        state = lab.ssh("head", "sinfo -h -N -n gpu002 -o '%T|%E'").stdout.strip()
-        assert state.startswith("drained|cluster-tool: gpu.ecc GPU3"), state
+        check = lab.ssh("gpu002", "cluster-tool node-check --slurm")
+        assert check.returncode == 1, check.stdout + check.stderr
+        state = sinfo(lab, "gpu002")
+        assert state.startswith("drained|cluster-tool: gpu.ecc GPU3 volatile uncorrectable 1"), (
+            state
+        )
     finally:
         lab_cli(lab, "heal", str(record.get("id", "--all")))
+    # Healthy again: node-check lifts its own drain.
     assert lab.ssh("gpu002", "cluster-tool node-check --slurm").returncode == 0
-    state = lab.ssh("head", "sinfo -h -N -n gpu002 -o '%T'").stdout.strip()
-    assert state in ("idle", "mixed", "allocated"), state
+    assert sinfo(lab, "gpu002").split("|")[0] in ("idle", "mixed", "allocated")
+    # An admin's drain is never lifted by node-check.
+    lab.ssh("head", "scontrol update nodename=gpu002 state=drain reason='swapping a PSU'")
+    try:
+        assert lab.ssh("gpu002", "cluster-tool node-check --slurm").returncode == 0
+        assert sinfo(lab, "gpu002") == "drained|swapping a PSU"
+    finally:
+        lab.ssh("head", "scontrol update nodename=gpu002 state=resume")

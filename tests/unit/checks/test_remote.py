@@ -298,3 +298,24 @@ def test_fabric_check_cli_exit_codes_and_json(tmp_path: Path) -> None:
     ]
     broken = run("--ibnetdiscover", spec)
     assert broken.returncode == 2 and broken.stderr.startswith(f"{spec}:1:")
+
+
+def test_validate_cli_replays_a_capture_and_writes_junit(tmp_path: Path) -> None:
+    capture = lab_capture(tmp_path, swap=True)
+    junit = tmp_path / "out" / "junit.xml"
+    proc = subprocess.run(
+        [*CLI, "validate", str(REPO / "examples" / "lab.yml"), "--from", str(capture),
+         "--junit", str(junit), "--no-dcgm", "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["status"] == "fail" and report["unreachable"] == []
+    assert report["findings"][0]["check"] == "fabric.swapped"
+    assert ElementTree.parse(junit).getroot().get("failures") == "1"
+    usage = subprocess.run(
+        [*CLI, "validate", "--spec", str(REPO / "examples" / "lab.yml"), "--from",
+         str(capture), "--save", str(tmp_path / "x")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert usage.returncode == 2 and "exclude each other" in usage.stderr
