@@ -516,10 +516,12 @@ def check_counters(
 
     # (description, port) -> the far end, as words.
     far: dict[tuple[str, int], str] = {}
+    far_end: dict[tuple[str, int], tuple[str, int]] = {}
     for n in fabric.nodes:
         for p in n.ports:
             if p.peer_description is not None:
                 far[(n.description, p.port)] = f"{label(p.peer_description)} port {p.peer_port}"
+                far_end[(n.description, p.port)] = (p.peer_description, p.peer_port)
     # perfquery names ports by LID: map LIDs back to the fabric's nodes.
     by_lid: dict[int, str] = {}
     for n in fabric.nodes:
@@ -542,6 +544,8 @@ def check_counters(
 
     host_names = {h.name for h in cluster.hosts()}
     out: list[Finding] = []
+    # Errors counted at both ends of one cable are one finding about that cable.
+    by_cable: dict[frozenset[tuple[str, int]], int] = {}
     for description, port, values in entries:
         over = {k: v for k, v in values.items() if k in limits and v > limits[k]}
         if not over:
@@ -561,6 +565,14 @@ def check_counters(
             continue
         ends = f"{here} ↔ {peer}" if peer else here
         what = ", ".join(f"{k} {v} > {limits[k]}" for k, v in sorted(over.items()))
+        cable = frozenset({(description, port), far_end.get((description, port), ("", 0))})
+        if cable in by_cable:
+            first = out[by_cable[cable]]
+            out[by_cable[cable]] = first.model_copy(
+                update={"message": f"{first.message}; at {here}: {what}"}
+            )
+            continue
+        by_cable[cable] = len(out)
         out.append(
             Finding(
                 check="fabric.errors",

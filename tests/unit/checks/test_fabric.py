@@ -242,3 +242,21 @@ def test_nodes_narrow_host_findings_but_not_switch_links(one_su: Cluster) -> Non
         ("fabric.spine", None),
     ]
     assert plan_for(one_su).leaf_of["su1-leaf-r3"] == (1, 3)
+
+
+def test_errors_at_both_ends_of_one_cable_are_one_finding() -> None:
+    lab = load_spec(REPO / "examples" / "lab.yml")
+    fabric = FabricText.from_plan(cabling_plan(lab), switch_links(lab), speed="HDR")
+    fabric.model = "MQM8700"
+    discovered = parse_ibnetdiscover(fabric.text())
+    errors = parse_ibqueryerrors(
+        'Errors for "gpu003 mlx5_0"\n'
+        "   GUID 0xa088c20300000021 port 1: [SymbolErrorCounter == 40]\n"
+        'Errors for 0x9c05910300000000 "MF0;su1-leaf-r0:MQM8700/U1"\n'
+        "   GUID 0x9c05910300000000 port 3: [SymbolErrorCounter == 60]\n"
+        "\n## Summary: 45 nodes checked, 2 bad nodes found\n"
+        "##          110 ports checked, 2 ports have errors beyond threshold\n"
+    )
+    f = only(check_fabric(lab, discovered, counters=errors))
+    assert (f.check, f.node, f.component) == ("fabric.errors", "gpu003", "mlx5_0")
+    assert "at su1-leaf-r0 port 3: SymbolErrorCounter 60 > 10" in f.message
