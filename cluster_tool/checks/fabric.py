@@ -17,7 +17,14 @@ from cluster_tool.parsers.ibnetdiscover import CA, SWITCH, Fabric
 from cluster_tool.render.plan import CablingRow, SwitchLink, cabling_plan, leaves, switch_links
 from cluster_tool.spec.models import LANE_RATE_GBPS, WIDTH_LANES, Cluster
 
-__all__ = ["FabricPlan", "PortLocation", "check_counters", "check_fabric", "plan_for"]
+__all__ = [
+    "FabricPlan",
+    "PortLocation",
+    "check_counters",
+    "check_fabric",
+    "nodes_on_switch",
+    "plan_for",
+]
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,17 @@ def plan_for(
         leaf_of.setdefault(row.leaf, (row.su, row.rail))
     spines = frozenset(link.spine for link in links)
     return FabricPlan(tuple(rows), tuple(links), leaf_of, spines)
+
+
+def nodes_on_switch(plan: FabricPlan, switch: str) -> list[str]:
+    """GPU nodes with a cable on `switch` (a leaf: its SU's nodes on that rail; a spine:
+    every node whose leaf uplinks to it), in plan order; [] for a switch not in the plan."""
+    leaves = {switch} | {link.leaf for link in plan.links if link.spine == switch}
+    seen: dict[str, None] = {}
+    for row in plan.rows:
+        if row.leaf in leaves:
+            seen.setdefault(row.node)
+    return list(seen)
 
 
 def _expected_links(cluster: Cluster) -> dict[str | None, tuple[int, str]]:

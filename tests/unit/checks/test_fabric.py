@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tool.checks.fabric import check_fabric, plan_for
+from cluster_tool.checks.fabric import check_fabric, nodes_on_switch, plan_for
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
@@ -260,3 +260,10 @@ def test_errors_at_both_ends_of_one_cable_are_one_finding() -> None:
     f = only(check_fabric(lab, discovered, counters=errors))
     assert (f.check, f.node, f.component) == ("fabric.errors", "gpu003", "mlx5_0")
     assert "at su1-leaf-r0 port 3: SymbolErrorCounter 60 > 10" in f.message
+
+
+def test_nodes_on_a_switch_come_from_the_plan(four_su: Cluster) -> None:
+    plan = plan_for(four_su)
+    assert nodes_on_switch(plan, "su2-leaf-r3") == [f"gpu{n:03d}" for n in range(33, 65)]
+    assert len(nodes_on_switch(plan, "spine01")) == 127
+    assert nodes_on_switch(plan, "no-such-switch") == []
