@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from cluster_tool.findings import Finding
+from cluster_tool.findings import Finding, Severity
 from cluster_tool.parsers.ibcounters import IbQueryErrors, PerfCounters
 from cluster_tool.parsers.ibnetdiscover import CA, SWITCH, Fabric
 from cluster_tool.render.plan import CablingRow, SwitchLink, cabling_plan, leaves, switch_links
@@ -183,7 +183,7 @@ def check_fabric(
         return switch_name.get(description) or name_of(description) or description
 
     # --- switches -------------------------------------------------------------------------
-    missing_switches = set()
+    missing_switches: set[str] = set()
     used = {row.leaf for row in plan.rows}
     used |= {link.spine for link in plan.links} | {link.leaf for link in plan.links}
     for name in sorted(set(plan.leaf_of) | plan.spines):
@@ -238,6 +238,7 @@ def check_fabric(
             continue
         label = f"{host} {device}" if device else host
         known = known_hosts.get(host)
+        severity: Severity
         if known is not None and not known.is_gpu:
             severity = "info"  # a head or SM host with an HCA on the fabric
             why = f"{host} is not a GPU node"
@@ -250,7 +251,7 @@ def check_fabric(
         findings.append(
             Finding(
                 check="fabric.unexpected",
-                severity=severity,  # type: ignore[arg-type]
+                severity=severity,
                 node=host,
                 component=device,
                 expected="not on the compute fabric",
