@@ -415,8 +415,9 @@ def _fabric(config: LabConfig, data: dict[str, Any], record: dict[str, Any], hea
             lifecycle.power_on_node(config, args[0])
         else:
             lifecycle.power_off_node(config, args[0])
-    # link-degrade: ibsim cannot retrain a live link (LAB-NOTES); the model, sysfs (ibstat)
-    # and nccl-tests show the width at once, ibnetdiscover after the fabric is restarted.
+    elif kind == "link-degrade":
+        # ibsim cannot retrain a live link (LAB-NOTES): rebuild its net file from the model.
+        lifecycle.restart_fabric(config)
     # GPU, straggler and module faults live in the model alone: the simulators read it live.
 
 

@@ -27,8 +27,9 @@ SIM_PACKAGES = (
 
 
 def prepare(lab: LabHandle) -> None:
-    """What `lab up` does for part 2: publish the simulator packages, write the sysfs trees
-    (mounted at node boot, so the two nodes are power-cycled), install the packages."""
+    """What part 2 needs from the lab: the simulator packages in the lab repository, the
+    sysfs trees mounted at node boot (`lab up` writes them; a node booted without one is
+    power-cycled), then the packages installed as the roles would."""
     from cluster_tool.lab import lifecycle
     from cluster_tool.lab import model as hw
     from cluster_tool.lab.sim.packages import publish_to_lab_repo
@@ -39,8 +40,9 @@ def prepare(lab: LabHandle) -> None:
     data = hw.load(config.model_dir).model_dump(mode="json")  # type: ignore[attr-defined]
     write_all_sysfs_trees(data, config.nodes_dir)  # type: ignore[attr-defined]
     for node in SIM_NODES:
-        lifecycle.power_off_node(config, node)  # type: ignore[arg-type]
-        lifecycle.power_on_node(config, node)  # type: ignore[arg-type]
+        if lab.ssh(node, "test -e /sys/class/infiniband/mlx5_0/node_desc").returncode != 0:
+            lifecycle.power_off_node(config, node)  # type: ignore[arg-type]
+            lifecycle.power_on_node(config, node)  # type: ignore[arg-type]
         done = lab.ssh(
             node,
             "apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq -y install "

@@ -121,3 +121,25 @@ def test_bad_requests_are_usage_errors(lab: dict[str, Any], argv: list[str]) -> 
 def test_no_lab_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLUSTER_TOOL_LAB_DIR", str(tmp_path / "none"))
     assert main(["lab", "inject", "slow-node", "gpu001", "0.5"]) == 2
+
+
+def test_link_degrade_restarts_the_fabric_from_the_model(
+    lab: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster_tool.lab import lifecycle
+
+    restarts: list[str] = []
+
+    def restart(config: Any) -> None:
+        # What restart_fabric builds ibsim from: the model as saved by now.
+        restarts.append(fabric.net_file(hw.load(config.model_dir)))
+
+    monkeypatch.setattr(lifecycle, "restart_fabric", restart)
+    assert main(["lab", "inject", "link-degrade", "gpu004", "mlx5_9", "--width", "1X"]) == 0
+    assert len(restarts) == 1 and '"gpu004 mlx5_9"' in restarts[0]
+    port = _hca(_model(lab), "gpu004", "mlx5_9")["port"]
+    assert (port["width"], port["rate_gbps"]) == ("1X", 50)
+    line = next(x for x in restarts[0].splitlines() if x.startswith("[") and "gpu004 mlx5_9" in x)
+    assert line.endswith("1xHDR")
+    assert main(["lab", "heal", "--all"]) == 0
+    assert len(restarts) == 2 and lab["console"] == []
