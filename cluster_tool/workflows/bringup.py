@@ -6,6 +6,7 @@ converge does not stop the others (the playbook tolerates failures, the recap na
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -190,6 +191,14 @@ def run_bringup(
         wanted = set(NodeSet(options.limit))
         scope = [n for n in gpu_nodes if n in wanted]
 
+    # Which nodes are new is read before the converge: once their slurmd starts they look idle.
+    before = {} if options.check or options.phase else _states(deps.slurm, scope)
+    new = [n for n in scope if n not in before or not before[n].usable or _pending(before[n])]
+    known_new = [n for n in new if n in before]
+    if known_new:
+        # Already in slurm.conf (a re-run, a re-imaged node): drained before slurmd can come up.
+        _try_drain(deps.slurm, known_new, PENDING_REASON)
+
     started = time.monotonic()
     result = deps.converge(
         limit=options.limit,
@@ -226,8 +235,6 @@ def run_bringup(
         return BringupResult(phases, findings, verdicts, converge=result)
 
     # Admission starts drained: nodes not yet in service wait for validation.
-    before = _states(deps.slurm, scope)
-    new = [n for n in scope if n not in before or not before[n].usable or _pending(before[n])]
     candidates = [n for n in scope if n not in failed_hosts]
     pending = [n for n in new if n in candidates]
     if pending:
@@ -291,6 +298,12 @@ def run_bringup(
     return BringupResult(
         phases, findings, verdicts, busbw, validation.fabric_checked, converge=result
     )
+
+
+def _try_drain(slurm: Any, nodes: Sequence[str], reason: str) -> None:
+    # No controller yet (first bring-up): the drain after the converge covers them.
+    with contextlib.suppress(SlurmError):
+        slurm.drain(nodes, reason)
 
 
 def _pending(state: NodeState) -> bool:
