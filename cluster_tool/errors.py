@@ -60,6 +60,7 @@ class ParseError(ClusterToolError):
         line: str | None = None,
         source: str | None = None,
     ) -> None:
+        self.message = message
         self.line_no = line_no
         self.line = line
         self.source = source
@@ -71,6 +72,10 @@ class ParseError(ClusterToolError):
             shown = line if len(line) <= 120 else line[:117] + "..."
             text = f"{text}: {shown!r}"
         super().__init__(text)
+
+    def with_source(self, source: str) -> ParseError:
+        """The same error, naming the file it was read from."""
+        return ParseError(self.message, line_no=self.line_no, line=self.line, source=source)
 
 
 class UnreachableError(ClusterToolError):

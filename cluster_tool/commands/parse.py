@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cluster_tool import output
-from cluster_tool.errors import UsageError
+from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.parsers import KINDS, to_jsonable
 
 
@@ -33,7 +33,10 @@ def parse(
             text = file.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise UsageError(f"{file}: {exc.strerror or exc}") from exc
-    records = to_jsonable(KINDS[kind].parse(text))
+    try:
+        records = to_jsonable(KINDS[kind].parse(text))
+    except ParseError as exc:
+        raise exc.with_source("<stdin>" if str(file) == "-" else str(file)) from exc
     if json_out:
         output.emit_json(records)
     else:
