@@ -161,9 +161,34 @@ def validate(
     dcgm: Annotated[
         bool, typer.Option("--dcgm/--no-dcgm", help="Run `dcgmi diag -r 1` on every node.")
     ] = True,
+    after_maintenance: Annotated[
+        bool,
+        typer.Option(
+            "--after-maintenance",
+            help="The whole fabric, then health + gate on --switch's nodes (or --nodes); "
+            "writes a run record (see `validate-after`).",
+        ),
+    ] = False,
+    switch: Annotated[
+        str | None, typer.Option("--switch", help="With --after-maintenance: the leaf or spine.")
+    ] = None,
+    admit: Annotated[
+        bool, typer.Option("--admit", help="With --after-maintenance: resume what passes.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> int:
     """Health and fabric checks over SSH, read-only. Exit 0 pass, 1 failed, 3 unreachable."""
+    if after_maintenance or switch or admit:
+        # The after-maintenance workflow (cluster_tool.workflows.validate) owns this path.
+        from cluster_tool.commands.workflows import run_validate_after
+
+        chosen_spec = spec or spec_arg
+        if not after_maintenance or chosen_spec is None:
+            raise UsageError("--switch and --admit go with --after-maintenance and a spec")
+        return run_validate_after(
+            chosen_spec, switch=switch, nodes=nodes, admit=admit, ssh_config=ssh_config,
+            dcgm=dcgm, json_out=json_out,
+        )  # fmt: skip
     from cluster_tool.remote.fanout import OpenSshTransport, ParamikoTransport, Transport
     from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
 

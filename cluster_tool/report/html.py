@@ -232,8 +232,8 @@ def render_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]
         for x in (
             summary.get("command", ""),
             f"run {summary.get('run_id', '')}",
-            f"started {summary.get('started', '')}",
-            f"finished {summary.get('finished', '')}",
+            f"started {summary['started']}" if summary.get("started") else "",
+            f"finished {summary['finished']}" if summary.get("finished") else "",
             *(f"{k}={v}" for k, v in inputs.items() if v not in (None, "", [], False)),
         )
         if x
