@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cluster_tool.lab import model as hw
 from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.host import LabError, ProcRef, spawn
+from cluster_tool.lab.host import LabError, ProcRef, spawn, stop_process
 
 UMAD2SIM = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 # The diags the head node gets wrappers for; ibstat/ibstatus read sysfs, not MADs.
@@ -161,6 +161,11 @@ def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]
     if not fifo.exists():
         os.mkfifo(fifo, 0o600)
     ns = config.netns(FABRIC_NS)
+    log = config.log_dir / "ibsim.log"
+    # A fresh log: readiness and command answers are read from it.
+    for old in (log, config.log_dir / "opensm.log"):
+        if old.exists():
+            old.replace(old.with_suffix(".log.old"))
     # Read-write, so ibsim never sees end-of-file when a writer closes.
     console = os.open(fifo, os.O_RDWR)
     try:
@@ -172,13 +177,20 @@ def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]
         )
     finally:
         os.close(console)
-    log = config.log_dir / "ibsim.log"
-    _wait_for_text(log, "sim>", 10, "ibsim", ibsim)
-    osm_dir = fabric / "opensm"
+    try:
+        _wait_for_text(log, "sim>", 10, "ibsim", ibsim)
+        opensm = _start_opensm(config, model)
+    except BaseException:
+        stop_process(ibsim)  # leave nothing half-started behind
+        raise
+    return ibsim, opensm
+
+
+def _start_opensm(config: LabConfig, model: hw.HardwareModel) -> ProcRef:
+    osm_dir = config.fabric_dir / "opensm"
     osm_dir.mkdir(exist_ok=True)
     osm_log = config.log_dir / "opensm.log"
-    if osm_log.exists():
-        osm_log.unlink()
+    ns = config.netns(FABRIC_NS)
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "LD_PRELOAD": UMAD2SIM,
@@ -194,8 +206,12 @@ def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]
         env=env,
         cwd=osm_dir,
     )
-    _wait_for_text(osm_log, "SUBNET UP", 30, "OpenSM", opensm)
-    return ibsim, opensm
+    try:
+        _wait_for_text(osm_log, "SUBNET UP", 30, "OpenSM", opensm)
+    except BaseException:
+        stop_process(opensm)
+        raise
+    return opensm
 
 
 def _wait_for_text(path: Path, text: str, timeout: float, what: str, proc: ProcRef) -> None:

@@ -386,9 +386,27 @@ def _check_addresses_free(config: LabConfig) -> None:
         # narrower one means something else already uses these addresses.
         if network.overlaps(config.subnet) and network.prefixlen >= config.subnet.prefixlen:
             raise UsageError(f"address range {config.subnet} overlaps the route {line.strip()}")
+    for port in (config.repo_port, config.agent_port):
+        if _listening(config.host_address, port):
+            raise UsageError(
+                f"{config.host_address}:{port} is already in use by another process "
+                "(a lab that crashed with its state lost?)"
+            )
     taken = [ns for ns in _prefixed_netns(config)]
     if taken:
         raise UsageError(f"network namespaces {', '.join(taken)} already exist (another lab?)")
+
+
+def _listening(address: str, port: int) -> bool:
+    """A TCP listener on address:port, even when the address is on no interface any more."""
+    want = (
+        f"{int(ipaddress.IPv4Address(address)).to_bytes(4, 'big')[::-1].hex().upper()}:{port:04X}"
+    )
+    try:
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    return any(row.split()[1] == want and row.split()[3] == "0A" for row in table if row.strip())
 
 
 def _prefixed_netns(config: LabConfig) -> list[str]:

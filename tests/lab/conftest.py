@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,8 +133,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
     from cluster_tool.lab.config import LabConfig
 
     root = tmp_path_factory.mktemp("lab")
+    # Not under pytest's rotating temp dirs: should a session die with its lab up, the next
+    # session finds the lab's state there and takes it down first.
     config = LabConfig.from_env(
-        lab_dir=root / "lab",
+        lab_dir=Path(tempfile.gettempdir()) / f"cluster-tool-test-lab-{TEST_PREFIX}",
         prefix=TEST_PREFIX,
         bridge=TEST_BRIDGE,
         subnet=ipaddress.IPv4Network(f"{TEST_SUBNET}.0/24"),

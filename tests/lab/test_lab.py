@@ -76,8 +76,9 @@ def test_pyinfra_reaches_nodes_by_name_through_the_lab_ssh_config(lab: LabHandle
         cwd=lab.ssh_config.parent,
         check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "[gpu001] gpu001" in result.stdout and "[gpu002] gpu002" in result.stdout
+    shown = result.stdout + result.stderr  # pyinfra reports on stderr
+    assert result.returncode == 0, shown
+    assert "[gpu001] gpu001" in shown and "[gpu002] gpu002" in shown
 
 
 def test_apt_get_install_from_the_lab_repository(lab: LabHandle) -> None:
@@ -174,6 +175,34 @@ def test_redfish_pxe_boot_and_power_cycle_reimage_the_node(lab: LabHandle) -> No
     assert system.boot.target == sushy.BOOT_SOURCE_TARGET_HDD  # the override was one-time
 
 
+def test_redfish_power_off_and_on_keeps_the_disk(lab: LabHandle) -> None:
+    import sushy
+
+    node = "gpu001"
+    assert lab.ssh(node, "echo kept > /root/disk-marker").returncode == 0
+    url = lab.status.redfish[node]  # type: ignore[attr-defined]
+    root, _, path = url.partition("/redfish/v1")
+    system = sushy.Sushy(f"{root}/redfish/v1", username="lab", password="lab").get_system(
+        "/redfish/v1" + path
+    )
+    system.reset_system(sushy.RESET_FORCE_OFF)
+    deadline = time.monotonic() + 60
+    while lab.ssh(node, "true", timeout=10).returncode == 0:
+        assert time.monotonic() < deadline, "node still reachable after ForceOff"
+        time.sleep(1)
+    system.refresh()
+    assert system.power_state == sushy.POWER_STATE_OFF
+    assert lifecycle.status(lab.config).nodes[1].power_state == "Off"  # type: ignore[arg-type]
+    system.reset_system(sushy.RESET_ON)
+    result = None
+    while time.monotonic() < deadline + 30:
+        time.sleep(1)
+        result = lab.ssh(node, "cat /root/disk-marker", timeout=10)
+        if result.returncode == 0:
+            break
+    assert result is not None and result.stdout.strip() == "kept"
+
+
 def test_a_second_up_reports_and_changes_nothing(lab: LabHandle) -> None:
     from cluster_tool.lab.state import load_state
 
@@ -229,7 +258,10 @@ def test_up_after_a_crash_cleans_up_the_leftovers_and_rebuilds(lab: LabHandle) -
         os.kill(ref.pid, signal.SIGKILL)
     status = lifecycle.up(lab.config, lab.spec)  # type: ignore[arg-type]
     after = load_state(state_file)
-    assert not status.already_running and status.running
+    assert not status.already_running and status.running, (
+        [k for k, v in status.services.items() if not v],
+        [n.name for n in status.nodes if not n.running],
+    )
     assert after is not None and after.nodes["gpu001"] != before.nodes["gpu001"]
     mine = f"{TEST_PREFIX}-"
     netns = sorted(p.name for p in Path("/run/netns").iterdir() if p.name.startswith(mine))
@@ -278,7 +310,10 @@ def test_up_on_an_address_range_in_use_fails_cleanly(lab: LabHandle, tmp_path: P
     from cluster_tool.errors import UsageError
 
     taken = f"{TEST_SUBNET}.0/24 is already in use on {TEST_PREFIX}lab0".replace(".", r"\.")
-    with pytest.raises(UsageError, match=taken):
-        lifecycle.up(config, spec)
+    try:
+        with pytest.raises(UsageError, match=taken):
+            lifecycle.up(config, spec)
+    finally:
+        lifecycle.down(config)  # should there be anything to take down, never leak a lab
     assert leftovers(config) == []
     assert not config.state_file.exists()
