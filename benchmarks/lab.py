@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -94,6 +95,7 @@ def main() -> int:
         started = time.monotonic()
         lifecycle.down(config)
         print(f"lab down: {time.monotonic() - started:6.1f} s")
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
