@@ -266,6 +266,9 @@ def reimage(
     ssh_config: SshConfigOpt = None,
     slurm_via: SlurmViaOpt = None,
     gate_workdir: GateWorkdirOpt = None,
+    gate: Annotated[
+        bool, typer.Option("--gate/--no-gate", help="Single + pair gate in the node ladder.")
+    ] = True,
     runs_dir: RunsDirOpt = None,
     json_out: JsonOpt = False,
 ) -> int:
@@ -342,7 +345,7 @@ def reimage(
     output.progress(f"run record: {record.path}  (resume with --resume {record.run_id})")
     inv = _inventory(cluster, inventory, record, False)
     slurm = _slurm(slurm_via, ssh_config)
-    live = Live(cluster, inv, record, slurm, ssh_config, gate_workdir=gate_workdir)
+    live = Live(cluster, inv, record, slurm, ssh_config, gate_workdir=gate_workdir, gate_on=gate)
     addresses = {n: node.bmc_address for n, node in gpu.items() if node.bmc_address}
     bmc = SushyBmc(addresses, credentials, tls)
     host_address = {h.name: h.address for h in cluster.hosts()}
@@ -401,7 +404,7 @@ def reimage(
         cluster=cluster,
         health_nodes=[n for n, o in result.nodes.items() if o.status in ("passed", "failed")],
         fabric_checked=False,
-        busbw=getattr(live, "busbw", []),
+        busbw=live.busbw,
         extra_checks={n: ["reimage.bmc", "reimage.ssh", "ansible.converge"] for n in result.nodes},
         extra={"stopped": result.stopped},
     )
