@@ -52,6 +52,7 @@ class Live:
     extravars: dict[str, Any] | None = None
     gate_on: bool = True
     busbw: list[dict[str, Any]] = field(default_factory=list)
+    _captures: int = 0
 
     def _transport(self) -> Transport:
         return self.transport or OpenSshTransport(self.ssh_config)
@@ -96,13 +97,15 @@ class Live:
     def _validate(
         self, label: str, *, health: bool, fabric: bool, nodes: Sequence[str] | None
     ) -> Validation:
+        # Each collection keeps its own capture folder: a later one must not hide an earlier one.
+        self._captures += 1
         result = run_validate(
             self.cluster,
             health=health,
             fabric=fabric,
             nodes=nodes,
             transport=self._transport(),
-            save=self.record.raw_dir() / label,
+            save=self.record.raw_dir() / f"{self._captures:02d}-{label}",
             dcgm=self.dcgm,
         )
         return Validation(list(result.report.findings), list(result.unreachable), fabric)
