@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from ClusterShell.NodeSet import NodeSet, NodeSetException
+from rich.markup import escape
 
 from cluster_tool import output
 from cluster_tool.errors import UsageError
@@ -194,7 +195,8 @@ def bringup(
         gpu,
         deps,
         BringupOptions(limit=limit, phase=phase, check=check, diff=diff, gate=gate),
-        on_event=PhaseProgress(output.progress),
+        # Task names and messages may hold [brackets]: shown as text, never as rich markup.
+        on_event=PhaseProgress(lambda line: output.progress(escape(line))),
     )
     ran_health = any(p.name == "validate" and p.status != "skipped" for p in result.phases)
     summary = run_summary(
