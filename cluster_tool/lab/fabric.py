@@ -183,7 +183,22 @@ def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]
     except BaseException:
         stop_process(ibsim)  # leave nothing half-started behind
         raise
+    try:
+        _replay_counters(config, model)
+    except BaseException:
+        stop_process(opensm)
+        stop_process(ibsim)
+        raise
     return ibsim, opensm
+
+
+def _replay_counters(config: LabConfig, model: hw.HardwareModel) -> None:
+    """Port counters live in the model; a fresh ibsim starts at zero, so set them again."""
+    for node in model.nodes:
+        for hca in node.hcas:
+            for counter, value in sorted(hca.port.counters.items()):
+                if value and re.fullmatch(r"[A-Za-z]+", counter):
+                    set_port_counter(config, hca.node_description, 1, counter, value)
 
 
 def _start_opensm(config: LabConfig, model: hw.HardwareModel) -> ProcRef:

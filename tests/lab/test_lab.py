@@ -142,6 +142,34 @@ def test_an_unlinked_cable_disappears_from_ibnetdiscover_and_relink_restores_it(
     assert back["gpu002 mlx5_3"].switch_port == 2
 
 
+def test_restart_fabric_rebuilds_ibsim_from_the_model(lab: LabHandle) -> None:
+    from cluster_tool.lab import model as hw
+
+    config = lab.config
+    model_dir = config.model_dir  # type: ignore[attr-defined]
+
+    def degrade(m: hw.HardwareModel) -> None:
+        m.hca("gpu004", "mlx5_9").port.width = "1X"
+        m.hca("gpu004", "mlx5_9").port.counters["SymbolErrorCounter"] = 777
+
+    def restore(m: hw.HardwareModel) -> None:
+        m.hca("gpu004", "mlx5_9").port.width = "4X"
+        m.hca("gpu004", "mlx5_9").port.counters.clear()
+
+    hw.update(model_dir, degrade)
+    try:
+        lifecycle.restart_fabric(config)  # type: ignore[arg-type]
+        uplink = {u.ca_description: u for u in _head_fabric(lab).ca_uplinks()}["gpu004 mlx5_9"]
+        assert (uplink.width, uplink.speed) == (1, "HDR")
+        errors = lab.ssh("head", "ibqueryerrors", timeout=60).stdout
+        assert "[SymbolErrorCounter == 777]" in errors
+    finally:
+        hw.update(model_dir, restore)
+        lifecycle.restart_fabric(config)  # type: ignore[arg-type]
+    uplink = {u.ca_description: u for u in _head_fabric(lab).ca_uplinks()}["gpu004 mlx5_9"]
+    assert uplink.width == 4
+
+
 def test_fabric_diags_run_on_the_head(lab: LabHandle) -> None:
     result = lab.ssh("head", "iblinkinfo >/dev/null && perfquery && ibqueryerrors", timeout=120)
     assert result.returncode == 0, result.stderr
