@@ -216,10 +216,12 @@ def run(
         for k in range(per_proc):
             device = local * per_proc + k
             if device >= len(gpus):
+                # The rank with no GPU fails and the job aborts; rank 0 reports it.
+                failed_pid = pid - job.rank + proc
                 return Outcome(
                     f"{host}: Test CUDA failure common.cu:1028 'invalid device ordinal'\n"
-                    f" .. {host} pid {pid}: Test failure common.cu:891\n"
-                    if job.rank == proc
+                    f" .. {host} pid {failed_pid}: Test failure common.cu:891\n"
+                    if job.rank == 0
                     else "",
                     1,
                 )
@@ -233,6 +235,7 @@ def run(
                     device=device,
                     bus_id=g.short_bus_id,
                     gpu_name=g.spec.name,
+                    gpu_minor=g.minor,
                 )
             )
     down = [h for h in hosts_in_order if node_down(model, h)]

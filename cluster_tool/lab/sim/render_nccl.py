@@ -24,6 +24,7 @@ class Rank:
     device: int  # CUDA device index on its host
     bus_id: str  # "0000:19:00"
     gpu_name: str
+    gpu_minor: int = -1  # the board's GPU (device numbers shift when one is missing)
 
 
 @dataclass
@@ -226,9 +227,8 @@ def nccl_info_lines(
         p = f"{r.host}:{r.pid}:{r.pid + 17} [{r.device}]"
         if nxt.host != r.host:
             hw = next(h for h in nodes if h.name == r.host)
-            gpu_minor = r.device
             nic = next(
-                (i for i, h in enumerate(hw.hcas) if h.gpu_minor == gpu_minor),
+                (i for i, h in enumerate(hw.hcas) if h.gpu_minor == r.gpu_minor),
                 channel % max(len(hw.hcas), 1),
             )
             via = f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
@@ -244,8 +244,7 @@ def nccl_info_lines(
     if multi:
         # The first rank receives the ring back from the last node's last rank.
         last = ranks[-1]
-        hw = hw0
-        nic = next((i for i, h in enumerate(hw.hcas) if h.gpu_minor == r0.device), 0)
+        nic = next((i for i, h in enumerate(hw0.hcas) if h.gpu_minor == r0.gpu_minor), 0)
         via = f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
         lines.append(
             f"{prefix} [{r0.device}] NCCL INFO Channel 00/0 : {last.rank}[{last.device}] -> "
@@ -266,7 +265,7 @@ def failure_lines(
     """What NCCL and nccl-tests print when a rank's network path dies mid-run: the rank
     driving the GPU behind the dead HCA reports the completion error."""
     on_node = [r for r in ranks if r.host == failure.node] or ranks[:1]
-    r = next((r for r in on_node if r.device == gpu_minor), on_node[0])
+    r = next((r for r in on_node if r.gpu_minor == gpu_minor), on_node[0])
     return [
         f"{r.host}:{r.pid}:{r.pid + 23} [{r.device}] transport/net_ib.cc:1696 NCCL WARN "
         f"NET/IB : Got completion from peer {peer_address}<{40000 + r.rank}> with status=12 "

@@ -227,3 +227,17 @@ def test_slurm_hostlists() -> None:
         "head",
     ]
     assert expand_tasks_per_node("8(x2),4") == [8, 8, 4]
+
+
+def test_a_missing_gpu_shifts_devices_but_not_nics() -> None:
+    model = lab_model()
+    for name in ("gpu001", "gpu002"):
+        model["nodes"][name]["hardware"]["gpus"][0]["present"] = False
+    # Eight ranks per node no longer fit: CUDA has seven devices.
+    full = run("all_reduce", ARGS, srun_env(0), model, "gpu001", 5)
+    assert full.exit_code == 1 and "invalid device ordinal" in full.stdout
+    env = {**srun_env(0, per_node="7(x2)"), "NCCL_DEBUG": "INFO"}
+    out = run("all_reduce", ARGS, env, model, "gpu001", 5).stdout
+    # Rank 6 drives device 6, the board's GPU 7, whose HCA is mlx5_11 (NCCL's NET/IB/7).
+    assert "6[6] -> 7[0] [send] via NET/IB/7/GDRDMA" in out
+    assert parse_nccl_tests(out).ranks[6].bus_id == "0000:df:00"
