@@ -117,7 +117,8 @@ def _hostlist(value: str, option: str) -> list[str]:
 
 
 def _last_failed(runs_dir: Path, spec: Path) -> list[str]:
-    """Nodes that did not pass in the last bringup of this spec."""
+    """Hosts that did not pass in the last bringup of this spec: GPU nodes whose verdict is not
+    pass, and any other host an error finding names (a head that failed to converge)."""
     for record in reversed(find_runs(runs_dir, "bringup")):
         if record.inputs().get("spec") != str(spec.resolve()):
             continue
@@ -126,11 +127,19 @@ def _last_failed(runs_dir: Path, spec: Path) -> list[str]:
             continue
         summary = json.loads(path.read_text(encoding="utf-8"))
         failed = [n for n, v in summary.get("nodes", {}).items() if v.get("verdict") != "pass"]
+        findings_path = record.path / "findings.json"
+        if findings_path.is_file():
+            findings = json.loads(findings_path.read_text(encoding="utf-8")).get("findings", [])
+            failed += [
+                str(f["node"])
+                for f in findings
+                if f.get("severity") == "error" and f.get("node") and f["node"] not in failed
+            ]
         if not failed:
             raise UsageError(
                 f"--retry-failed: nothing failed in the last bringup ({record.run_id})"
             )
-        return failed
+        return list(dict.fromkeys(failed))
     raise UsageError(f"--retry-failed: no earlier bringup of {spec} under {runs_dir}")
 
 
