@@ -3,6 +3,8 @@ the GPU the profile pairs it with (PIX or PXB), or GPUDirect traffic crosses the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.nvidia_topo import TopoMatrix
 from cluster_tool.spec.models import NodeProfile
@@ -12,12 +14,27 @@ __all__ = ["CLOSE", "check_affinity"]
 CLOSE = ("PIX", "PXB")
 
 
-def check_affinity(node: str, profile: NodeProfile, topo: TopoMatrix) -> list[Finding]:
-    """`ib.affinity` for each rail HCA that is not PIX/PXB from its GPU (or is absent)."""
+def check_affinity(
+    node: str,
+    profile: NodeProfile,
+    topo: TopoMatrix,
+    present_pci: Sequence[str | None] | None = None,
+) -> list[Finding]:
+    """`ib.affinity` for each rail HCA that is not PIX/PXB from its GPU (or is absent).
+
+    `present_pci` is nvidia-smi's GPU list: with a GPU off the bus the matrix numbers the
+    others anew, so the profile's GPU is found by PCI address; an HCA whose GPU is missing
+    is left to `gpu.count`."""
+    topo_index = {i: i for i in range(profile.gpu_count)}
+    if present_pci is not None and profile.gpu_pci:
+        seen = list(present_pci)
+        topo_index = {i: seen.index(pci) for i, pci in enumerate(profile.gpu_pci) if pci in seen}
     out: list[Finding] = []
     for hca in profile.compute_hcas:
+        if hca.gpu not in topo_index:
+            continue
         try:
-            code = topo.distance(hca.gpu, hca.device)
+            code = topo.distance(topo_index[hca.gpu], hca.device)
         except KeyError as exc:
             out.append(
                 Finding(
@@ -32,7 +49,8 @@ def check_affinity(node: str, profile: NodeProfile, topo: TopoMatrix) -> list[Fi
             continue
         if code in CLOSE:
             continue
-        near = topo.nics_at(hca.gpu) if any(g.index == hca.gpu for g in topo.gpus) else []
+        at = topo_index[hca.gpu]
+        near = topo.nics_at(at) if any(g.index == at for g in topo.gpus) else []
         hint = f"; GPU{hca.gpu}'s PCIe switch has {', '.join(near)}" if near else ""
         out.append(
             Finding(

@@ -196,7 +196,8 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
 
     topo = _parse(node, outputs, "nvidia-smi-topo", parse_topo_matrix, findings)
     if topo is not None:
-        findings += check_affinity(node, profile, topo)
+        present = [g.pci for g in smi.gpus] if smi is not None else None
+        findings += check_affinity(node, profile, topo, present)
 
     cas = _parse(node, outputs, "ibstat", _ibstat_or_none, findings)
     if cas is not None:
