@@ -7,6 +7,7 @@ roles install them exactly as they would install NVIDIA's, Mellanox's or DCGM's.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,9 @@ LIB_DIR = "usr/lib/cluster-tool-lab"
 VENDORED_AS = "labsim"
 # Modules of this package that are host-side only and never go into a node.
 _HOST_ONLY = {"packages.py"}
+
+# Timestamp of every file in the packages (reproducible builds): 2024-01-01T00:00:00Z.
+BUILD_EPOCH = 1_704_067_200
 
 DRIVER_BRANCH = "550"
 DRIVER_VERSION = "550.127.08-1"
@@ -265,14 +269,27 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
     dpkg_deb = shutil.which("dpkg-deb")
     if dpkg_deb is None:
         raise PackageBuildError("dpkg-deb not found: install dpkg to build the lab's packages")
+    # Reproducible: the same sources give the same bytes, so a rebuild under a running lab
+    # leaves its repository index valid (apt refuses a .deb whose size or hash changed).
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            os.utime(os.path.join(dirpath, name), (BUILD_EPOCH, BUILD_EPOCH))
+        os.utime(dirpath, (BUILD_EPOCH, BUILD_EPOCH))
+    built = work / out.name
     done = subprocess.run(
-        [dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(out)],
+        [dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(built)],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)},
     )
     if done.returncode != 0:
         raise PackageBuildError(f"dpkg-deb failed for {pkg.name}: {done.stderr.strip()}")
+    if not (out.is_file() and out.read_bytes() == built.read_bytes()):
+        # Atomic: a node fetching from the repository never sees half a package.
+        tmp = out.with_name(f".{out.name}.tmp")
+        shutil.copyfile(built, tmp)
+        os.replace(tmp, out)
     return out
 
 

@@ -74,6 +74,18 @@ def test_every_package_the_roles_pin_is_built_at_a_matching_version(
         assert fnmatch.fnmatchcase(version, pattern), (name, version, pattern)
 
 
+def test_builds_are_reproducible_and_a_rebuild_leaves_the_repo_alone(
+    debs: dict[str, Path], tmp_path: Path
+) -> None:
+    again = {p.name.split("_")[0]: p for p in build_sim_packages(tmp_path)}
+    assert {n: p.read_bytes() for n, p in again.items()} == {
+        n: p.read_bytes() for n, p in debs.items()
+    }
+    stamps = {p: p.stat().st_mtime_ns for p in again.values()}
+    build_sim_packages(tmp_path)
+    assert {p: p.stat().st_mtime_ns for p in again.values()} == stamps
+
+
 def test_a_version_can_be_overridden(tmp_path: Path) -> None:
     built = build_sim_packages(tmp_path, {"nccl-tests": "2.13.11-2"})
     deb = next(p for p in built if p.name.startswith("nccl-tests_"))
