@@ -67,7 +67,7 @@ def main() -> None:
             "nvidia-smi topo -m": ["usr/bin/nvidia-smi", "topo", "-m"],
             "dcgmi diag -r 3": ["usr/bin/dcgmi", "diag", "-r", "3"],
             "all_reduce_perf 2 nodes, 8 B-8 GB": [
-                "opt/nccl-tests/build/all_reduce_perf",
+                "usr/bin/all_reduce_perf",
                 "-b",
                 "8",
                 "-e",

@@ -172,7 +172,7 @@ def _busbw(lab: LabHandle) -> float:
         "PMIX_RANK=0 SLURM_PROCID=0 SLURM_NTASKS=16 SLURM_STEP_NODELIST=gpu[001-002] "
         "SLURM_STEP_TASKS_PER_NODE='8(x2)' SLURM_LOCALID=0"
     )
-    out = _ssh_ok(lab, "gpu001", f"{env} /opt/nccl-tests/build/all_reduce_perf -b 64M -e 1G")
+    out = _ssh_ok(lab, "gpu001", f"{env} /usr/bin/all_reduce_perf -b 64M -e 1G")
     parsed = parse_nccl_tests(out)
     assert parsed.complete and parsed.avg_busbw is not None, out
     return parsed.avg_busbw

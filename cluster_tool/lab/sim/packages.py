@@ -73,7 +73,9 @@ class SimPackage:
     depends: tuple[str, ...] = ()
 
 
-NCCL_TESTS_DIR = "opt/nccl-tests/build"
+# Where the package puts the binaries (nccl_tests_package_bin_dir); the nccl_tests role links
+# them into /opt/nccl-tests/build, where the gate's job scripts run them.
+NCCL_TESTS_DIR = "usr/bin"
 _NCCL_TESTS = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf")
 
 _INIT = """#!/bin/sh
@@ -202,7 +204,6 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
         SimPackage(
             "nccl-tests",
             "nccl-tests benchmarks (simulated from the lab's hardware model)",
-            # Where the nccl_tests role and the gate's job scripts look for them.
             tools={f"{NCCL_TESTS_DIR}/{t}": t for t in _NCCL_TESTS},
             carries_simulator=True,
         ),

@@ -190,7 +190,7 @@ def test_all_reduce_perf_under_srun_env(root: Path, tmp_path: Path) -> None:
     }
     done = _tool(
         root,
-        "opt/nccl-tests/build/all_reduce_perf",
+        "usr/bin/all_reduce_perf",
         ["-b", "8", "-e", "128M", "-f", "2"],
         model,
         **env,
@@ -199,7 +199,7 @@ def test_all_reduce_perf_under_srun_env(root: Path, tmp_path: Path) -> None:
     parsed = parse_nccl_tests(done.stdout)
     assert parsed.complete and len(parsed.ranks) == 16
     rank9 = {**env, "SLURM_PROCID": "9", "PMIX_RANK": "9"}
-    binary = "opt/nccl-tests/build/all_reduce_perf"
+    binary = "usr/bin/all_reduce_perf"
     other = _tool(root, binary, ["-b", "8", "-e", "128M"], model, node="gpu002", **rank9)
     assert (other.returncode, other.stdout) == (0, "")
 
