@@ -256,8 +256,15 @@ def send_command(config: LabConfig, command: str, *, timeout: float = 5.0) -> st
     log = config.log_dir / "ibsim.log"
     before = log.read_text(errors="replace") if log.exists() else ""
     prompts = before.count("sim>")
-    with open(fifo, "w") as console:
-        console.write(command + "\n")
+    # Non-blocking: with no ibsim reading the FIFO, a plain open would wait forever.
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:  # ENXIO: nobody reads the console
+        raise LabError(f"ibsim is not running (its console {fifo}: {exc.strerror})") from exc
+    try:
+        os.write(fd, (command + "\n").encode())
+    finally:
+        os.close(fd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         now = log.read_text(errors="replace")

@@ -209,7 +209,8 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
         state.nodes[host.name] = supervisor.to_json()
         save_state(config.state_file, state)
     for host in plan.hosts:
-        nodes.wait_ssh(host.address, BOOT_TIMEOUT, state.node_ref(host.name))
+        log = config.log_dir / f"node-{host.name}.log"
+        nodes.wait_ssh(host.address, BOOT_TIMEOUT, state.node_ref(host.name), log)
     lap("nodes booted, sshd up")
 
     if any(h.bmc_address for h in plan.hosts):
@@ -543,7 +544,8 @@ def power_on_node(config: LabConfig, name: str, *, reimage: bool = False) -> Non
         state.nodes[name] = supervisor.to_json()
         save_state(config.state_file, state)
         hw.update(config.model_dir, lambda m: setattr(m.node(name), "power_state", "On"))
-        nodes.wait_ssh(plan.host(name).address, BOOT_TIMEOUT, supervisor)
+        log = config.log_dir / f"node-{name}.log"
+        nodes.wait_ssh(plan.host(name).address, BOOT_TIMEOUT, supervisor, log)
 
 
 # --- the fabric after a model change --------------------------------------------------------------

@@ -308,12 +308,15 @@ def start_node(
     return ProcRef.of(proc.pid)
 
 
-def wait_ssh(address: str, timeout: float, supervisor: ProcRef | None = None) -> None:
+def wait_ssh(
+    address: str, timeout: float, supervisor: ProcRef | None = None, log: Path | None = None
+) -> None:
     """Wait until sshd answers on the node (its banner, not only an open port)."""
+    see = f" (see {log})" if log else ""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if supervisor is not None and not supervisor.alive():
-            raise LabError(f"node at {address} stopped while booting")
+            raise LabError(f"node at {address} stopped while booting{see}")
         try:
             with socket.create_connection((address, 22), timeout=1) as conn:
                 conn.settimeout(2)
@@ -322,7 +325,7 @@ def wait_ssh(address: str, timeout: float, supervisor: ProcRef | None = None) ->
         except OSError:
             pass
         time.sleep(0.1)
-    raise LabError(f"node at {address}: sshd not reachable after {timeout:.0f} s")
+    raise LabError(f"node at {address}: sshd not reachable after {timeout:.0f} s{see}")
 
 
 def init_process(supervisor: ProcRef) -> ProcRef | None:
