@@ -30,7 +30,8 @@ def check_gdr(
 ) -> list[Finding]:
     """`gdr.inactive` when neither way works; `gdr.mode` (warning) when the configured way
     does not work but the other does, so NCCL still gets GPUDirect."""
-    peermem = "nvidia_peermem" in modules
+    # nvidia_peermem cannot work without the driver it hooks into.
+    peermem = "nvidia_peermem" in modules and bool(nvrm_version)
     dmabuf = dmabuf_possible(nvrm_version, kernel_release)
     seen = (
         f"nvidia_peermem {'loaded' if peermem else 'not loaded'}, dma-buf "

@@ -194,7 +194,11 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
     if smi is not None:
         findings += check_gpus(node, profile, t, smi)
 
-    topo = _parse(node, outputs, "nvidia-smi-topo", parse_topo_matrix, findings)
+    # With nvidia-smi itself failing, `topo -m` fails for the same reason: say it once.
+    topo_problems: list[Finding] = []
+    topo = _parse(node, outputs, "nvidia-smi-topo", parse_topo_matrix, topo_problems)
+    if smi is not None:
+        findings += topo_problems
     if topo is not None:
         present = [g.pci for g in smi.gpus] if smi is not None else None
         findings += check_affinity(node, profile, topo, present)
@@ -223,13 +227,14 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
     modules = set(modules_out.stdout.split()) if modules_out and modules_out.rc == 0 else set()
     nvrm = outputs.get("nvidia-version")
     kernel = outputs.get("kernel")
-    findings += check_gdr(
-        node,
-        modules,
-        nvrm.stdout if nvrm is not None and nvrm.rc == 0 else None,
-        kernel.stdout.strip() if kernel is not None and kernel.rc == 0 else None,
-        expect.gpudirect_mode,
-    )
+    if smi is not None:  # with no driver answering, gpu.driver says it; GPUDirect is moot
+        findings += check_gdr(
+            node,
+            modules,
+            nvrm.stdout if nvrm is not None and nvrm.rc == 0 else None,
+            kernel.stdout.strip() if kernel is not None and kernel.rc == 0 else None,
+            expect.gpudirect_mode,
+        )
 
     if expect.nccl_conf is not None:
         conf = outputs.get("nccl-conf")

@@ -263,3 +263,9 @@ def test_the_node_file_round_trips(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a GPU node"):
         expectations_for(cluster, "head")
     assert isinstance(expect.profile, NodeProfile)
+
+
+def test_peermem_without_the_driver_is_no_gpudirect() -> None:
+    assert [f.check for f in check_gdr("gpu001", {"nvidia_peermem"}, None, "6.1.0", None)] == [
+        "gdr.inactive"
+    ]

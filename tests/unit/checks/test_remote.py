@@ -264,9 +264,9 @@ def test_node_check_runs_the_probes_locally(tmp_path: Path) -> None:
         check=False,
     )
     data = json.loads(proc.stdout)
-    # This machine has no GPU: the checks say so instead of crashing.
+    # This machine has no GPU and no HCA: the checks say so instead of crashing.
     assert proc.returncode == 1 and data["status"] == "fail"
-    assert {"gpu.driver", "gdr.inactive"} <= {f["check"] for f in data["findings"]}
+    assert {"gpu.driver", "ib.count"} <= {f["check"] for f in data["findings"]}
 
 
 def test_fabric_check_cli_exit_codes_and_json(tmp_path: Path) -> None:
