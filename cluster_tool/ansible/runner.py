@@ -245,7 +245,7 @@ def run_playbook(
     if not playbook_path.is_file():
         raise UsageError(f"{playbook}: no such playbook")
     inventories = inventory if isinstance(inventory, list) else [inventory]
-    inventory_paths = [str(Path(i).resolve()) for i in inventories]
+    inventory_paths = [str(_inventory_source(Path(i))) for i in inventories]
     for given, resolved in zip(inventories, inventory_paths, strict=True):
         if not Path(resolved).exists():
             raise UsageError(f"{given}: no such inventory")
@@ -324,6 +324,14 @@ def run_playbook(
         artifact_dir=Path(runner.config.artifact_dir) if runner is not None else None,
         wall_s=time.monotonic() - started,
     )
+
+
+def _inventory_source(path: Path) -> Path:
+    """A rendered inventory folder also holds CSVs and Slurm files: use its hosts.yml."""
+    resolved = path.resolve()
+    if resolved.is_dir() and (resolved / "hosts.yml").is_file():
+        return resolved / "hosts.yml"
+    return resolved
 
 
 def _search_path() -> str:
