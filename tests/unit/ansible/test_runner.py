@@ -128,3 +128,20 @@ def test_missing_playbook_or_inventory_is_a_usage_error(tmp_path: Path) -> None:
         run_playbook(tmp_path / "nope.yml", inventory, private_data_dir=tmp_path / "pdd")
     with pytest.raises(UsageError, match="no such inventory"):
         run_playbook(TINY, tmp_path / "nope.ini", private_data_dir=tmp_path / "pdd")
+
+
+def test_a_rendered_inventory_folder_runs_from_its_hosts_yml(tmp_path: Path) -> None:
+    folder = tmp_path / "inventory"
+    (folder / "group_vars").mkdir(parents=True)
+    (folder / "hosts.yml").write_text(
+        "all:\n  hosts:\n    alpha:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+    )
+    (folder / "group_vars" / "all.yml").write_text("tiny_fail: true\n")
+    # Not inventory: would be parsed as a broken inventory source if the folder were used.
+    (folder / "spec.json").write_text('{"software": {"slurm_version": "24.05.5"}}')
+    result = run_playbook(TINY, folder, private_data_dir=tmp_path / "pdd")
+
+    assert list(result.hosts) == ["alpha"]
+    # group_vars next to hosts.yml still apply.
+    assert result.failed_hosts == ["alpha"]
