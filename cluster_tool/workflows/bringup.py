@@ -219,6 +219,13 @@ def run_bringup(
             f"{len(failed_hosts)} failed",
         )
     )
+    if not (options.check or options.phase):
+        # A node that failed to converge stays out of service with the reason, even when its
+        # slurmd came up (the slurm phase runs before the phase that failed it).
+        for node in (n for n in scope if n in failed_hosts):
+            _try_drain(
+                deps.slurm, [node], drain_reason([f for f in converge_bad if f.node == node])
+            )
     reached = [n for n in scope if n in result.hosts and n not in failed_hosts]
     if options.check or options.phase or not reached:
         # A dry run or a single phase converges only, and validating a half-built node (or
@@ -231,7 +238,8 @@ def run_bringup(
             else "the converge reached no GPU node"
         )
         phases.append(Phase("validate", "skipped", detail=why))
-        verdicts = node_verdicts(scope, findings)
+        states = {} if options.check or options.phase else _states(deps.slurm, scope)
+        verdicts = node_verdicts(scope, findings, states)
         return BringupResult(phases, findings, verdicts, converge=result)
 
     # Admission starts drained: nodes not yet in service wait for validation.
@@ -282,7 +290,7 @@ def run_bringup(
     started = time.monotonic()
     bad_nodes = {f.node for f in findings if f.fails and f.node in set(scope)}
     admit = [n for n in candidates if n not in bad_nodes]
-    for node in sorted(bad_nodes):
+    for node in sorted(bad_nodes - failed_hosts):  # converge failures are drained already
         deps.slurm.drain([node], drain_reason([f for f in findings if f.node == node]))
     if admit:
         deps.slurm.resume(admit)

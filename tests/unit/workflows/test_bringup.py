@@ -192,6 +192,18 @@ def test_a_host_that_fails_to_converge_does_not_stop_the_others() -> None:
     assert result.nodes["gpu001"]["verdict"] == "pass"
 
 
+def test_when_no_node_converged_the_failed_nodes_are_still_drained_with_the_task() -> None:
+    # Seen in the lab: the slurm phase started slurmd (nodes idle), a later phase failed them.
+    failed = {n: "E: Failed to fetch nccl-tests_2.13.11-1_amd64.deb" for n in NODES}
+    slurm = SlurmCluster(NODES, down=set(NODES))
+    deps, gate = _deps(slurm, converge_failed=failed)
+    result = run_bringup(NODES, deps, BringupOptions())
+    assert result.exit_code == 1 and gate.ran_on == []
+    assert set(slurm.drained) == set(NODES)
+    assert all("Install packages" in r and "Failed to fetch" in r for r in slurm.drained.values())
+    assert "+drain" in result.nodes["gpu001"]["slurm"]
+
+
 def test_a_gate_failure_names_the_node_and_leaves_it_drained() -> None:
     slurm = SlurmCluster(NODES)
     gate = Gate(slurm, {"gpu004": "120 GB/s < 360 GB/s"})
