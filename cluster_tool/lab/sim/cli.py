@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import nccl_tests
 from .hw import NodeHardware, load_model, node_down, node_hardware
 from .kernel_state import MODULE_SIZES, MODULE_USERS, loaded_dir, loaded_modules, publish
 from .render_dcgmi import diag_failed, render_diag, render_discovery, render_kernel_log
@@ -284,6 +283,8 @@ def main(tool: str, argv: list[str]) -> int:
     """Entry point of every simulated executable (`tool` is its installed name)."""
     perf = re.fullmatch(r"(all_reduce|all_gather|reduce_scatter|alltoall)_perf(?:_mpi)?", tool)
     if perf:
+        from . import nccl_tests  # only the benchmarks need it: keep nvidia-smi's start short
+
         versions = installed_versions()
 
         def adjust(hw: NodeHardware) -> None:

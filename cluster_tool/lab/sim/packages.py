@@ -261,8 +261,14 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
         )
     for path, text in pkg.files.items():
         _write(root / path.lstrip("/"), text, 0o644)
-    if pkg.postinst:
-        _write(root / "DEBIAN" / "postinst", "#!/bin/sh\nset -e\n" + pkg.postinst, 0o755)
+    postinst = pkg.postinst
+    if pkg.carries_simulator:
+        # Byte-compile once as root: jobs run the tools as users who cannot write the cache.
+        lib = f"/{LIB_DIR}/{pkg.name}/{VENDORED_AS}"
+        postinst = f"python3 -m compileall -q {lib} >/dev/null || true\n" + postinst
+        _write(root / "DEBIAN" / "prerm", f"#!/bin/sh\nset -e\nrm -rf {lib}/__pycache__\n", 0o755)
+    if postinst:
+        _write(root / "DEBIAN" / "postinst", "#!/bin/sh\nset -e\n" + postinst, 0o755)
     if not any(p.is_file() for p in root.rglob("*") if "DEBIAN" not in p.parts):
         # dpkg accepts an empty package, but a file list tells an operator what this is.
         _write(root / "usr" / "share" / "doc" / pkg.name / "README.lab", pkg.summary + "\n", 0o644)
