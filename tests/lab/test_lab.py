@@ -3,6 +3,7 @@ against ibsim (with a cut cable), a Redfish re-image, idempotent `up`, and clean
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
@@ -281,9 +282,18 @@ def test_up_after_a_crash_cleans_up_the_leftovers_and_rebuilds(lab: LabHandle) -
     before = load_state(state_file)
     assert before is not None
     # A crash: the fabric simulator and a node die without `lab down`.
-    for ref in (before.service_ref("ibsim"), before.node_ref("gpu001")):
+    victims = [before.service_ref("ibsim"), before.node_ref("gpu001")]
+    for ref in victims:
         assert ref is not None
         os.kill(ref.pid, signal.SIGKILL)
+    # SIGKILL lands asynchronously; a crash is over once the processes are gone.
+    deadline = time.monotonic() + 10
+    while any(ref.alive() for ref in victims if ref) and time.monotonic() < deadline:
+        for ref in victims:
+            if ref:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(ref.pid, os.WNOHANG)
+        time.sleep(0.05)
     status = lifecycle.up(lab.config, lab.spec)  # type: ignore[arg-type]
     after = load_state(state_file)
     assert not status.already_running and status.running, (
