@@ -4,6 +4,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
+# Tools the tests start (ansible-playbook, molecule, sushy-emulator) come from the venv.
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: demo test lint unit lab-test deps clean
 
