@@ -36,6 +36,7 @@ from cluster_tool.lab.host import (
     spawn,
     stop_process,
 )
+from cluster_tool.lab.sim.packages import publish_to_lab_repo
 from cluster_tool.lab.state import LabState, load_state, save_state
 from cluster_tool.lab.topology import LabPlan, build_model, load_plan
 
@@ -132,6 +133,9 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         _check_plan(config, plan)
         base = ensure_base(config)
         repo.ensure_repo(config, base)
+        # The device simulators go in under the vendors' package names and versions, so
+        # the roles install them exactly as they would the real ones.
+        publish_to_lab_repo(config)
         head_layer = ensure_layer(config, base, "head-fabric", HEAD_FABRIC_PACKAGES)
         try:
             state = _build(config, plan, base, head_layer)
