@@ -48,14 +48,17 @@ GateWorkdirOpt = Annotated[
 
 
 def _secrets(cluster: Cluster) -> Secrets:
-    """Every secret this run could meet: env passwords (dbd, BMC), the cluster's munge key."""
-    from cluster_tool.ansible.runner import REPO_ROOT
-
-    found = known_secrets(
-        munge_key_file=REPO_ROOT / "runs" / "secrets" / cluster.name / "munge.key"
-    )
+    """Every secret this run could meet: env passwords (dbd, BMC), the cluster's munge key where
+    the slurm role keeps it (~/.cluster-tool/secrets/<cluster>/, or runs/secrets/<cluster>/)."""
+    import contextlib
     import os
 
+    from cluster_tool.ansible.runner import REPO_ROOT
+
+    found = known_secrets()
+    for folder in (Path.home() / ".cluster-tool" / "secrets", REPO_ROOT / "runs" / "secrets"):
+        with contextlib.suppress(OSError):
+            found.add((folder / cluster.name / "munge.key").read_text(encoding="utf-8"))
     for ref in (cluster.bmc.credentials.password,):
         if ref.env:
             found.add(os.environ.get(ref.env))
