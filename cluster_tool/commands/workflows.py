@@ -4,6 +4,7 @@ each writing a run record (runs/<timestamp>-<id>/) and each safe to interrupt an
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,7 +40,10 @@ SshConfigOpt = Annotated[
 ]
 SlurmViaOpt = Annotated[
     str | None,
-    typer.Option("--slurm-via", help="Run Slurm commands over SSH on this host (the controller)."),
+    typer.Option(
+        "--slurm-via",
+        help="Run Slurm commands over SSH on this host (default $CLUSTER_TOOL_SLURM_VIA).",
+    ),
 ]
 GateWorkdirOpt = Annotated[
     Path | None,
@@ -51,7 +55,6 @@ def _secrets(cluster: Cluster) -> Secrets:
     """Every secret this run could meet: env passwords (dbd, BMC), the cluster's munge key where
     the slurm role keeps it (~/.cluster-tool/secrets/<cluster>/, or runs/secrets/<cluster>/)."""
     import contextlib
-    import os
 
     from cluster_tool.ansible.runner import REPO_ROOT
 
@@ -68,8 +71,10 @@ def _secrets(cluster: Cluster) -> Secrets:
 def _slurm(slurm_via: str | None, ssh_config: Path | None) -> Any:
     from cluster_tool.workflows.common import AdminSlurm, ssh_command_runner
 
-    if slurm_via:
-        return AdminSlurm(run=ssh_command_runner(slurm_via, ssh_config))
+    # The environment covers `validate --after-maintenance`, whose options are the checks'.
+    via = slurm_via or os.environ.get("CLUSTER_TOOL_SLURM_VIA")
+    if via:
+        return AdminSlurm(run=ssh_command_runner(via, ssh_config))
     return AdminSlurm()
 
 

@@ -17,7 +17,12 @@ from ClusterShell.NodeSet import NodeSet
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import NodeState, SlurmError
-from cluster_tool.workflows.common import PENDING_REASON, drain_reason, node_verdicts
+from cluster_tool.workflows.common import (
+    PENDING_REASON,
+    drain_reason,
+    guarded_gate,
+    node_verdicts,
+)
 
 # Converge failures tolerated per play batch: all of them, so healthy hosts carry on; the
 # recap says which failed and those are left out of admission.
@@ -269,7 +274,7 @@ def run_bringup(
         try:
             # Inside the maintenance reservation only our gate jobs can reach these nodes.
             deps.slurm.resume([n for n in gate_nodes if n in pending])
-            outcome = deps.gate(gate_nodes)
+            outcome = guarded_gate(deps.gate, gate_nodes)
         finally:
             deps.slurm.release(reservation)
         findings += outcome.findings

@@ -41,7 +41,12 @@ def ssh_command_runner(
         ssh = ["ssh", "-o", "BatchMode=yes"]
         if ssh_config is not None:
             ssh += ["-F", str(ssh_config)]
-        return run_command([*ssh, host, shlex.join(argv)], timeout=timeout)
+        try:
+            return run_command([*ssh, host, shlex.join(argv)], timeout=timeout)
+        except SlurmError as exc:
+            # run_command names its first words ("ssh -o"); name the Slurm command instead.
+            why = str(exc).split(": ", 1)[-1]
+            raise SlurmError(f"{' '.join(argv[:2])} (on {host}): {why}") from None
 
     return run
 
@@ -322,3 +327,26 @@ def safe_resume(slurm: Any, nodes: Sequence[str]) -> list[str]:
     except SlurmError:
         return list(nodes)
     return []
+
+
+def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> Any:
+    """Run the gate; a Slurm that cannot be reached becomes a finding, so the run still ends
+    with its record written and the nodes' verdicts (they cannot pass without their gate)."""
+    from cluster_tool.workflows.bringup import GateOutcome
+
+    try:
+        return gate(nodes)
+    except SlurmError as exc:
+        return GateOutcome(
+            [
+                Finding(
+                    check="slurm.error",
+                    node=n,
+                    component="gate",
+                    expected="gate jobs run",
+                    observed=str(exc),
+                    message=f"{n}: the gate could not run: {exc}",
+                )
+                for n in nodes
+            ]
+        )

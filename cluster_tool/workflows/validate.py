@@ -16,7 +16,7 @@ from cluster_tool.findings import Finding
 from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
-from cluster_tool.workflows.common import drain_reason, node_verdicts
+from cluster_tool.workflows.common import drain_reason, guarded_gate, node_verdicts
 
 
 def nodes_on_switch(cluster: Cluster, switch: str) -> list[str]:
@@ -117,11 +117,11 @@ def run_after_maintenance(
             deps.slurm.reserve(reservation, gate_nodes)
             try:
                 deps.slurm.resume(gate_nodes)
-                outcome = deps.gate(gate_nodes)
+                outcome = guarded_gate(deps.gate, gate_nodes)
             finally:
                 deps.slurm.release(reservation)
         else:
-            outcome = deps.gate(gate_nodes)
+            outcome = guarded_gate(deps.gate, gate_nodes)
         findings += outcome.findings
         busbw = outcome.busbw
         phases.append(

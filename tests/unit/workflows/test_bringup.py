@@ -323,3 +323,23 @@ def test_after_maintenance_checks_the_whole_fabric_then_only_the_leaf_nodes_and_
     assert set(slurm.drained) == {"gpu002"} and "nccl.single" in slurm.drained["gpu002"]
     assert result.exit_code == 1
     assert result.verdicts["gpu001"]["verdict"] == "pass"
+
+
+def test_a_slurm_that_cannot_be_reached_fails_the_gate_as_findings_not_a_crash() -> None:
+    from cluster_tool.slurm import SlurmError
+
+    slurm = SlurmCluster(NODES)
+
+    def gate(nodes: Sequence[str]) -> GateOutcome:
+        raise SlurmError("sbatch: not found (is this a Slurm login node?)")
+
+    deps = AfterMaintenanceDeps(
+        fabric=lambda: Validation([]),
+        health=lambda nodes: Validation([]),
+        gate=gate,
+        slurm=admin_slurm(slurm),
+    )
+    result = run_after_maintenance(["gpu001"], deps)
+    assert result.exit_code == 1
+    assert [f.check for f in result.findings] == ["slurm.error"]
+    assert result.verdicts["gpu001"]["verdict"] == "fail"
