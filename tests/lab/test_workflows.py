@@ -243,9 +243,10 @@ def test_validate_after_maintenance_on_a_leaf_checks_its_nodes_and_the_whole_fab
     brought_up: tuple[LabHandle, dict[str, Any]], runs: Path
 ) -> None:
     lab, _ = brought_up
+    # `validate --after-maintenance` runs the same workflow; `validate-after` takes --no-gate.
     rc, summary, err = cli(
-        lab, runs, "validate", str(lab.spec), "--after-maintenance", "--switch", "su1-leaf-r0",
-        "--ssh-config", str(lab.ssh_config), "--no-dcgm",
+        lab, runs, "validate-after", str(lab.spec), "--switch", "su1-leaf-r0",
+        "--ssh-config", str(lab.ssh_config), "--slurm-via", "head", NO_GATE,
     )  # fmt: skip
     assert rc == 0, err[-3000:]
     assert [p["name"] for p in summary["phases"]][:2] == ["fabric", "health"]
