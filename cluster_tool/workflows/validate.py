@@ -11,25 +11,23 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
+from cluster_tool.checks.fabric import nodes_on_switch as fabric_nodes_on_switch
+from cluster_tool.checks.fabric import plan_for
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
 from cluster_tool.workflows.common import drain_reason, guarded_gate, node_verdicts
 
 
 def nodes_on_switch(cluster: Cluster, switch: str) -> list[str]:
-    """GPU nodes with an HCA cabled to `switch`: a leaf's own nodes; for a spine, the nodes of
-    every leaf it links to (all of them, in a full fat tree). UsageError for an unknown switch."""
-    plan = cabling_plan(cluster)
-    on_leaf = [r.node for r in plan if r.leaf == switch]
-    if on_leaf:
-        return list(dict.fromkeys(on_leaf))
-    leaves = {link.leaf for link in switch_links(cluster) if link.spine == switch}
-    if leaves:
-        return list(dict.fromkeys(r.node for r in plan if r.leaf in leaves))
-    known = sorted({r.leaf for r in plan} | {link.spine for link in switch_links(cluster)})
+    """GPU nodes with an HCA cabled to `switch` (a leaf's own nodes; for a spine, the nodes of
+    every leaf it links to), from the fabric check's plan; UsageError for an unknown switch."""
+    plan = plan_for(cluster)
+    found = fabric_nodes_on_switch(plan, switch)
+    if found:
+        return found
+    known = sorted({r.leaf for r in plan.rows} | {link.spine for link in plan.links})
     shown = ", ".join(known[:6]) + (" …" if len(known) > 6 else "")
     raise UsageError(f"--switch {switch}: no such leaf or spine in the cabling plan ({shown})")
 
