@@ -288,6 +288,7 @@ def reimage(
     gate: Annotated[
         bool, typer.Option("--gate/--no-gate", help="Single + pair gate in the node ladder.")
     ] = True,
+    dcgm: Annotated[bool, typer.Option("--dcgm/--no-dcgm", help="Run `dcgmi diag -r 1`.")] = True,
     runs_dir: RunsDirOpt = None,
     json_out: JsonOpt = False,
 ) -> int:
@@ -364,7 +365,9 @@ def reimage(
     output.progress(f"run record: {record.path}  (resume with --resume {record.run_id})")
     inv = _inventory(cluster, inventory, record, False)
     slurm = _slurm(slurm_via, ssh_config)
-    live = Live(cluster, inv, record, slurm, ssh_config, gate_workdir=gate_workdir, gate_on=gate)
+    live = Live(
+        cluster, inv, record, slurm, ssh_config, gate_workdir=gate_workdir, gate_on=gate, dcgm=dcgm
+    )
     addresses = {n: node.bmc_address for n, node in gpu.items() if node.bmc_address}
     bmc = SushyBmc(addresses, credentials, tls)
     host_address = {h.name: h.address for h in cluster.hosts()}
