@@ -4,8 +4,9 @@ command on the same nodes, in one run.
 Run (as root, with a lab up): `.venv/bin/python benchmarks/fanout.py [--repeat N]`. Uses the
 lab named by CLUSTER_TOOL_LAB_DIR (default `<repo>/.lab`) and its ssh_config, so clush and
 both of our transports reach the nodes the same way. Prints the median of each and the ratio
-to clush (goal: within 1.1x). Every probe of a node rides one SSH session; what is left is
-the probes' own run time on the node. Never a test assertion.
+to clush (goal: within 1.1x), and our fan-out carrying one `true` probe, which separates the
+SSH/script overhead from the probes' own run time on the nodes (in the lab the simulated
+nvidia-smi & co. are Python and all nodes share this machine's CPUs). Never a test assertion.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from cluster_tool.remote.fanout import (
     Transport,
     collect,
 )
-from cluster_tool.remote.probes import FABRIC_PROBES, HEALTH_PROBES
+from cluster_tool.remote.probes import FABRIC_PROBES, HEALTH_PROBES, Probe
 
 PROBES = tuple(p for p in HEALTH_PROBES if p.name != "dcgmi-diag")
 
@@ -76,8 +77,14 @@ def main() -> int:
         if bad:
             raise SystemExit(f"unreachable: {bad}")
 
+    trivial = [(Target(n), (Probe("true", "true"),)) for n in nodes]
+
+    def run_trivial() -> None:
+        collect(trivial, OpenSshTransport(ssh_config), concurrency=len(trivial))
+
     run_clush()  # both sides start with the lab's SSH masters up
     baseline = statistics.median(timed(run_clush, args.repeat))
+    fanout_only = statistics.median(timed(run_trivial, args.repeat))
     openssh = statistics.median(timed(lambda: run_ours(OpenSshTransport(ssh_config)), args.repeat))
     paramiko = statistics.median(
         timed(lambda: run_ours(ParamikoTransport(ssh_config)), args.repeat)
@@ -89,6 +96,10 @@ def main() -> int:
         f"{head or 'no'} head x {len(FABRIC_PROBES)} fabric probes); median of {args.repeat}"
     )
     print(f"clush -w {len(nodes)} hosts true:      {baseline:.3f} s")
+    print(
+        f"our fan-out, one `true` probe:  {fanout_only:.3f} s  ({fanout_only / baseline:.2f}x "
+        "clush: the SSH and script overhead alone)"
+    )
     for name, took in (("OpenSSH", openssh), ("paramiko", paramiko)):
         print(f"health collection, {name:<9} {took:.3f} s  ({took / baseline:.2f}x clush)")
     print(f"probes answered on {jobs[0][0].name}: {', '.join(simulated) or 'none'}")
