@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -30,6 +31,19 @@ gate_app = typer.Typer(
 def _slurm() -> Slurm:
     """The real Slurm client commands; tests replace this with a fake that replays captures."""
     return SlurmCLI()
+
+
+def _slurm_via(host: str, ssh_config: Path | None) -> Slurm:
+    """Slurm's client commands run over SSH on `host` (this machine is not a Slurm client)."""
+    from cluster_tool.workflows.common import ssh_command_runner
+
+    return SlurmCLI(run=ssh_command_runner(host, ssh_config))
+
+
+def _default_workdir() -> Path:
+    # A fresh folder per run under a shared base, so no run reads another's outputs.
+    base = Path(os.environ.get("CLUSTER_TOOL_GATE_RUNS_DIR") or "gate-runs")
+    return base / time.strftime("%Y%m%dT%H%M%S")
 
 
 def _rungs(value: str) -> tuple[str, ...]:
@@ -77,6 +91,17 @@ def gate(
         Path | None,
         typer.Option("--workdir", help="Job scripts and outputs; must be shared with the nodes."),
     ] = None,
+    slurm_via: Annotated[
+        str | None,
+        typer.Option(
+            "--slurm-via",
+            envvar="CLUSTER_TOOL_SLURM_VIA",
+            help="Run Slurm commands over SSH on this host (the controller).",
+        ),
+    ] = None,
+    ssh_config: Annotated[
+        Path | None, typer.Option("--ssh-config", help="ssh -F file for --slurm-via.")
+    ] = None,
     drain: Annotated[bool, typer.Option("--drain", help="Drain the guilty nodes.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what --drain would drain.")
@@ -93,8 +118,9 @@ def gate(
 ) -> int:
     """Climb the ladder (single, pairs, full; --rails) and localise what fails.
 
-    Job scripts and outputs go to --workdir (default ./gate-runs/TIME), which must be on a
-    filesystem the first node of every job sees too: Slurm writes the outputs there.
+    Job scripts and outputs go to --workdir (default $CLUSTER_TOOL_GATE_RUNS_DIR/TIME,
+    else ./gate-runs/TIME), which must be at the same path on this machine and the nodes: Slurm
+    writes the outputs there. In the lab: <labdir>/shared/... (`lab status`: shared_dir).
     Exit 0 pass, 1 something failed, 2 bad input.
     """
     if ctx.invoked_subcommand is not None:
@@ -114,10 +140,10 @@ def gate(
         if unknown:
             raise UsageError(f"--nodes: not GPU nodes of the spec: {NodeSet.fromlist(unknown)}")
         selected = [n for n in inputs.nodes if n in wanted]
-    slurm = _slurm()
+    slurm = _slurm_via(slurm_via, ssh_config) if slurm_via else _slurm()
     runner = SlurmRunner(
         slurm=slurm,
-        workdir=(workdir or Path("gate-runs") / time.strftime("%Y%m%dT%H%M%S")).resolve(),
+        workdir=(workdir or _default_workdir()).resolve(),
         params=inputs.params,
         gpus_per_node=inputs.thresholds.profile.gpus_per_node,
         watchdog_s=watchdog if watchdog is not None else inputs.watchdog_s,

@@ -120,6 +120,11 @@ class LabConfig:
         return self.lab_dir / "model"
 
     @property
+    def shared_dir(self) -> Path:
+        """Bind-mounted read-write at this same path in every node: the lab's shared filesystem."""
+        return self.lab_dir / "shared"
+
+    @property
     def nodes_dir(self) -> Path:
         return self.lab_dir / "nodes"
 

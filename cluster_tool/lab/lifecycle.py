@@ -69,6 +69,7 @@ class LabStatus:
     ssh_config: str = ""
     inventory: str = ""
     repo_url: str = ""
+    shared_dir: str = ""
     redfish: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeStatus] = field(default_factory=list)
     services: dict[str, bool] = field(default_factory=dict)
@@ -85,6 +86,7 @@ class LabStatus:
             "ssh_config": self.ssh_config,
             "inventory": self.inventory,
             "repo_url": self.repo_url,
+            "shared_dir": self.shared_dir,
             "redfish": self.redfish,
             "nodes": [vars(n) for n in self.nodes],
             "services": self.services,
@@ -176,6 +178,7 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
     nodes.ensure_bridge(config)
 
     model = hw.save(config.model_dir, build_model(plan, lab_name))
+    config.shared_dir.mkdir(parents=True, exist_ok=True)
     _write_fake_sysfs(config, model)
     _write_ssh_files(config, plan)
     _render_lab_inventory(config, plan)
@@ -471,6 +474,8 @@ def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
         {
             "lab_repo_url": f"{config.repo_url}/",
             "lab_apt_source": repo.apt_source_line(config),
+            # Same path on this machine and in every node (the gate's --workdir goes below it).
+            "lab_shared_dir": str(config.shared_dir),
             "ansible_user": "root",
             "ansible_ssh_private_key_file": str(config.ssh_key),
             "ansible_ssh_common_args": f"-F {config.ssh_config}",
@@ -609,6 +614,7 @@ def _status(config: LabConfig, state: LabState) -> LabStatus:
         ssh_config=str(config.ssh_config),
         inventory=str(config.inventory_dir),
         repo_url=f"{config.repo_url}/",
+        shared_dir=str(config.shared_dir),
         timings=dict(state.extra.get("timings", {})),
     )
     result.services = {

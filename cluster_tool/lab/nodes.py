@@ -4,7 +4,8 @@ around an overlay root over the cached base, booted by a tiny SysV-style init.
 Host-side objects of one node (all named from the lab prefix, all removed by `remove_node`):
 network namespace `<prefix>-<node>`, veth `<prefix><node>` on the bridge, a cgroup
 `<lab cgroup>/<node>` in every hierarchy, and `<labdir>/nodes/<node>/` (overlay upper,
-work, mount point, fake sysfs). Mounts live in the node's own mount namespace only.
+work, mount point, fake sysfs). Mounts live in the node's own mount namespace only, the
+bind mount of `<labdir>/shared` (same path in every node) included.
 """
 
 from __future__ import annotations
@@ -266,6 +267,7 @@ def start_node(
         "LAB_BASE": lower,
         "LAB_NODE_DIR": str(directory),
         "LAB_MODEL_DIR": str(config.model_dir),
+        "LAB_SHARED_DIR": str(config.shared_dir),
         "LAB_CGROUPS": "\n".join(lines),
     }
     argv = [

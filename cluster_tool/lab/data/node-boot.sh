@@ -3,7 +3,7 @@
 # node's network namespace (started by cluster_tool.lab.nodes), builds the node's root and
 # hands over to /sbin/lab-init. Everything mounted here lives and dies with the namespace.
 set -eu
-: "${LAB_NODE:?}" "${LAB_BASE:?}" "${LAB_NODE_DIR:?}" "${LAB_MODEL_DIR:?}"
+: "${LAB_NODE:?}" "${LAB_BASE:?}" "${LAB_NODE_DIR:?}" "${LAB_MODEL_DIR:?}" "${LAB_SHARED_DIR:?}"
 R="$LAB_NODE_DIR/root"
 
 mount --make-rprivate /
@@ -49,6 +49,10 @@ mount -t tmpfs -o nosuid,nodev,mode=755,size=64m run "$R/run"
 mkdir -p "$R/run/lock" "$R/run/lab-model" "$R/run/.oldroot"
 mount --bind "$LAB_MODEL_DIR" "$R/run/lab-model"
 mount -o remount,ro,bind "$R/run/lab-model"
+# The folder shared with the host at the same absolute path (a cluster's shared /home): the
+# gate writes job scripts there and reads the outputs Slurm writes on the nodes.
+mkdir -p "$R$LAB_SHARED_DIR"
+mount --bind "$LAB_SHARED_DIR" "$R$LAB_SHARED_DIR"
 
 cd "$R"
 pivot_root . run/.oldroot
