@@ -114,7 +114,8 @@ import sys
 
 # The simulator lives {depth} levels up, under {lib} (also when the package is unpacked
 # somewhere else to look at it).
-root = os.path.dirname(os.path.abspath(__file__))
+# realpath: the nccl_tests role runs us through links in /opt/nccl-tests/build.
+root = os.path.dirname(os.path.realpath(__file__))
 for _ in range({depth}):
     root = os.path.dirname(root)
 sys.path.insert(0, os.path.join(root, "{lib}"))

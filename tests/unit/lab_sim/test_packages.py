@@ -292,3 +292,18 @@ def test_loaded_driver_creates_the_gres_device_files(root: Path, tmp_path: Path)
     lsmod = f"/usr/bin/python3 -S -I {root}/usr/local/sbin/lsmod"
     subprocess.run(["unshare", "-m", "sh", "-c", lsmod], env=full, capture_output=True, check=True)
     assert not (dev / "nvidia3").exists() and (dev / "nvidia4").exists()
+
+
+def test_all_reduce_perf_runs_through_the_roles_link_in_opt(root: Path, tmp_path: Path) -> None:
+    # The nccl_tests role links /opt/nccl-tests/build/<tool> -> /usr/bin/<tool>; the wrapper
+    # must find its simulator from the link's target, not from the link's folder.
+    build = root / "opt" / "nccl-tests" / "build"
+    build.mkdir(parents=True, exist_ok=True)
+    link = build / "all_reduce_perf"
+    if not link.is_symlink():
+        link.symlink_to(root / "usr" / "bin" / "all_reduce_perf")
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "gpu001"}
+    done = _tool(root, "opt/nccl-tests/build/all_reduce_perf", ["-b", "8", "-e", "1M"],
+                 _model(tmp_path), **env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert parse_nccl_tests(done.stdout).complete
