@@ -221,11 +221,13 @@ def lab_cli(lab: LabHandle, *args: str) -> dict[str, Any]:
 HEALTH = ("--health", "--no-dcgm")
 
 
+@pytest.mark.converged
 def test_a_healthy_converged_lab_validates_with_no_error(converged: LabHandle) -> None:
     rc, report = validate(converged, "--health", "--fabric")
     assert errors(report) == [] and rc == 0
 
 
+@pytest.mark.converged
 @pytest.mark.parametrize(
     ("fault", "expected"),
     [
@@ -320,6 +322,7 @@ def sinfo(lab: LabHandle, node: str) -> str:
     return lab.ssh("head", f"sinfo -h -N -n {node} -o '%T|%E'").stdout.strip()
 
 
+@pytest.mark.converged
 def test_node_check_drains_and_resumes_through_slurm(converged: LabHandle) -> None:
     lab = converged
     if lab.ssh("head", "command -v sinfo").returncode:

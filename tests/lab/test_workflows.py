@@ -29,6 +29,10 @@ DBD_PASSWORD = "lab-dbd-Planted-secret-4410"
 # outputs need (`--gate-workdir`); the workflows run health + fabric + admission here.
 NO_GATE = "--no-gate"
 
+# Each test converges the lab with site.yml (minutes each on two cores): run with
+# `make lab-converged`, not in `make test` (see the marker's description in pyproject.toml).
+pytestmark = pytest.mark.converged
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
