@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
@@ -29,6 +28,7 @@ from cluster_tool.remote.fanout import (
     save_capture,
 )
 from cluster_tool.remote.probes import FABRIC_PROBES, HEALTH_PROBES, Probe
+from cluster_tool.report.junit import junit_xml as render_junit
 from cluster_tool.spec.models import Cluster
 
 __all__ = [
@@ -282,61 +282,12 @@ def _worst_first(findings: list[Finding]) -> list[Finding]:
 
 
 def junit_xml(result: ValidateResult) -> str:
-    """JUnit XML: a test suite per node (and one for the fabric), a test case per check id,
-    failed by its error findings; warnings are printed into the case's system-out."""
-    by_key: dict[tuple[str, str], list[Finding]] = {}
-    for f in result.report.findings:
-        # Fabric findings name nodes too, but belong to the fabric's suite.
-        suite = "fabric" if f.check.startswith("fabric.") else (f.node or "cluster")
-        by_key.setdefault((suite, f.check), []).append(f)
-    suites: list[tuple[str, tuple[str, ...]]] = []
-    summary = result.report.summary
-    if summary.get("health"):
-        suites += [(n, NODE_CHECKS) for n in result.nodes]
+    """JUnit XML of a validate run (`cluster_tool.report.junit`): a test suite per node checked
+    and one for the fabric, a test case per check that ran there, failed by its error findings."""
+    checks: dict[str, list[str]] = {}
+    if result.report.summary.get("health"):
+        checks.update({node: list(NODE_CHECKS) for node in result.nodes})
     if result.fabric_host is not None:
-        suites.append(("fabric", FABRIC_CHECKS))
-    known = {s for s, _ in suites}
-    for suite, _check in by_key:  # ids outside the lists still get their case
-        if suite not in known:
-            suites.append((suite, ()))
-            known.add(suite)
-    lines = ['<?xml version="1.0" encoding="UTF-8"?>']
-    total = sum(len(_cases(s, ids, by_key)) for s, ids in suites)
-    failures = sum(
-        1
-        for s, ids in suites
-        for c in _cases(s, ids, by_key)
-        if any(f.fails for f in by_key.get((s, c), []))
-    )
-    lines.append(f'<testsuites name="cluster-tool validate" tests="{total}" failures="{failures}">')
-    for suite, ids in suites:
-        cases = _cases(suite, ids, by_key)
-        failed = [c for c in cases if any(f.fails for f in by_key.get((suite, c), []))]
-        lines.append(
-            f'  <testsuite name={quoteattr(suite)} tests="{len(cases)}" failures="{len(failed)}">'
-        )
-        for check in cases:
-            found = by_key.get((suite, check), [])
-            lines.append(f"    <testcase classname={quoteattr(suite)} name={quoteattr(check)}>")
-            errors = [f for f in found if f.fails]
-            if errors:
-                text = "\n".join(f.message for f in errors)
-                lines.append(
-                    f"      <failure message={quoteattr(errors[0].message)} "
-                    f'type="{escape(check)}">{escape(text)}</failure>'
-                )
-            others = [f for f in found if not f.fails]
-            if others:
-                text = "\n".join(f"{f.severity}: {f.message}" for f in others)
-                lines.append(f"      <system-out>{escape(text)}</system-out>")
-            lines.append("    </testcase>")
-        lines.append("  </testsuite>")
-    lines.append("</testsuites>")
-    return "\n".join(lines) + "\n"
-
-
-def _cases(
-    suite: str, ids: tuple[str, ...], by_key: dict[tuple[str, str], list[Finding]]
-) -> list[str]:
-    extra = sorted(c for s, c in by_key if s == suite and c not in ids)
-    return [*ids, *extra]
+        checks["fabric"] = list(FABRIC_CHECKS)
+    findings = [f.model_dump() for f in result.report.findings]
+    return render_junit({"checks": checks}, findings, name="cluster-tool validate")
