@@ -101,6 +101,8 @@ def test_the_shared_folder_is_the_same_path_on_this_machine_and_in_every_node(
         assert (shared / f"seen-by-{node}").read_text().strip() == node
 
 
+# Needs Slurm converged by site.yml (minutes): `make lab-converged`, not `make test`.
+@pytest.mark.converged
 def test_single_and_pairs_pass_on_the_healthy_lab(converged: LabHandle, runs: Path) -> None:
     rc, data, err = gate(converged, runs, "healthy")
     assert rc == 0, (data.get("findings"), err[-3000:])
@@ -109,6 +111,8 @@ def test_single_and_pairs_pass_on_the_healthy_lab(converged: LabHandle, runs: Pa
     assert not [f for f in data["findings"] if f["severity"] in ("fail", "error")]
 
 
+# Needs Slurm converged by site.yml (minutes): `make lab-converged`, not `make test`.
+@pytest.mark.converged
 def test_a_slow_node_is_named_alone_drained_with_the_reason_and_back_after_heal_and_resume(
     converged: LabHandle, runs: Path
 ) -> None:
