@@ -216,13 +216,19 @@ def test_redfish_power_off_and_on_keeps_the_disk(lab: LabHandle) -> None:
     )
     system.reset_system(sushy.RESET_FORCE_OFF)
     deadline = time.monotonic() + 60
-    while lab.ssh(node, "true", timeout=10).returncode == 0:
-        assert time.monotonic() < deadline, "node still reachable after ForceOff"
-        time.sleep(1)
-    system.refresh()
-    assert system.power_state == sushy.POWER_STATE_OFF
-    assert lifecycle.status(lab.config).nodes[1].power_state == "Off"  # type: ignore[arg-type]
-    system.reset_system(sushy.RESET_ON)
+    try:
+        while lab.ssh(node, "true", timeout=10).returncode == 0:
+            assert time.monotonic() < deadline, "node still reachable after ForceOff"
+            time.sleep(1)
+        system.refresh()
+        assert system.power_state == sushy.POWER_STATE_OFF
+        # The lab's agent records the power state just after it stops the node: poll for it.
+        while _power_state(lab, node) != "Off":
+            assert time.monotonic() < deadline, "the lab never recorded the node as Off"
+            time.sleep(0.5)
+    finally:
+        # Power the node back on whatever happened, so later tests find the whole lab.
+        system.reset_system(sushy.RESET_ON)
     result = None
     while time.monotonic() < deadline + 30:
         time.sleep(1)
@@ -230,6 +236,14 @@ def test_redfish_power_off_and_on_keeps_the_disk(lab: LabHandle) -> None:
         if result.returncode == 0:
             break
     assert result is not None and result.stdout.strip() == "kept"
+    while _power_state(lab, node) != "On":
+        assert time.monotonic() < deadline + 60, "the lab never recorded the node as On"
+        time.sleep(0.5)
+
+
+def _power_state(lab: LabHandle, node: str) -> str:
+    by_name = {n.name: n for n in lifecycle.status(lab.config).nodes}  # type: ignore[arg-type]
+    return str(by_name[node].power_state)
 
 
 def test_a_second_up_reports_and_changes_nothing(lab: LabHandle) -> None:
