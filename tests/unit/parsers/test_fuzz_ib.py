@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from cluster_tool.errors import ParseError
 from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
@@ -17,6 +16,7 @@ from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
 from cluster_tool.parsers.ibstat import parse_ibstat, parse_ibstat_p, parse_ibstatus
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from tests.conftest import FIXTURES, read_real_output
+from tests.unit.parsers.mutations import mutated
 
 IB = FIXTURES / "parsers" / "ib"
 NCCL = FIXTURES / "parsers" / "nccl"
@@ -75,36 +75,6 @@ CASES: list[tuple[str, Callable[[str], Any], Callable[[], str]]] = [
 ]
 
 
-@st.composite
-def mutation(draw: st.DrawFn, text: str) -> str:
-    """One to three edits of the kinds real captures suffer: lines lost, doubled, cut, shuffled,
-    or bytes garbled."""
-    lines = text.splitlines(keepends=True) or [""]
-    for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["delete", "duplicate", "truncate", "reorder", "bytes"]))
-        i = draw(st.integers(0, max(0, len(lines) - 1)))
-        if kind == "delete" and lines:
-            j = draw(st.integers(i, min(len(lines), i + 5)))
-            del lines[i:j]
-        elif kind == "duplicate" and lines:
-            lines.insert(i, lines[i])
-        elif kind == "truncate":
-            joined = "".join(lines)
-            cut = draw(st.integers(0, len(joined)))
-            lines = joined[:cut].splitlines(keepends=True)
-        elif kind == "reorder" and len(lines) > 1:
-            j = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif kind == "bytes":
-            noise = draw(st.binary(min_size=1, max_size=12)).decode("latin-1")
-            line = lines[i] if lines else ""
-            at = draw(st.integers(0, len(line)))
-            replace = draw(st.booleans())
-            lines[i : i + 1] = [line[:at] + noise + line[at + len(noise) * replace :]]
-        lines = lines or [""]
-    return "".join(lines)
-
-
 @pytest.mark.parametrize(("name", "parse", "load"), CASES, ids=[c[0] for c in CASES])
 def test_mutated_fixture_parses_or_raises_parse_error(
     name: str, parse: Callable[[str], Any], load: Callable[[], str]
@@ -118,7 +88,7 @@ def test_mutated_fixture_parses_or_raises_parse_error(
         derandomize=True,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-    @given(mutation(text))
+    @given(mutated(text))
     def check(mutated: str) -> None:
         try:
             records = parse(mutated)

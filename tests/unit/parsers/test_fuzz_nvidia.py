@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from cluster_tool.errors import ParseError
 from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
@@ -20,6 +19,7 @@ from cluster_tool.parsers.nvidia_smi import parse_gpu_section, parse_nvidia_smi_
 from cluster_tool.parsers.nvidia_topo import parse_topo_matrix
 from cluster_tool.parsers.nvlink import parse_nvlink_status
 from tests.unit.parsers._nvidia import fixture, real
+from tests.unit.parsers.mutations import mutated
 
 QUERY_FIELDS = (
     "index,name,pci.bus_id,uuid,serial,persistence_mode,pstate,temperature.gpu,memory.total,"
@@ -94,33 +94,6 @@ CASES: list[tuple[str, Callable[[str], Any], Callable[[], str]]] = [
         for name in ("dmesg_xid79_sxid20034_hgx.txt", "kernel_log_xid_variants_hand_built.txt")
     ),
 ]
-
-
-@st.composite
-def mutated(draw: st.DrawFn, text: str) -> str:
-    """One to three of the edits captured text suffers: a line lost, doubled or moved, the
-    capture cut short, or random bytes (any code point, line separators included) dropped in."""
-    lines = text.splitlines(keepends=True) or [""]
-    for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["delete", "duplicate", "truncate", "reorder", "bytes"]))
-        i = draw(st.integers(0, len(lines) - 1))
-        if kind == "delete" and len(lines) > 1:
-            del lines[i]
-        elif kind == "duplicate":
-            lines.insert(i, lines[i])
-        elif kind == "truncate":
-            joined = "".join(lines)
-            lines = joined[: draw(st.integers(0, len(joined)))].splitlines(keepends=True) or [""]
-        elif kind == "reorder":
-            j = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        else:
-            noise = draw(st.binary(min_size=1, max_size=12)).decode("latin-1")
-            line = lines[i]
-            at = draw(st.integers(0, len(line)))
-            replace = draw(st.booleans())
-            lines[i] = line[:at] + noise + line[at + (len(noise) if replace else 0) :]
-    return "".join(lines)
 
 
 @pytest.mark.parametrize(("name", "parse", "load"), CASES, ids=[c[0] for c in CASES])
