@@ -7,7 +7,8 @@ system once a second; that is what makes a requested restart actually happen.
 
 Power Off stops the node; power On boots it; On with the boot override target `Pxe`
 boots it from a wiped overlay (re-image) and then sets the target back to `Hdd`, as a
-one-time override does on a real BMC.
+one-time override does on a real BMC. A node the model marks dead (`lab inject node-down`)
+stays dark whatever its BMC is asked: the operating system never comes back.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Agent:
         if power == "Off":
             log.info("%s: power off", node)
             lifecycle.power_off_node(self.config, node)
+        elif self._dead(node):
+            log.info("%s: power on, but the node is dead (lab fault node-down): stays dark", node)
         else:
             reimage = system.get("boot_device") == "Pxe"
             log.info("%s: power on%s", node, " from PXE (re-image)" if reimage else "")
@@ -88,6 +91,13 @@ class Agent:
                 if address:
                     bmc.set_boot_target(address, current.lab, node, "Hdd")
         self.power[node] = power
+
+    def _dead(self, node: str) -> bool:
+        try:
+            current = hw.load(self.config.model_dir)
+            return bool(getattr(current.node(node), "down", False))
+        except (ClusterToolError, KeyError):
+            return False
 
 
 def serve(config: LabConfig) -> None:

@@ -5,16 +5,22 @@ Tests use the `lab` fixture (a `LabHandle`): `lab.ssh(node, command)`, `lab.conf
 `lab.status`, `lab.inventory`, `lab.ssh_config`, `lab.ibsim(command)`. The test lab runs on
 its own bridge, prefix and subnet (10.79.0.0/24), so a demo lab can run beside it.
 Needs root: skipped locally without it, a failure on CI (env CI set).
+
+Tests marked `converged` share one bring-up from bare nodes: the session fixture `converged`
+(a `Converged`: the lab, the run-record folder, the bring-up's summary). They run after every
+other lab test (some of those re-image or rebuild nodes), in file order.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,6 +31,11 @@ from tests.conftest import REPO
 TEST_SUBNET = os.environ.get("CLUSTER_TOOL_TEST_LAB_NET", "10.79.0")
 TEST_PREFIX = os.environ.get("CLUSTER_TOOL_TEST_LAB_PREFIX", "ctt")
 TEST_BRIDGE = f"{TEST_PREFIX}lab0"
+CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
+
+# Planted so that tests can grep every run record for them (see test_workflows.py).
+BMC_PASSWORD = "lab-bmc-Planted-secret-7731"
+DBD_PASSWORD = "lab-dbd-Planted-secret-4410"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,6 +44,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.lab)
+    # Converged tests last: other lab tests re-image nodes or rebuild the whole lab, which
+    # would undo the one converge they share. The sort is stable, so file order stays.
+    items.sort(key=lambda item: item.get_closest_marker("converged") is not None)
 
 
 def require_root() -> None:
@@ -150,3 +164,84 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
         lifecycle.down(config)
     left = leftovers(config)
     assert not left, f"lab down left these behind: {left}"
+
+
+@dataclass
+class Converged:
+    """The lab after `cluster-tool bringup` from bare nodes, shared by every converged test."""
+
+    lab: LabHandle
+    runs: Path  # CLUSTER_TOOL_RUNS_DIR of every command the converged tests run
+    bringup: dict[str, Any]  # the bring-up's --json summary
+
+    @property
+    def gate_root(self) -> Path:
+        """Gate work folders go below the lab's shared folder (same path in every node)."""
+        return Path(self.lab.config.shared_dir)  # type: ignore[attr-defined]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "CLUSTER_TOOL_RUNS_DIR": str(self.runs),
+                "CLUSTER_TOOL_LAB_DIR": str(self.lab.config.lab_dir),  # type: ignore[attr-defined]
+                "LAB_BMC_USERNAME": "lab",
+                "LAB_BMC_PASSWORD": BMC_PASSWORD,
+                "CLUSTER_TOOL_SLURMDBD_PASSWORD": DBD_PASSWORD,
+            }
+        )
+        return env
+
+    def common(self) -> list[str]:
+        """Options every workflow command needs in the lab."""
+        return [
+            "--inventory", str(self.lab.inventory),
+            "--ssh-config", str(self.lab.ssh_config),
+            "--slurm-via", "head",
+        ]  # fmt: skip
+
+    def run(self, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+        """`cluster-tool ARGS` with the lab's environment; never raises on a non-zero exit."""
+        return subprocess.run(
+            [*CLI, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=self.env(),
+        )
+
+    def run_json(self, *args: str, timeout: float = 3600) -> tuple[int, dict[str, Any], str]:
+        """`cluster-tool ARGS --json`: exit code, the parsed JSON ({} if none), stderr."""
+        proc = self.run(*args, "--json", timeout=timeout)
+        try:
+            data = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        except ValueError:
+            data = {}
+        return proc.returncode, data, proc.stderr
+
+    def sinfo(self) -> dict[str, tuple[str, str]]:
+        """Node -> (state without Slurm's suffix flags, reason)."""
+        out = self.lab.ssh("head", "sinfo -h -N -o '%N|%T|%E'")
+        assert out.returncode == 0, out.stderr
+        states: dict[str, tuple[str, str]] = {}
+        for line in out.stdout.splitlines():
+            name, state, reason = [*line.split("|", 2), "", ""][:3]
+            # `idle*` is idle and not responding yet; the state is the word.
+            states.setdefault(name, (state.rstrip("*~#!%$@^-"), reason))
+        return states
+
+
+@pytest.fixture(scope="session")
+def converged(lab: LabHandle, tmp_path_factory: pytest.TempPathFactory) -> Converged:
+    """The whole bring-up workflow from bare nodes (site.yml, validation, the gate through
+    real Slurm, admission), once per session; every converged test starts from it."""
+    runs = tmp_path_factory.mktemp("converged-runs")
+    handle = Converged(lab=lab, runs=runs, bringup={})
+    rc, summary, err = handle.run_json(
+        "bringup", str(lab.spec), *handle.common(),
+        "--gate-workdir", str(handle.gate_root / "bringup-gate"),
+    )  # fmt: skip
+    assert rc == 0, err[-4000:]
+    handle.bringup = summary
+    return handle

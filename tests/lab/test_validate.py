@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.lab.conftest import LabHandle
+from tests.lab.conftest import Converged, LabHandle
 
 CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
 
@@ -186,22 +186,10 @@ def test_an_unreachable_node_is_a_finding_and_exit_3(lab: LabHandle, tmp_path: P
 # --- health: needs the converged lab and `lab inject` ---------------------------------------
 
 
-def _has_simulators(lab: LabHandle) -> bool:
-    return lab.ssh("gpu001", "command -v nvidia-smi && command -v ibstat").returncode == 0
-
-
-def _has_inject() -> bool:
-    proc = subprocess.run([*CLI, "lab", "inject", "--help"], capture_output=True, text=True)
-    return proc.returncode == 0
-
-
 @pytest.fixture
-def converged(lab: LabHandle) -> LabHandle:
-    if not _has_simulators(lab):
-        pytest.skip("the lab is not converged: no simulated nvidia-smi/ibstat on gpu001")
-    if not _has_inject():
-        pytest.skip("`cluster-tool lab inject` is not there yet")
-    return lab
+def converged_lab(converged: Converged) -> LabHandle:
+    """The session's converged lab (one bring-up from bare nodes, shared; see conftest.py)."""
+    return converged.lab
 
 
 def lab_cli(lab: LabHandle, *args: str) -> dict[str, Any]:
@@ -222,8 +210,8 @@ HEALTH = ("--health", "--no-dcgm")
 
 
 @pytest.mark.converged
-def test_a_healthy_converged_lab_validates_with_no_error(converged: LabHandle) -> None:
-    rc, report = validate(converged, "--health", "--fabric")
+def test_a_healthy_converged_lab_validates_with_no_error(converged_lab: LabHandle) -> None:
+    rc, report = validate(converged_lab, "--health", "--fabric")
     assert errors(report) == [] and rc == 0
 
 
@@ -239,9 +227,9 @@ def test_a_healthy_converged_lab_validates_with_no_error(converged: LabHandle) -
     ],
 )
 def test_each_injected_node_fault_is_found_and_heals(
-    converged: LabHandle, fault: tuple[str, ...], expected: tuple[str, str, str | None]
+    converged_lab: LabHandle, fault: tuple[str, ...], expected: tuple[str, str, str | None]
 ) -> None:
-    lab = converged
+    lab = converged_lab
     record = lab_cli(lab, "inject", *fault)
     try:
         rc, report = until(lab, HEALTH, lambda r: expected in errors(r))
@@ -323,8 +311,8 @@ def sinfo(lab: LabHandle, node: str) -> str:
 
 
 @pytest.mark.converged
-def test_node_check_drains_and_resumes_through_slurm(converged: LabHandle) -> None:
-    lab = converged
+def test_node_check_drains_and_resumes_through_slurm(converged_lab: LabHandle) -> None:
+    lab = converged_lab
     if lab.ssh("head", "command -v sinfo").returncode:
         pytest.skip("Slurm is not installed in the lab")
     install_cluster_tool(lab, "gpu002")

@@ -1,9 +1,11 @@
-"""The three workflows end to end on the emulated cluster, through real Slurm (on the head) and
-the sushy-tools Redfish emulators: bring-up from bare nodes, a cable swap named and drained,
-a rolling re-image beside a running job, kill -9 + --resume, validate after maintenance, and no
-secret in any run record.
+"""The three workflows end to end on the emulated cluster, through real Slurm (on the head), the
+real gate (its jobs in the lab's shared folder) and the sushy-tools Redfish emulators.
 
-The tests share one bring-up (module fixture) and run in file order, as an operator would."""
+The session's one bring-up from bare nodes (`converged` in conftest.py) is the first workflow
+under test; the tests below run in file order after it, as an operator would: a second bring-up
+that must change nothing and name a cable swap, a dry run, a rolling re-image beside running
+jobs, kill -9 + --resume, a node that never comes back, validate after maintenance, and no
+secret in any run record."""
 
 from __future__ import annotations
 
@@ -12,263 +14,279 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
-from tests.lab.conftest import LabHandle
+from tests.lab.conftest import BMC_PASSWORD, CLI, DBD_PASSWORD, Converged
 
-CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
-BMC_PASSWORD = "lab-bmc-Planted-secret-7731"
-DBD_PASSWORD = "lab-dbd-Planted-secret-4410"
-
-# The lab has no filesystem shared between this machine and the nodes, which the gate's job
-# outputs need (`--gate-workdir`); the workflows run health + fabric + admission here.
-NO_GATE = "--no-gate"
-
-# Each test converges the lab with site.yml (minutes each on two cores): run with
-# `make lab-converged`, not in `make test` (see the marker's description in pyproject.toml).
 pytestmark = pytest.mark.converged
 
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("runs")
-
-
-def _env(lab: LabHandle, runs: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {
-            "CLUSTER_TOOL_RUNS_DIR": str(runs),
-            "CLUSTER_TOOL_LAB_DIR": str(lab.config.lab_dir),  # type: ignore[attr-defined]
-            "LAB_BMC_USERNAME": "lab",
-            "LAB_BMC_PASSWORD": BMC_PASSWORD,
-            "CLUSTER_TOOL_SLURMDBD_PASSWORD": DBD_PASSWORD,
-        }
-    )
-    return env
+GPU_NODES = ("gpu001", "gpu002", "gpu003", "gpu004")
+# The daemons a no-change converge must leave running as they were (host, process name).
+DAEMONS = (
+    ("head", "slurmctld"),
+    ("head", "slurmdbd"),
+    ("head", "munged"),
+    *((node, "slurmd") for node in GPU_NODES),
+    *((node, "munged") for node in GPU_NODES),
+)
 
 
-def _common(lab: LabHandle) -> list[str]:
+def bringup(c: Converged, *extra: str) -> tuple[int, dict[str, Any], str]:
+    return c.run_json(
+        "bringup", str(c.lab.spec), *c.common(),
+        "--gate-workdir", str(c.gate_root / f"bringup-{time.monotonic_ns()}"), *extra,
+    )  # fmt: skip
+
+
+def reimage_args(c: Converged, *extra: str) -> list[str]:
     return [
-        "--inventory", str(lab.inventory),
-        "--ssh-config", str(lab.ssh_config),
-        "--slurm-via", "head",
+        "reimage", str(c.lab.spec), *c.common(), "--no-gate",
+        "--insecure-bmc", "--bmc-scheme", "http", "--ssh-timeout", "600", *extra,
     ]  # fmt: skip
 
 
-def cli(
-    lab: LabHandle, runs: Path, *args: str, timeout: float = 3600
-) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run(
-        [*CLI, *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env=_env(lab, runs),
-    )
-    try:
-        data = json.loads(proc.stdout) if proc.stdout.strip() else {}
-    except ValueError:
-        data = {}
-    return proc.returncode, data, proc.stderr
+def journal(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    text = (Path(summary["run_dir"]) / "journal.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def sinfo(lab: LabHandle) -> dict[str, tuple[str, str]]:
-    out = lab.ssh("head", "sinfo -h -N -o '%N|%T|%E'")
-    assert out.returncode == 0, out.stderr
-    states: dict[str, tuple[str, str]] = {}
-    for line in out.stdout.splitlines():
-        name, state, reason = [*line.split("|", 2), "", ""][:3]
-        states.setdefault(name, (state, reason))
-    return states
+def converge_stats(summary: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per-host counters of the run's site.yml, from the runner events in the run record."""
+    for path in (Path(summary["run_dir"]) / "ansible").rglob("job_events/*.json"):
+        event = json.loads(path.read_text())
+        if event.get("event") == "playbook_on_stats":
+            data = event["event_data"]
+            keys = ("ok", "changed", "failures", "dark")
+            hosts = set().union(*(data.get(k) or {} for k in keys))
+            return {h: {k: (data.get(k) or {}).get(h, 0) for k in keys} for h in hosts}
+    raise AssertionError(f"no playbook_on_stats event under {summary['run_dir']}")
 
 
-def lab_cli(lab: LabHandle, runs: Path, *args: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [*CLI, "lab", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=_env(lab, runs),
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout) if proc.stdout.strip() else {}
-
-
-@pytest.fixture(scope="module")
-def brought_up(lab: LabHandle, runs: Path) -> Iterator[tuple[LabHandle, dict[str, Any]]]:
-    rc, summary, err = cli(lab, runs, "bringup", str(lab.spec), *_common(lab), NO_GATE)
-    assert rc == 0, err[-3000:]
-    yield lab, summary
+def daemon_pids(c: Converged) -> dict[tuple[str, str], str]:
+    pids = {}
+    for host, name in DAEMONS:
+        out = c.lab.ssh(host, f"pgrep -xo {name}")
+        assert out.returncode == 0, f"{name} is not running on {host}"
+        pids[(host, name)] = out.stdout.strip()
+    return pids
 
 
 def test_bringup_from_bare_nodes_ends_with_every_node_idle_and_a_passing_report(
-    brought_up: tuple[LabHandle, dict[str, Any]],
+    converged: Converged,
 ) -> None:
-    lab, summary = brought_up
-    states = sinfo(lab)
-    assert {n: states[n][0] for n in ("gpu001", "gpu002", "gpu003", "gpu004")} == dict.fromkeys(
-        ("gpu001", "gpu002", "gpu003", "gpu004"), "idle"
-    )
+    summary = converged.bringup
     assert summary["verdict"] == "pass"
+    phases = {p["name"]: p["status"] for p in summary["phases"]}
+    assert phases["converge"] == "passed"
+    assert phases["gate"] == "passed", summary["phases"]
+    states = converged.sinfo()
+    assert {n: states[n][0] for n in GPU_NODES} == dict.fromkeys(GPU_NODES, "idle")
     run_dir = Path(summary["run_dir"])
-    for name in ("summary.json", "findings.json", "junit.xml", "report.html", "journal.jsonl"):
-        if name == "journal.jsonl":
-            continue  # bring-up's steps are the ansible events, under ansible/
+    for name in ("summary.json", "findings.json", "junit.xml", "report.html"):
         assert (run_dir / name).is_file(), name
     assert list((run_dir / "ansible").rglob("job_events/*.json")), "runner events kept"
     assert list((run_dir / "raw").rglob("*.out")), "raw outputs kept"
+    stats = converge_stats(summary)
+    assert set(stats) >= {"head", *GPU_NODES}
+    assert all(s["changed"] > 0 for h, s in stats.items() if h in GPU_NODES), "from bare nodes"
 
 
-def test_bringup_with_a_cable_swap_drains_that_node_names_the_swap_and_exits_1(
-    brought_up: tuple[LabHandle, dict[str, Any]], runs: Path
+def test_slurm_sees_every_node_with_its_gpus_and_runs_a_job_on_all_four(
+    converged: Converged,
 ) -> None:
-    lab, _ = brought_up
-    fault = lab_cli(lab, runs, "inject", "cable-swap", "gpu002", "mlx5_0", "mlx5_1")
+    lab = converged.lab
+    gres = lab.ssh("head", "sinfo -h -N -o '%N %G'")
+    assert gres.returncode == 0, gres.stderr
+    seen = dict(line.split(None, 1) for line in gres.stdout.splitlines())
+    assert all(seen[n].startswith("gpu:") and ":8" in seen[n] for n in GPU_NODES), seen
+    job = lab.ssh("head", "srun -N4 hostname", timeout=180)
+    assert job.returncode == 0, job.stderr
+    assert sorted(job.stdout.split()) == list(GPU_NODES)
+    # The rendered nccl.conf is what the nccl role installed, byte for byte.
+    rendered = (lab.inventory / "nccl.conf").read_text()
+    for node in GPU_NODES:
+        assert lab.ssh(node, "cat /etc/nccl.conf").stdout == rendered, node
+        key = lab.ssh(node, "stat -c '%a %U' /etc/munge/munge.key").stdout.split()
+        assert key == ["400", "munge"], (node, key)
+
+
+def test_a_second_bringup_changes_nothing_restarts_nothing_and_names_a_cable_swap(
+    converged: Converged,
+) -> None:
+    c = converged
+    before = daemon_pids(c)
+    rc, fault, err = c.run_json("lab", "inject", "cable-swap", "gpu002", "mlx5_0", "mlx5_1")
+    assert rc == 0, err
     try:
-        rc, summary, err = cli(lab, runs, "bringup", str(lab.spec), *_common(lab), NO_GATE)
-        assert rc == 1, err[-2000:]
-        state, reason = sinfo(lab)["gpu002"]
+        rc, summary, err = bringup(c)
+        assert rc == 1, err[-3000:]
+        stats = converge_stats(summary)
+        assert {h: s["changed"] for h, s in stats.items()} == dict.fromkeys(stats, 0)
+        assert not any(s["failures"] or s["dark"] for s in stats.values()), stats
+        assert daemon_pids(c) == before, "a no-change converge restarted a daemon"
+        state, reason = c.sinfo()["gpu002"]
         assert state.startswith("drain"), (state, reason)
         assert "swapped" in reason
         findings = json.loads((Path(summary["run_dir"]) / "findings.json").read_text())
         assert any(
             f["check"] == "fabric.swapped" and f["node"] == "gpu002" for f in findings["findings"]
         )
-        assert sinfo(lab)["gpu001"][0] == "idle"
+        assert {n: c.sinfo()[n][0] for n in ("gpu001", "gpu003", "gpu004")} == dict.fromkeys(
+            ("gpu001", "gpu003", "gpu004"), "idle"
+        )
     finally:
-        lab_cli(lab, runs, "heal", str(fault.get("id", "--all")))
-    rc, summary, err = cli(
-        lab, runs, "bringup", str(lab.spec), *_common(lab), NO_GATE, "--retry-failed"
-    )
-    assert rc == 0, err[-2000:]
+        heal = c.run("lab", "heal", str(fault.get("id", "--all")))
+        assert heal.returncode == 0, heal.stderr
+    rc, summary, err = bringup(c, "--retry-failed")
+    assert rc == 0, err[-3000:]
     assert summary["inputs"]["limit"] == "gpu002"
-    assert sinfo(lab)["gpu002"][0] == "idle"
+    assert c.sinfo()["gpu002"][0] == "idle"
 
 
-def _reimage_args(lab: LabHandle, *extra: str) -> list[str]:
-    return [
-        "reimage", str(lab.spec), *_common(lab), NO_GATE,
-        "--insecure-bmc", "--bmc-scheme", "http", "--ssh-timeout", "600", *extra,
-    ]  # fmt: skip
-
-
-def test_reimage_two_nodes_one_at_a_time_while_a_job_runs_on_a_third(
-    brought_up: tuple[LabHandle, dict[str, Any]], runs: Path
+def test_check_mode_on_the_converged_lab_reports_no_change_and_no_failure(
+    converged: Converged,
 ) -> None:
-    lab, _ = brought_up
+    c = converged
+    rc, summary, err = c.run_json("bringup", str(c.lab.spec), *c.common(), "--check")
+    assert rc == 0, err[-3000:]
+    stats = converge_stats(summary)
+    assert set(stats) >= {"head", *GPU_NODES}
+    assert {h: s["changed"] for h, s in stats.items()} == dict.fromkeys(stats, 0)
+    assert not any(s["failures"] or s["dark"] for s in stats.values()), stats
+
+
+def test_reimage_two_nodes_one_at_a_time_beside_running_jobs(converged: Converged) -> None:
+    """gpu001 and gpu002 re-imaged (batch 1) while a long job runs on gpu004, which must
+    survive, and a short one on gpu001, which the drain must wait for (never kill it)."""
+    c, lab = converged, converged.lab
     for node in ("gpu001", "gpu002"):
         assert lab.ssh(node, "echo before > /root/reimage-marker").returncode == 0
-    job = lab.ssh("head", "sbatch --parsable -w gpu004 -N1 --wrap 'sleep 900'")
-    assert job.returncode == 0, job.stderr
-    job_id = job.stdout.strip().split(";")[0]
+    long_job = lab.ssh("head", "sbatch --parsable -w gpu004 -N1 --wrap 'sleep 1800'")
+    short_job = lab.ssh("head", "sbatch --parsable -w gpu001 -N1 --wrap 'sleep 45'")
+    assert long_job.returncode == 0 and short_job.returncode == 0, (long_job, short_job)
+    long_id, short_id = (j.stdout.strip().split(";")[0] for j in (long_job, short_job))
     try:
-        rc, summary, err = cli(
-            lab, runs, *_reimage_args(lab, "--nodes", "gpu[001-002]", "--batch", "1")
-        )
+        rc, summary, err = c.run_json(*reimage_args(c, "--nodes", "gpu[001-002]", "--batch", "1"))
         assert rc == 0, err[-3000:]
-        squeue = lab.ssh("head", f"squeue -h -j {job_id} -o %T")
+        squeue = lab.ssh("head", f"squeue -h -j {long_id} -o %T")
         assert squeue.stdout.strip() == "RUNNING", "the job on gpu004 survived"
         for node in ("gpu001", "gpu002"):
             assert lab.ssh(node, "test -e /root/reimage-marker").returncode == 1, "came back bare"
-            assert sinfo(lab)[node][0] == "idle"
-        journal = [
-            json.loads(line)
-            for line in (Path(summary["run_dir"]) / "journal.jsonl").read_text().splitlines()
-        ]
-        done = [(e["node"], e["step"]) for e in journal if e["status"] == "done" and e["node"]]
+            assert c.sinfo()[node][0] == "idle"
+            assert summary["nodes"][node]["verdict"] == "pass"
+        entries = journal(summary)
+        done = [(e["node"], e["step"]) for e in entries if e["status"] == "done" and e["node"]]
         assert done.index(("gpu001", "admit")) < done.index(("gpu002", "drain")), "one at a time"
+        drain = next(
+            e for e in entries if (e["node"], e["step"], e["status"]) == ("gpu001", "drain", "done")
+        )
+        waited = float(drain["detail"].split()[1])
+        assert waited >= 20, f"the drain did not wait for job {short_id}: {drain}"
+        state = lab.ssh("head", f"sacct -n -X -j {short_id} -o State").stdout.split()
+        assert state == ["COMPLETED"], "the job on gpu001 ended on its own; nothing killed it"
     finally:
-        lab.ssh("head", f"scancel {job_id}")
-
-
-def test_a_drain_waits_for_the_job_on_a_target_node(
-    brought_up: tuple[LabHandle, dict[str, Any]], runs: Path
-) -> None:
-    lab, _ = brought_up
-    job = lab.ssh("head", "sbatch --parsable -w gpu003 -N1 --wrap 'sleep 45'")
-    job_id = job.stdout.strip().split(";")[0]
-    started = time.monotonic()
-    rc, summary, err = cli(lab, runs, *_reimage_args(lab, "--nodes", "gpu003"))
-    assert rc == 0, err[-3000:]
-    journal = (Path(summary["run_dir"]) / "journal.jsonl").read_text()
-    drain = next(
-        json.loads(ln) for ln in journal.splitlines() if '"drain"' in ln and '"done"' in ln
-    )
-    waited = float(drain["detail"].split()[1])
-    assert waited >= 20, f"the drain did not wait for job {job_id}: {drain}"
-    assert time.monotonic() - started >= 30
-    state = lab.ssh("head", f"sacct -n -X -j {job_id} -o State").stdout.split()
-    assert state == ["COMPLETED"], "the job ended on its own; nothing killed it"
+        lab.ssh("head", f"scancel {long_id}")
 
 
 def test_sigkill_mid_batch_then_resume_finishes_without_reimaging_twice(
-    brought_up: tuple[LabHandle, dict[str, Any]], runs: Path
+    converged: Converged,
 ) -> None:
-    lab, _ = brought_up
+    c = converged
     proc = subprocess.Popen(
-        [*CLI, *_reimage_args(lab, "--nodes", "gpu[002-003]", "--batch", "1"), "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(lab, runs),
+        [*CLI, *reimage_args(c, "--nodes", "gpu003"), "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=c.env(),
     )
+    before = set(c.runs.glob("*/journal.jsonl"))
     deadline = time.monotonic() + 900
-    journal: Path | None = None
-    while time.monotonic() < deadline:
-        found = sorted(runs.glob("*/journal.jsonl"), key=lambda p: p.stat().st_mtime)
-        journal = found[-1] if found else None
-        if journal and any(
-            json.loads(ln).get("step") == "power-on" and json.loads(ln).get("status") == "done"
-            for ln in journal.read_text().splitlines()
-            if ln.strip()
+    path: Path | None = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = set(c.runs.glob("*/journal.jsonl")) - before
+        path = next(iter(found), None)
+        if path and any(
+            (e.get("step"), e.get("status")) == ("power-on", "done")
+            for e in (json.loads(ln) for ln in path.read_text().splitlines() if ln.strip())
         ):
             break
-        time.sleep(1)
+        time.sleep(0.5)
+    assert proc.poll() is None, "the re-image ended before it could be killed mid-batch"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert journal is not None
-    run_id = journal.parent.name
-    rc, summary, err = cli(lab, runs, *_reimage_args(lab, "--resume", run_id))
+    assert path is not None
+    rc, summary, err = c.run_json(*reimage_args(c, "--resume", path.parent.name))
     assert rc == 0, err[-3000:]
-    entries = [json.loads(ln) for ln in journal.read_text().splitlines() if ln.strip()]
+    entries = journal(summary)
     pxe = [e["node"] for e in entries if e["step"] == "pxe-override" and e["status"] == "done"]
-    assert sorted(pxe) == ["gpu002", "gpu003"], "each node PXE-booted exactly once"
-    assert summary["nodes"]["gpu002"]["verdict"] == "pass"
+    assert pxe == ["gpu003"], "the node PXE-booted exactly once"
+    assert summary["nodes"]["gpu003"]["verdict"] == "pass"
+    assert c.sinfo()["gpu003"][0] == "idle"
+
+
+def test_a_node_that_never_comes_back_stays_drained_and_stops_the_run(
+    converged: Converged,
+) -> None:
+    """gpu001's hardware dies (its BMC powers it on, nothing boots): it stays drained with the
+    reason, counts toward --max-fail 0, and the run stops before gpu004's batch."""
+    c, lab = converged, converged.lab
+    rc, fault, err = c.run_json("lab", "inject", "node-down", "gpu001")
+    assert rc == 0, err
+    try:
+        rc, summary, err = c.run_json(
+            "reimage", str(lab.spec), *c.common(), "--no-gate", "--insecure-bmc",
+            "--bmc-scheme", "http", "--ssh-timeout", "45", "--drain-timeout", "30",
+            "--nodes", "gpu[001,004]", "--batch", "1", "--max-fail", "0",
+        )  # fmt: skip
+        assert rc == 1, err[-3000:]
+        state, reason = c.sinfo()["gpu001"]
+        assert state.startswith(("drain", "down")), (state, reason)
+        assert reason.startswith("cluster-tool"), reason
+        assert summary["nodes"]["gpu001"]["verdict"] == "fail"
+        assert summary["stopped"], summary.get("phases")
+        touched = {e["node"] for e in journal(summary) if e["node"]}
+        assert "gpu004" not in touched, "the run went on past --max-fail"
+        assert c.sinfo()["gpu004"][0] == "idle"
+    finally:
+        heal = c.run("lab", "heal", str(fault.get("id", "--all")))
+        assert heal.returncode == 0, heal.stderr
+    # The hardware is repaired: validated after maintenance and admitted again.
+    rc, summary, err = c.run_json(
+        "validate-after", str(lab.spec), "--nodes", "gpu001", "--admit",
+        "--ssh-config", str(lab.ssh_config), "--slurm-via", "head",
+        "--gate-workdir", str(c.gate_root / "validate-after-gpu001"),
+    )  # fmt: skip
+    assert rc == 0, err[-3000:]
+    assert c.sinfo()["gpu001"][0] == "idle"
 
 
 def test_validate_after_maintenance_on_a_leaf_checks_its_nodes_and_the_whole_fabric(
-    brought_up: tuple[LabHandle, dict[str, Any]], runs: Path
+    converged: Converged,
 ) -> None:
-    lab, _ = brought_up
-    # `validate --after-maintenance` runs the same workflow; `validate-after` takes --no-gate.
-    rc, summary, err = cli(
-        lab, runs, "validate-after", str(lab.spec), "--switch", "su1-leaf-r0",
-        "--ssh-config", str(lab.ssh_config), "--slurm-via", "head", NO_GATE,
+    c = converged
+    rc, summary, err = c.run_json(
+        "validate-after", str(c.lab.spec), "--switch", "su1-leaf-r0",
+        "--ssh-config", str(c.lab.ssh_config), "--slurm-via", "head",
+        "--gate-workdir", str(c.gate_root / "validate-after"),
     )  # fmt: skip
     assert rc == 0, err[-3000:]
     assert [p["name"] for p in summary["phases"]][:2] == ["fabric", "health"]
     # The lab's one SU: every node has an HCA on each rail's leaf.
-    assert sorted(summary["nodes"]) == ["gpu001", "gpu002", "gpu003", "gpu004"]
+    assert sorted(summary["nodes"]) == list(GPU_NODES)
     assert "fabric" in summary["checks"]
 
 
-def test_no_secret_in_any_run_record(
-    brought_up: tuple[LabHandle, dict[str, Any]], runs: Path
-) -> None:
+def test_no_secret_in_any_run_record(converged: Converged) -> None:
     secrets = [BMC_PASSWORD, DBD_PASSWORD]
     # Where the slurm role generates the munge key (it is never in the repository).
     munge = Path.home() / ".cluster-tool" / "secrets" / "lab" / "munge.key"
     assert munge.is_file(), "bring-up generated no munge key where the slurm role keeps it"
     secrets.append(munge.read_text().strip())
-    for path in runs.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            for secret in secrets:
-                assert secret.encode() not in data, f"a secret is in {path}"
+    records = [p for p in converged.runs.rglob("*") if p.is_file()]
+    assert len(records) > 100, "the converged tests left their run records here"
+    for path in records:
+        data = path.read_bytes()
+        for secret in secrets:
+            assert secret.encode() not in data, f"a secret is in {path}"
