@@ -1,16 +1,25 @@
 """Converge the lab with site.yml twice and print first-run vs no-op-run wall time side by side.
 
 Usage: .venv/bin/python benchmarks/converge.py [--fresh] [--inventory DIR] [-e KEY=VALUE ...]
+       .venv/bin/python benchmarks/converge.py --count ARTIFACT_DIR [ARTIFACT_DIR ...]
 `--fresh` re-creates the lab first (`cluster-tool lab down` + `lab up`) so the first run starts
 from bare nodes. The goal: the second (no-change) run takes under 15% of the first.
+
+Each run also prints how many modules it executed on the hosts, read from its runner events.
+On small nodes that number, not the controller, sets the wall time (every execution starts a
+Python on the node that recompiles the module's utilities from the AnsiballZ zip), and unlike
+the wall time it does not depend on what else loads the machine. `--count` prints it for runs
+already made (their ansible-runner artifact folders), with the tasks that executed most.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from cluster_tool.ansible import PlaybookResult, run_playbook
@@ -23,12 +32,69 @@ def _lab_inventory() -> Path:
     return lab_dir / "inventory"
 
 
+# Actions that run on the controller only (no module starts on a host).
+_CONTROLLER_ONLY = frozenset(
+    {
+        "set_fact",
+        "assert",
+        "debug",
+        "fail",
+        "include_tasks",
+        "include_role",
+        "import_tasks",
+        "import_role",
+        "include_vars",
+        "meta",
+        "validate_argument_spec",
+        "add_host",
+        "group_by",
+    }
+)
+
+
+def module_runs(artifact_dir: Path) -> Counter[tuple[str, str]]:
+    """(task, action) -> how many module executions a run's events show, loop items one each.
+
+    A looped task reports each item (`runner_item_on_*`) and then a summary carrying `results`,
+    which is not an execution of its own; a plain task reports one `runner_on_ok`/`_failed`.
+    """
+    runs: Counter[tuple[str, str]] = Counter()
+    for path in sorted((artifact_dir / "job_events").glob("*.json")):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        event = raw.get("event")
+        data = raw.get("event_data") or {}
+        if event in {"runner_on_ok", "runner_on_failed"}:
+            if "results" in (data.get("res") or {}):
+                continue
+        elif event not in {"runner_item_on_ok", "runner_item_on_failed"}:
+            continue
+        action = str(data.get("resolved_action") or data.get("task_action") or "")
+        if action.rsplit(".", 1)[-1] in _CONTROLLER_ONLY:
+            continue
+        runs[(str(data.get("task")), action.rsplit(".", 1)[-1])] += 1
+    return runs
+
+
+def _executions(result: PlaybookResult) -> int | None:
+    return sum(module_runs(result.artifact_dir).values()) if result.artifact_dir else None
+
+
 def _summary(label: str, result: PlaybookResult) -> str:
     failed = ",".join(result.failed_hosts + result.unreachable_hosts) or "-"
+    executions = _executions(result)
     return (
         f"{label:<12} {result.wall_s:8.1f} s  changed={result.changed_total:<4} "
-        f"hosts={len(result.hosts):<3} failed={failed}"
+        f"hosts={len(result.hosts):<3} failed={failed}  module runs={executions}"
     )
+
+
+def _count(artifact_dirs: list[Path], top: int = 15) -> int:
+    for artifact_dir in artifact_dirs:
+        runs = module_runs(artifact_dir)
+        print(f"{artifact_dir}: {sum(runs.values())} module runs")
+        for (task, action), n in runs.most_common(top):
+            print(f"  {n:4d}  {action:<20} {task}")
+    return 0
 
 
 def main() -> int:
@@ -37,7 +103,16 @@ def main() -> int:
     parser.add_argument("--playbook", type=Path, default=REPO / "playbooks" / "site.yml")
     parser.add_argument("--fresh", action="store_true", help="re-create the lab first")
     parser.add_argument("-e", dest="extra", action="append", default=[], help="KEY=VALUE")
+    parser.add_argument(
+        "--count",
+        nargs="+",
+        type=Path,
+        metavar="ARTIFACT_DIR",
+        help="only count the module runs of finished runs (ansible-runner artifact folders)",
+    )
     args = parser.parse_args()
+    if args.count:
+        return _count(args.count)
 
     cli = [str(Path(sys.executable).parent / "cluster-tool"), "lab"]
     if args.fresh:
