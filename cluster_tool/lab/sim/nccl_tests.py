@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .hw import NodeHardware, node_down, node_hardware
-from .perf import Bandwidth, PathFailure, peak_busbw
+from .hw import Gpu, NodeHardware, node_down, node_hardware
+from .perf import Bandwidth, PathFailure, peak_busbw, visible_gpus
 from .render_nccl import (
     COLLECTIVES,
     TABLE_HEAD,
@@ -206,15 +206,23 @@ def run(
         if adjust is not None:
             adjust(hw)
     per_proc = opts.nthreads * opts.ngpus
+    # Each process knows only its own environment; the job's steps give every rank the same
+    # CUDA_VISIBLE_DEVICES and NCCL_IB_HCA (Slurm's per-node GPU binding and the gate's
+    # per-rail steps do), so this rank computes every rank's devices from its own.
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    first_device = env.get("NCCL_TESTS_DEVICE", "").strip()
     ranks: list[Rank] = []
     local_seen: dict[str, int] = {}
+    used: dict[str, list[Gpu]] = {}
     for proc, host in enumerate(job.hosts_by_proc):
         hw = nodes[hosts_in_order.index(host)]
-        gpus = hw.present_gpus()
+        gpus = visible_gpus(hw, cvd)
         local = local_seen.get(host, 0)
         local_seen[host] = local + 1
         for k in range(per_proc):
-            device = local * per_proc + k
+            # nccl-tests: device = NCCL_TESTS_DEVICE, else localRank * nThreads * nGpus, + i.
+            base = int(first_device) if first_device.isdigit() else local * per_proc
+            device = base + k
             if device >= len(gpus):
                 # The rank with no GPU fails and the job aborts; rank 0 reports it.
                 failed_pid = pid - job.rank + proc
@@ -226,6 +234,7 @@ def run(
                     1,
                 )
             g = gpus[device]
+            used.setdefault(host, []).append(g)
             ranks.append(
                 Rank(
                     rank=len(ranks),
@@ -241,7 +250,9 @@ def run(
     down = [h for h in hosts_in_order if node_down(model, h)]
     gpus_per_node = max(local_seen.values()) * per_proc
     algo = env.get("NCCL_ALGO") or None
-    bandwidth: Bandwidth | PathFailure = peak_busbw(model, nodes, collective, gpus_per_node, algo)
+    bandwidth: Bandwidth | PathFailure = peak_busbw(
+        model, nodes, collective, gpus_per_node, algo, gpus=used, ib_hca=env.get("NCCL_IB_HCA")
+    )
     if down:
         bandwidth = PathFailure(down[0], "eth0", "hang", f"{down[0]} is down")
     debug = env.get("NCCL_DEBUG", "").upper()
@@ -261,7 +272,13 @@ def run(
         hw0 = nodes[0]
         if debug == "INFO":
             lines += nccl_info_lines(
-                nodes, ranks, bandwidth, hw0.nccl_version, hw0.cuda_version, addresses
+                nodes,
+                ranks,
+                bandwidth,
+                hw0.nccl_version,
+                hw0.cuda_version,
+                addresses,
+                env.get("NCCL_IB_HCA"),
             )
         elif debug in ("VERSION", "WARN"):
             lines.append(f"NCCL version {hw0.nccl_version}+cuda{hw0.cuda_version}")

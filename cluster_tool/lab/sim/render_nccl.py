@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .hw import NodeHardware
-from .perf import Bandwidth, PathFailure, jitter, time_us
+from .perf import Bandwidth, PathFailure, ib_hca_filter, jitter, time_us
 
 # collective -> (redop, bus bandwidth factor as a function of ranks, element count per size)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
@@ -196,59 +196,77 @@ def nccl_info_lines(
     nccl_version: str,
     cuda: str,
     address_of: dict[str, str],
+    ib_hca: str | None = None,
 ) -> list[str]:
-    """The NCCL_DEBUG=INFO lines the gate reads: the network NCCL picked and, per channel that
-    crosses nodes, `via NET/IB/<nic>/GDRDMA` (GPUDirect RDMA) or plain `via NET/IB/<nic>`."""
+    """The NCCL_DEBUG=INFO lines the gate reads, as srun gathers them from every rank: the
+    network NCCL picked and, per channel that crosses nodes, `via NET/IB/<n>/GDRDMA`
+    (GPUDirect RDMA) or plain `via NET/IB/<n>` from the host that sends it, where <n> is the
+    HCA's place among those NCCL_IB_HCA lets that host use."""
     if not ranks:
         return []
     lines = []
     r0 = ranks[0]
-    hw0 = next(hw for hw in nodes if hw.name == r0.host)
+    hw_of = {hw.name: hw for hw in nodes}
+    hw0 = hw_of[r0.host]
     prefix = f"{r0.host}:{r0.pid}:{r0.pid}"
     addr = address_of.get(r0.host, "127.0.0.1")
     lines.append(f"{prefix} [0] NCCL INFO Bootstrap : Using eth0:{addr}<0>")
     lines.append(f"{prefix} [0] NCCL INFO NCCL version {nccl_version}+cuda{cuda}")
     multi = len({r.host for r in ranks}) > 1
-    if multi:
-        devs = " ".join(f"[{i}]{h.device}:1/IB" for i, h in enumerate(hw0.hcas))
+    allowed = ib_hca_filter(ib_hca)
+    usable = {hw.name: [h.device for h in hw.hcas if allowed(h.device, 1)] for hw in nodes}
+    sockets = isinstance(bandwidth, Bandwidth) and multi and not bandwidth.nics
+    if multi and sockets:
+        lines.append(f"{prefix} [0] NCCL INFO NET/IB : No device found.")
+        lines.append(f"{prefix} [0] NCCL INFO NET/Socket : Using [0]eth0:{addr}<0>")
+        lines.append(f"{prefix} [0] NCCL INFO Using network Socket")
+    elif multi:
+        devs = " ".join(f"[{i}]{d}:1/IB" for i, d in enumerate(usable[hw0.name]))
         lines.append(f"{prefix} [0] NCCL INFO NET/IB : Using {devs} ; OOB eth0:{addr}<0>")
         lines.append(f"{prefix} [0] NCCL INFO Using network IB")
         if hw0.dmabuf:
             lines.append(f"{prefix} [0] NCCL INFO DMA-BUF is available on GPU device 0")
-    gdr = isinstance(bandwidth, Bandwidth) and bandwidth.gdr
+    no_gdr = set(bandwidth.no_gdr) if isinstance(bandwidth, Bandwidth) else set()
+    gdr_all = isinstance(bandwidth, Bandwidth) and bandwidth.gdr
+
+    def via(r: Rank, channel: int) -> str:
+        """The transport of a channel leaving (or entering) rank r's host over the network."""
+        if sockets:
+            return "NET/Socket/0"
+        hw = hw_of[r.host]
+        own = next((h.device for h in hw.hcas if h.gpu_minor == r.gpu_minor), None)
+        mine = usable[r.host]
+        nics = bandwidth.nics_of(r.host) if isinstance(bandwidth, Bandwidth) else ()
+        device = own if own in nics else (nics[channel % len(nics)] if nics else own)
+        nic = mine.index(device) if device in mine else channel % max(len(mine), 1)
+        gdr = gdr_all or (isinstance(bandwidth, Bandwidth) and r.host not in no_gdr)
+        return f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
+
+    n = len(ranks)
     by_host: dict[str, list[Rank]] = {}
     for r in ranks:
         by_host.setdefault(r.host, []).append(r)
-    hosts = list(by_host)
-    n = len(ranks)
-    for channel, r in enumerate(by_host[hosts[0]]):
-        # Ring edges: the last rank of each node sends to the next node over its GPU's NIC.
-        nxt = ranks[(r.rank + 1) % n]
-        p = f"{r.host}:{r.pid}:{r.pid + 17} [{r.device}]"
-        if nxt.host != r.host:
-            hw = next(h for h in nodes if h.name == r.host)
-            nic = next(
-                (i for i, h in enumerate(hw.hcas) if h.gpu_minor == r.gpu_minor),
-                channel % max(len(hw.hcas), 1),
-            )
-            via = f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
-            lines.append(
-                f"{p} NCCL INFO Channel {channel:02d}/0 : {r.rank}[{r.device}] -> "
-                f"{nxt.rank}[{nxt.device}] [send] via {via}"
-            )
-        else:
-            lines.append(
-                f"{p} NCCL INFO Channel {channel:02d}/0 : {r.rank}[{r.device}] -> "
-                f"{nxt.rank}[{nxt.device}] via P2P/CUMEM/read"
-            )
+    for host, host_ranks in by_host.items():
+        for channel, r in enumerate(host_ranks):
+            nxt = ranks[(r.rank + 1) % n]
+            p = f"{r.host}:{r.pid}:{r.pid + 17} [{r.device}]"
+            if nxt.host != r.host:
+                # Ring edges: the last rank of each node sends to the next node over its NIC.
+                lines.append(
+                    f"{p} NCCL INFO Channel {channel:02d}/0 : {r.rank}[{r.device}] -> "
+                    f"{nxt.rank}[{nxt.device}] [send] via {via(r, channel)}"
+                )
+            elif host == r0.host:
+                lines.append(
+                    f"{p} NCCL INFO Channel {channel:02d}/0 : {r.rank}[{r.device}] -> "
+                    f"{nxt.rank}[{nxt.device}] via P2P/CUMEM/read"
+                )
     if multi:
         # The first rank receives the ring back from the last node's last rank.
         last = ranks[-1]
-        nic = next((i for i, h in enumerate(hw0.hcas) if h.gpu_minor == r0.gpu_minor), 0)
-        via = f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
         lines.append(
             f"{prefix} [{r0.device}] NCCL INFO Channel 00/0 : {last.rank}[{last.device}] -> "
-            f"{r0.rank}[{r0.device}] [receive] via {via}"
+            f"{r0.rank}[{r0.device}] [receive] via {via(r0, 0)}"
         )
     lines.append(f"{prefix} [{r0.device}] NCCL INFO Connected all rings")
     lines.append(

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cluster_tool.gate.classify import gdr_use
 from cluster_tool.lab.faults import FAULTS, FaultError, heal, heal_all, inject
 from cluster_tool.lab.sim.hw import node_hardware
 from cluster_tool.lab.sim.nccl_tests import run
@@ -186,7 +187,12 @@ def test_module_missing_turns_gdr_off(model: dict[str, Any]) -> None:
     # ...until it goes too.
     inject(model, "module-missing", "gpu002", "dmabuf")
     out = run("all_reduce", args, env, model, "gpu001", 1).stdout
-    assert "/GDRDMA" not in out and "via NET/IB/0" in out
+    # Each host's channels say its own transport: gpu002 sends through host memory, gpu001
+    # (still GPUDirect) does not.
+    use = gdr_use(out)
+    assert use["gpu002"].gdr_missing and use["gpu002"].ib_channels >= 1
+    assert not use["gpu001"].gdr_missing
+    assert "gpu002:" in out and "[send] via NET/IB/7\n" in out
 
 
 def test_node_down_hangs_a_job_that_includes_it(model: dict[str, Any]) -> None:

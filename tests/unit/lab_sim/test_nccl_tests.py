@@ -3,6 +3,7 @@ bandwidth from the model (NVLink, slowest rail, stragglers), errors and hangs on
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -180,7 +181,10 @@ def test_nccl_debug_info_shows_gdr_only_with_peermem_or_dmabuf() -> None:
     assert "GDRDMA" in run("all_reduce", ARGS, env, model, "gpu001", 4242).stdout
     model["nodes"]["gpu002"]["hardware"]["dmabuf"] = False
     out = run("all_reduce", ARGS, env, model, "gpu001", 4242).stdout
-    assert "GDRDMA" not in out and "via NET/IB/0" in out
+    # Each host's channel lines say its own transport: gpu002 bounces through host memory.
+    gpu002 = [line for line in out.splitlines() if line.startswith("gpu002:") and " via " in line]
+    assert gpu002 and all("GDRDMA" not in line for line in gpu002)
+    assert "[send] via NET/IB/7/GDRDMA" in out  # gpu001's own sends
     assert parse_nccl_tests(out).complete
 
 
@@ -241,3 +245,104 @@ def test_a_missing_gpu_shifts_devices_but_not_nics() -> None:
     # Rank 6 drives device 6, the board's GPU 7, whose HCA is mlx5_11 (NCCL's NET/IB/7).
     assert "6[6] -> 7[0] [send] via NET/IB/7/GDRDMA" in out
     assert parse_nccl_tests(out).ranks[6].bus_id == "0000:df:00"
+
+
+def rail_env(rank: int, gpu: int, hca: str) -> dict[str, str]:
+    """One rank per node on rail `gpu`'s GPU, pinned to its HCA (the gate's per-rail step)."""
+    return {
+        **srun_env(rank, per_node="1(x2)"),
+        "SLURM_LOCALID": "0",
+        "CUDA_VISIBLE_DEVICES": str(gpu),
+        "NCCL_IB_HCA": f"={hca}",
+        "NCCL_ALGO": "Ring",
+    }
+
+
+def busbw_of(out: Any) -> float:
+    assert out.exit_code == 0, out.stdout
+    parsed = parse_nccl_tests(out.stdout)
+    assert parsed.complete and parsed.out_of_bounds == 0
+    return max(row.out_of_place.busbw for row in parsed.rows if row.out_of_place)
+
+
+RAIL_HCAS = ("mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11")
+
+
+def test_a_per_rail_job_runs_at_one_rails_rate_and_sees_only_its_own_rail() -> None:
+    model = lab_model()
+    healthy = [busbw_of(run("all_reduce", ARGS, rail_env(0, r, h), model, "gpu001", 7))
+               for r, h in enumerate(RAIL_HCAS)]  # fmt: skip
+    # One 4X HDR rail (25 GB/s) x ring efficiency, not the eight rails of a full node.
+    assert all(20.0 < b < 25.0 for b in healthy), healthy
+    assert two_node_busbw(model) > 6 * max(healthy)
+    model["nodes"]["gpu002"]["hardware"]["hcas"][3]["width"] = "1X"  # mlx5_5, rail 3
+    degraded = [busbw_of(run("all_reduce", ARGS, rail_env(0, r, h), model, "gpu001", 7))
+                for r, h in enumerate(RAIL_HCAS)]  # fmt: skip
+    assert degraded[3] == pytest.approx(healthy[3] / 4, rel=0.05)
+    assert [b for r, b in enumerate(degraded) if r != 3] == [
+        b for r, b in enumerate(healthy) if r != 3
+    ]
+
+
+def test_the_rank_drives_the_gpu_cuda_visible_devices_gives_it() -> None:
+    model = lab_model()
+    out = run("all_reduce", ARGS, rail_env(0, 5, "mlx5_9"), model, "gpu001", 7)
+    parsed = parse_nccl_tests(out.stdout)
+    # Device 0 of what the process sees: the board's GPU 5 (PCI 0000:c3:00).
+    assert [(r.host, r.device, r.bus_id) for r in parsed.ranks] == [
+        ("gpu001", 0, "0000:c3:00"),
+        ("gpu002", 0, "0000:c3:00"),
+    ]
+    # A UUID names one node's GPU: a one-rank run on that node.
+    uuid = model["nodes"]["gpu001"]["hardware"]["gpus"][5]["uuid"]
+    one = run("all_reduce", ARGS, {"CUDA_VISIBLE_DEVICES": uuid[:12]}, model, "gpu001", 7)
+    assert parse_nccl_tests(one.stdout).ranks[0].bus_id == "0000:c3:00"
+    # CUDA stops at the first entry that names no GPU: nothing visible, the rank fails.
+    env = {**rail_env(0, 5, "mlx5_9"), "CUDA_VISIBLE_DEVICES": "9,5"}
+    failed = run("all_reduce", ARGS, env, model, "gpu001", 7)
+    assert failed.exit_code == 1 and "invalid device ordinal" in failed.stdout
+    # Eight ranks per node, each shown only its own GPU by index (per-task binding): the
+    # second local rank asks for device 1 of one, as nccl-tests does, and fails.
+    env = {**srun_env(0), "CUDA_VISIBLE_DEVICES": "0"}
+    assert run("all_reduce", ARGS, env, model, "gpu001", 7).exit_code == 1
+    # Slurm's per-node binding shows all eight: the usual two-node run.
+    env = {**srun_env(0), "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    assert busbw_of(run("all_reduce", ARGS, env, model, "gpu001", 7)) == two_node_busbw(model)
+
+
+@pytest.mark.parametrize(
+    ("ib_hca", "hcas"),
+    [
+        ("mlx5", RAIL_HCAS),  # a prefix: every mlx5_N
+        ("mlx5_1", ("mlx5_10", "mlx5_11")),  # a prefix too (mlx5_1 is a storage NIC)
+        ("=mlx5_10,mlx5_11", ("mlx5_10", "mlx5_11")),  # exact names
+        ("=mlx5_0:1", ("mlx5_0",)),  # a port
+        ("=mlx5_0:2", ()),  # no such port: no IB device
+        ("=mlx5_1", ()),  # exact: not mlx5_10 nor mlx5_11
+        ("^=mlx5_5", tuple(h for h in RAIL_HCAS if h != "mlx5_5")),  # all but one
+        ("^mlx5_1", tuple(h for h in RAIL_HCAS if not h.startswith("mlx5_1"))),
+    ],
+)
+def test_nccl_ib_hca_picks_the_hcas_as_nccl_documents(ib_hca: str, hcas: tuple[str, ...]) -> None:
+    model = lab_model()
+    env = {**srun_env(0), "NCCL_IB_HCA": ib_hca, "NCCL_DEBUG": "INFO"}
+    out = run("all_reduce", ARGS, env, model, "gpu001", 7)
+    busbw = busbw_of(out)
+    if not hcas:
+        # NCCL finds no IB device it may use and falls back to TCP sockets.
+        assert "NET/IB : No device found." in out.stdout and "via NET/Socket/0" in out.stdout
+        assert busbw < 2.0
+        return
+    using = next(line for line in out.stdout.splitlines() if "NET/IB : Using" in line)
+    assert tuple(re.findall(r"\](mlx5_\d+):1/IB", using)) == hcas
+    assert busbw == pytest.approx(two_node_busbw(lab_model()) * len(hcas) / 8, rel=0.05)
+
+
+def test_excluding_a_degraded_hca_moves_its_gpu_to_another_rail() -> None:
+    model = lab_model()
+    model["nodes"]["gpu001"]["hardware"]["hcas"][3]["width"] = "1X"  # mlx5_5
+    slow = two_node_busbw(model)
+    env = {**srun_env(0), "NCCL_IB_HCA": "^=mlx5_5"}
+    fast = busbw_of(run("all_reduce", ARGS, env, model, "gpu001", 7))
+    # Seven healthy rails beat eight held to one 1X link.
+    assert fast > 3 * slow
