@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ClusterShell.NodeSet import NodeSet
+
 from cluster_tool.findings import Finding, Report
 from cluster_tool.gate.classify import GdrUse, gdr_findings
 from cluster_tool.gate.evaluate import JobOutcome, evaluate_job
@@ -254,17 +256,23 @@ class _Ladder:
         bad = o.first_failure
         if bad is not None:
             check = "nccl.hang" if o.hung else bad.check
+            # No one node is to blame when only the whole set fails: the finding names them all.
+            job_nodes = str(NodeSet.fromlist(nodes))
             self._add(
                 Finding(
                     check=check,
                     severity="error",
                     node=None,
-                    component=f"all {len(nodes)} admitted nodes",
+                    component=f"job {job_nodes}",
                     expected=f">= {bad.expectation.floor_gbs:.0f} GB/s ({bad.expectation.basis})",
                     observed=bad.detail,
                     message=(
-                        f"the full job over {len(nodes)} nodes fails ({bad.detail}) though "
-                        "every pair passed: suspect the spines or the routing"
+                        f"the full job over {len(nodes)} nodes ({job_nodes}) fails ({bad.detail})"
+                        + (
+                            " though every pair passed: suspect the spines or the routing"
+                            if "pairs" in self.options.rungs
+                            else ""
+                        )
                     ),
                 )
             )

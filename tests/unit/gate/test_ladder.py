@@ -139,6 +139,16 @@ def test_hung_collective_ends_as_nccl_hang_within_the_watchdog(tmp_path: Path) -
     assert clock.now <= 2 * (60 + 3 * 10)
 
 
+def test_a_hung_full_job_is_nccl_hang_naming_every_node_of_the_job(tmp_path: Path) -> None:
+    result, replay, clock = gate(tmp_path, LAB, answers(hang={"gpu003"}), rungs=("full",))
+    hangs = [f for f in result.report.findings if f.check == "nccl.hang"]
+    assert [(f.node, f.component) for f in hangs] == [(None, "job gpu[001-004]")]
+    assert "gpu[001-004]" in hangs[0].message and "every pair passed" not in hangs[0].message
+    assert len([c for c in replay.calls if c[0] == "scancel"]) == 1
+    # One job: pending, running, then 60 s of silence (+ one poll) before scancel.
+    assert clock.now <= 60 + 3 * 10
+
+
 def test_gdr_not_used_is_reported_for_the_host_without_it(tmp_path: Path) -> None:
     result, replay, _ = gate(
         tmp_path, LAB, answers(no_gdr={"gpu004"}), rungs=("pairs",), drain=True
