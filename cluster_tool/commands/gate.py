@@ -5,20 +5,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from cluster_tool import output
 from cluster_tool.errors import UsageError
-from cluster_tool.gate.from_spec import gate_inputs
-from cluster_tool.gate.ladder import RUNG_NAMES, GateOptions, GateResult, run_gate
-from cluster_tool.gate.runner import SlurmRunner
-from cluster_tool.gate.simulate import plant_fleet, simulate
-from cluster_tool.gate.verdict import localisation_findings
-from cluster_tool.slurm import Slurm, SlurmCLI
-from cluster_tool.spec import load_spec
+from cluster_tool.gate.rungs import RUNG_NAMES
+
+# The ladder, the simulator and Slurm are imported inside the commands: every other command,
+# and --help, starts without them.
+if TYPE_CHECKING:
+    from cluster_tool.gate.ladder import GateResult
+    from cluster_tool.slurm import Slurm
 
 gate_app = typer.Typer(
     name="gate",
@@ -30,11 +29,14 @@ gate_app = typer.Typer(
 
 def _slurm() -> Slurm:
     """The real Slurm client commands; tests replace this with a fake that replays captures."""
+    from cluster_tool.slurm import SlurmCLI
+
     return SlurmCLI()
 
 
 def _slurm_via(host: str, ssh_config: Path | None) -> Slurm:
     """Slurm's client commands run over SSH on `host` (this machine is not a Slurm client)."""
+    from cluster_tool.slurm import SlurmCLI
     from cluster_tool.workflows.common import ssh_command_runner
 
     return SlurmCLI(run=ssh_command_runner(host, ssh_config))
@@ -125,6 +127,13 @@ def gate(
     """
     if ctx.invoked_subcommand is not None:
         return 0
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    from cluster_tool.gate.from_spec import gate_inputs
+    from cluster_tool.gate.ladder import GateOptions, run_gate
+    from cluster_tool.gate.runner import SlurmRunner
+    from cluster_tool.spec import load_spec
+
     if spec is None:
         raise UsageError("gate: --spec FILE is required (or use `gate simulate`)")
     if drain and dry_run:
@@ -181,6 +190,11 @@ def simulate_command(
 
     Exit 0 when the gate names exactly the planted nodes, 1 otherwise.
     """
+    from ClusterShell.NodeSet import NodeSet
+
+    from cluster_tool.gate.simulate import plant_fleet, simulate
+    from cluster_tool.gate.verdict import localisation_findings
+
     if bad > nodes:
         raise UsageError(f"--bad {bad} is more than --nodes {nodes}")
     try:

@@ -28,6 +28,7 @@ from cluster_tool.gate.plan import (
     rails_job,
     single_job,
 )
+from cluster_tool.gate.rungs import RUNG_NAMES
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Rung, Thresholds
 from cluster_tool.gate.topology import Topology
@@ -39,8 +40,6 @@ from cluster_tool.gate.verdict import (
     localisation_findings,
     plan_drains,
 )
-
-RUNG_NAMES = ("single", "pairs", "full")
 
 
 @dataclass(frozen=True)
