@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cluster_tool import output
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.findings import Report
+
+# The libraries are imported inside the commands: every run (Slurm's HealthCheckProgram on
+# every node, every interval) pays only for the command it runs.
+if TYPE_CHECKING:
+    from cluster_tool.findings import Report
 
 fabric_app = typer.Typer(
     name="fabric", help="The InfiniBand fabric against the cabling plan.", no_args_is_help=True
@@ -84,6 +88,7 @@ def fabric_check(
 ) -> int:
     """The discovered fabric against the plan: exit 0 when no error finding, 1 otherwise."""
     from cluster_tool.checks.fabric import check_fabric, plan_for
+    from cluster_tool.findings import Report
     from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
     from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
     from cluster_tool.remote.validate import select_nodes
@@ -257,6 +262,7 @@ def node_check(
     from dataclasses import replace
 
     from cluster_tool.checks.node import NODE_FILE, expectations_for, read_node_file
+    from cluster_tool.findings import Report
     from cluster_tool.remote.fanout import TransportError
     from cluster_tool.remote.node_check import (
         SlurmAction,

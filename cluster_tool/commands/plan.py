@@ -4,28 +4,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich import box
-from rich.table import Table
 
 from cluster_tool import output
 from cluster_tool.errors import EXIT_CHECKS_FAILED, UsageError
-from cluster_tool.plan import (
-    GPUS,
-    Assumptions,
-    ClusterShape,
-    ModelSpec,
-    Training,
-    parse_hostlist,
-    plan,
-    plan_json,
-    preset,
-    read_gate_results,
-)
 from cluster_tool.plan.estimate import KERNEL_EFFICIENCY
 from cluster_tool.plan.model import PRESETS
+
+if TYPE_CHECKING:
+    from cluster_tool.plan import ClusterShape, ModelSpec
 
 # The default global batch: about 4M tokens, Llama 3's starting batch (Dubey et al. 2024, 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
@@ -42,6 +31,8 @@ def _model(
     vocab: int | None,
     seq: int | None,
 ) -> ModelSpec:
+    from cluster_tool.plan import ModelSpec, preset
+
     if name:
         model = preset(name)
         if seq:
@@ -71,6 +62,8 @@ def _model(
 
 
 def _cluster(spec: Path | None, nodes: int | None, gpu: str, nodes_per_su: int) -> ClusterShape:
+    from cluster_tool.plan import GPUS, ClusterShape
+
     if spec is not None:
         from cluster_tool.spec import load_spec
 
@@ -149,6 +142,15 @@ def plan_command(
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
     """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
+    from cluster_tool.plan import (
+        Assumptions,
+        Training,
+        parse_hostlist,
+        plan,
+        plan_json,
+        read_gate_results,
+    )
+
     if top < 1:
         raise UsageError("--top must be at least 1")
     model = _model(model_name, params, layers, hidden, heads, kv_heads, ffn, vocab, seq)
@@ -211,6 +213,9 @@ def _nothing_fits(doc: dict) -> str:
 
 
 def _print(doc: dict) -> None:
+    from rich import box
+    from rich.table import Table
+
     console = output.stdout
     m, c, tr = doc["model"], doc["cluster"], doc["training"]
     console.print(

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cluster_tool import output
 from cluster_tool.errors import EXIT_USAGE, SpecError, UsageError
-from cluster_tool.render import diff_rendered, render
-from cluster_tool.render.engine import default_out_dir
-from cluster_tool.render.plan import leaves, spines
-from cluster_tool.spec import Cluster, load_spec
-from cluster_tool.spec.schema import spec_schema
-from cluster_tool.spec.starter import starter_spec
+
+# The spec models and the renderer are imported inside the commands that use them, so that
+# every other command (and --help) starts without them.
+if TYPE_CHECKING:
+    from cluster_tool.spec import Cluster
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output on stdout.")]
 SpecFile = Annotated[Path, typer.Argument(help="The cluster spec (YAML).")]
@@ -30,6 +29,8 @@ spec_app = typer.Typer(
 
 def summary(cluster: Cluster) -> dict[str, object]:
     """What a valid spec describes, in numbers an SRE checks first."""
+    from cluster_tool.render.plan import leaves, spines
+
     gpus = cluster.gpu_nodes()
     return {
         "cluster": cluster.name,
@@ -72,6 +73,8 @@ def _report_problems(exc: SpecError, json_out: bool) -> int:
 @spec_app.command("check")
 def check(file: SpecFile, json_out: JsonOpt = False) -> int:
     """Validate a spec: exit 0 when valid, else one `FILE:LINE:COL: path: problem` per line, 2."""
+    from cluster_tool.spec import load_spec
+
     try:
         cluster = load_spec(file)
     except SpecError as exc:
@@ -91,6 +94,8 @@ def check(file: SpecFile, json_out: JsonOpt = False) -> int:
 @spec_app.command("schema")
 def schema(json_out: JsonOpt = False) -> int:
     """Print the JSON schema of the cluster spec (for editors and CI)."""
+    from cluster_tool.spec.schema import spec_schema
+
     # The schema is JSON either way; --json only keeps the output compact and sorted.
     if json_out:
         output.emit_json(spec_schema())
@@ -117,6 +122,8 @@ def init(
     json_out: JsonOpt = False,
 ) -> int:
     """Write a commented starter spec for a profile and a hostlist (checked before writing)."""
+    from cluster_tool.spec.starter import starter_spec
+
     text = starter_spec(name=name, profile=profile, hosts=hosts, network=network)
     if str(out) == "-":
         sys.stdout.write(text)
@@ -146,6 +153,10 @@ def render_command(
     json_out: JsonOpt = False,
 ) -> int:
     """Render the inventory, cabling plan, Slurm and NCCL files from a spec, atomically."""
+    from cluster_tool.render import diff_rendered, render
+    from cluster_tool.render.engine import default_out_dir
+    from cluster_tool.spec import load_spec
+
     try:
         cluster = load_spec(file)
     except SpecError as exc:

@@ -6,22 +6,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-from rich.markup import escape
 
 from cluster_tool import output
 from cluster_tool.errors import UsageError
-from cluster_tool.spec import Cluster, load_spec
-from cluster_tool.workflows.runs import (
-    RunRecord,
-    Secrets,
-    default_runs_dir,
-    find_runs,
-    known_secrets,
-)
+
+# The workflows (ansible-runner, sushy, the gate) are imported inside the commands: any other
+# command, and --help, starts without them.
+if TYPE_CHECKING:
+    from cluster_tool.spec import Cluster
+    from cluster_tool.workflows.runs import RunRecord, Secrets
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output (the summary) on stdout.")]
 SpecArg = Annotated[Path, typer.Argument(help="The cluster spec (YAML).")]
@@ -57,6 +53,7 @@ def _secrets(cluster: Cluster) -> Secrets:
     import contextlib
 
     from cluster_tool.ansible.runner import REPO_ROOT
+    from cluster_tool.workflows.runs import known_secrets
 
     found = known_secrets()
     for folder in (Path.home() / ".cluster-tool" / "secrets", REPO_ROOT / "runs" / "secrets"):
@@ -115,6 +112,8 @@ def _print(summary: dict[str, Any], record: RunRecord, json_out: bool) -> None:
 
 
 def _hostlist(value: str, option: str) -> list[str]:
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+
     try:
         return list(NodeSet(value))
     except NodeSetException as exc:
@@ -127,6 +126,8 @@ def _hostlist(value: str, option: str) -> list[str]:
 def _last_failed(runs_dir: Path, spec: Path) -> list[str]:
     """Hosts that did not pass in the last bringup of this spec: GPU nodes whose verdict is not
     pass, and any other host an error finding names (a head that failed to converge)."""
+    from cluster_tool.workflows.runs import find_runs
+
     for record in reversed(find_runs(runs_dir, "bringup")):
         if record.inputs().get("spec") != str(spec.resolve()):
             continue
@@ -175,6 +176,10 @@ def bringup(
     json_out: JsonOpt = False,
 ) -> int:
     """Render, converge (site.yml), validate, gate, admit. Exit 0 all admitted, 1 a node failed."""
+    from ClusterShell.NodeSet import NodeSet
+    from rich.markup import escape
+
+    from cluster_tool.spec import load_spec
     from cluster_tool.workflows.bringup import (
         BringupDeps,
         BringupOptions,
@@ -182,6 +187,7 @@ def bringup(
         run_bringup,
     )
     from cluster_tool.workflows.live import Live, run_summary
+    from cluster_tool.workflows.runs import RunRecord, default_runs_dir
 
     cluster = load_spec(spec)
     runs = runs_dir or default_runs_dir()
@@ -293,7 +299,10 @@ def reimage(
     json_out: JsonOpt = False,
 ) -> int:
     """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume."""
+    from ClusterShell.NodeSet import NodeSet
+
     from cluster_tool.bmc import SushyBmc, TlsPolicy, bmc_credentials, load_vault
+    from cluster_tool.spec import load_spec
     from cluster_tool.workflows.common import ssh_true, wait_for_ssh
     from cluster_tool.workflows.live import Live, run_summary
     from cluster_tool.workflows.reimage import (
@@ -302,6 +311,7 @@ def reimage(
         plan_batches,
         run_reimage,
     )
+    from cluster_tool.workflows.runs import RunRecord, default_runs_dir
 
     cluster = load_spec(spec)
     runs = runs_dir or default_runs_dir()
@@ -491,7 +501,11 @@ def run_validate_after(
     json_out: bool = False,
 ) -> int:
     """The command's body, callable from `validate --after-maintenance` as well."""
+    from ClusterShell.NodeSet import NodeSet
+
+    from cluster_tool.spec import load_spec
     from cluster_tool.workflows.live import Live, run_summary
+    from cluster_tool.workflows.runs import RunRecord, default_runs_dir
     from cluster_tool.workflows.validate import (
         AfterMaintenanceDeps,
         run_after_maintenance,
@@ -541,6 +555,7 @@ def report(
 ) -> int:
     """Re-render junit.xml and report.html of a run from its summary.json and findings.json."""
     from cluster_tool.report import load_run, write_report
+    from cluster_tool.workflows.runs import RunRecord, default_runs_dir
 
     record = RunRecord.open(run, runs_dir or default_runs_dir())
     written = write_report(record.path)
