@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any
 
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._listing import help_with_listing
 from cluster_tool.errors import UsageError
-from cluster_tool.lab.faults import FAULTS
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output on stdout.")]
 
-_KINDS = "\n".join(f"  {k.name} {' '.join(k.args)}: {k.help}" for k in FAULTS.values())
+
+def _kinds() -> str:
+    # The fault registry pulls in the lab's simulators: loaded by `inject` and its --help only.
+    from cluster_tool.lab.faults import FAULTS
+
+    return "\n".join(f"  {k.name} {' '.join(k.args)}: {k.help}" for k in FAULTS.values())
 
 
 def inject(
@@ -32,10 +38,10 @@ def inject(
 ) -> int:
     """Inject a fault into the running lab; every tool that shows the hardware shows it."""
     from cluster_tool.lab.config import LabConfig
-    from cluster_tool.lab.faults import inject_fault
+    from cluster_tool.lab.faults import FAULTS, inject_fault
 
     if kind not in FAULTS:
-        raise UsageError(f"unknown fault {kind!r}; faults:\n{_KINDS}")
+        raise UsageError(f"unknown fault {kind!r}; faults:\n{_kinds()}")
     expected = FAULTS[kind].args
     given = list(args or [])
     if len(given) != len(expected):
@@ -62,9 +68,6 @@ def inject(
     return 0
 
 
-inject.__doc__ = f"{inject.__doc__}\n\nFaults:\n\n{_KINDS}"
-
-
 def heal(
     fault_id: Annotated[str | None, typer.Argument(help="The fault to undo (lab status).")] = None,
     all_faults: Annotated[bool, typer.Option("--all", help="Undo every active fault.")] = False,
@@ -89,5 +92,7 @@ def heal(
 
 def add_to(lab_app: typer.Typer) -> None:
     """Add `inject` and `heal` to the `lab` command group."""
-    lab_app.command("inject")(inject)
+    summary = inspect.getdoc(inject)
+    listing = help_with_listing(lambda: f"Faults:\n\n{_kinds()}")
+    lab_app.command("inject", cls=listing, short_help=summary)(inject)
     lab_app.command("heal")(heal)

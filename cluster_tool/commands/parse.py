@@ -8,12 +8,18 @@ from typing import Annotated
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._listing import help_with_listing
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.parsers import KINDS, to_jsonable
+
+_SUMMARY = "Parse a captured tool output."
 
 
 def _kinds_help() -> str:
-    return "\n\n".join(f"{k.name}: {k.help}" for k in sorted(KINDS.values(), key=lambda k: k.name))
+    # The parsers fill KINDS as they import: only `parse` and its --help load them.
+    from cluster_tool.parsers import KINDS
+
+    kinds = sorted(KINDS.values(), key=lambda k: k.name)
+    return "Kinds:\n\n" + "\n\n".join(f"{k.name}: {k.help}" for k in kinds)
 
 
 def parse(
@@ -22,6 +28,8 @@ def parse(
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
     """Parse a captured tool output and print the records the toolkit sees."""
+    from cluster_tool.parsers import KINDS, to_jsonable
+
     if kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; one of: {', '.join(sorted(KINDS))}")
     if str(file) == "-":
@@ -45,4 +53,7 @@ def parse(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("parse", help="Parse a captured tool output.\n\nKinds:\n\n" + _kinds_help())(parse)
+    command = app.command(
+        "parse", cls=help_with_listing(_kinds_help), help=_SUMMARY, short_help=_SUMMARY
+    )
+    command(parse)
