@@ -1,0 +1,127 @@
+"""What `cluster-tool` imports to start: the command areas declare their commands and load their
+libraries inside them, so `--version`, `--help` and Slurm's HealthCheckProgram (`node-check`)
+start without ansible-runner, pyinfra, sushy, the gate or the renderer (benchmarks/cli_startup.py
+has the timings)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cluster_tool.parsers
+
+# Each is a library only some commands use; none may load just to declare the commands.
+HEAVY_FOR_EVERY_START = (
+    "ansible_runner",
+    "pyinfra",
+    "sushy",
+    "paramiko",
+    "jinja2",
+    "yaml",
+    "pydantic",
+    "cluster_tool.gate.ladder",
+    "cluster_tool.gate.simulate",
+    "cluster_tool.render.engine",
+    "cluster_tool.findings",
+    "cluster_tool.spec",
+    "cluster_tool.parsers",
+    "cluster_tool.workflows",
+    "cluster_tool.lab.sim",
+    "cluster_tool.slurm",
+)
+
+# The node checks read nvidia-smi, topo, ibstat, dcgmi and the kernel log; nothing else.
+NOT_FOR_NODE_CHECK = (
+    "ansible_runner",
+    "pyinfra",
+    "sushy",
+    "jinja2",
+    "yaml",
+    "cluster_tool.gate.ladder",
+    "cluster_tool.gate.simulate",
+    "cluster_tool.render",
+    "cluster_tool.workflows",
+    "cluster_tool.spec.loader",
+    "cluster_tool.parsers.ibnetdiscover",
+    "cluster_tool.parsers.iblinkinfo",
+    "cluster_tool.parsers.nccl_tests",
+    "cluster_tool.lab",
+)
+
+
+def _modules_after(code: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """sys.modules of a fresh interpreter after `code`, printed as the last line of stdout."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.stdout.strip(), proc.stderr
+    return set(json.loads(proc.stdout.strip().splitlines()[-1])), proc
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules for n in names if m == n or m.startswith(n + "."))
+
+
+def test_importing_the_cli_loads_no_command_library() -> None:
+    modules, _ = _modules_after("import cluster_tool.cli")
+    assert "cluster_tool.commands.workflows" in modules  # every area registered
+    assert _loaded(modules, HEAVY_FOR_EVERY_START) == []
+
+
+def test_version_and_help_load_no_command_library() -> None:
+    code = (
+        "import contextlib, io\n"
+        "from cluster_tool.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['--version']) == 0\n"
+        "    assert main(['--help']) == 0\n"
+    )
+    modules, proc = _modules_after(code)
+    assert proc.returncode == 0, proc.stderr
+    assert _loaded(modules, HEAVY_FOR_EVERY_START) == []
+
+
+def test_node_check_loads_only_what_the_node_checks_need(tmp_path: Path) -> None:
+    missing = tmp_path / "node.json"
+    code = (
+        "from cluster_tool.cli import main\n"
+        f"code = main(['node-check', '--slurm', '--node-file', {str(missing)!r}])\n"
+        "print(code)\n"
+    )
+    modules, proc = _modules_after(code)
+    # It ran the node-check path (and stopped at the missing node file, a usage error).
+    assert proc.stdout.splitlines()[0] == "2"
+    assert "no node file" in proc.stderr
+    assert "cluster_tool.checks.node" in modules
+    assert _loaded(modules, NOT_FOR_NODE_CHECK) == []
+
+
+def test_every_parser_module_is_listed_for_the_parse_command() -> None:
+    # KINDS loads the modules listed in cluster_tool.parsers.MODULES; one left out would be
+    # missing from `cluster-tool parse` without anything failing.
+    folder = Path(cluster_tool.parsers.__file__).parent
+    registering = sorted(p.stem for p in folder.glob("*.py") if "@parser(" in p.read_text())
+    assert registering == sorted(cluster_tool.parsers.MODULES)
+
+
+@pytest.mark.parametrize(
+    ("argv", "listed"),
+    [
+        (["parse", "--help"], "parser kinds"),
+        (["lab", "inject", "--help"], "faults"),
+    ],
+)
+def test_help_still_lists_what_loads_late(
+    argv: list[str], listed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cluster_tool.cli import main
+    from cluster_tool.lab.faults import FAULTS
+    from cluster_tool.parsers import KINDS
+
+    names = sorted(KINDS) if listed == "parser kinds" else sorted(FAULTS)
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    assert [n for n in names if f"{n}:" not in shown and f"{n} " not in shown] == []
