@@ -22,12 +22,26 @@ output paths); the CSVs and JSON are written by code.
 
 from __future__ import annotations
 
-from cluster_tool.render.engine import (
-    RenderResult,
-    diff_rendered,
-    render,
-    render_files,
-    write_atomically,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cluster_tool.render.engine import (
+        RenderResult,
+        diff_rendered,
+        render,
+        render_files,
+        write_atomically,
+    )
 
 __all__ = ["RenderResult", "diff_rendered", "render", "render_files", "write_atomically"]
+
+
+def __getattr__(name: str) -> Any:
+    # The engine (Jinja2, YAML) loads on first use: `spec check` and the fabric check read
+    # only the cabling plan (render.plan).
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.engine"), name)
+    globals()[name] = value
+    return value
