@@ -1,6 +1,7 @@
 """Converge the lab with site.yml twice and print first-run vs no-op-run wall time side by side.
 
-Usage: .venv/bin/python benchmarks/converge.py [--fresh] [--inventory DIR] [-e KEY=VALUE ...]
+Usage: .venv/bin/python benchmarks/converge.py [--fresh [--spec FILE]] [--inventory DIR]
+                                               [-e KEY=VALUE ...]
        .venv/bin/python benchmarks/converge.py --count ARTIFACT_DIR [ARTIFACT_DIR ...]
 `--fresh` re-creates the lab first (`cluster-tool lab down` + `lab up`) so the first run starts
 from bare nodes. The goal: the second (no-change) run takes under 15% of the first.
@@ -102,6 +103,9 @@ def main() -> int:
     parser.add_argument("--inventory", type=Path, help="inventory (default: the lab's)")
     parser.add_argument("--playbook", type=Path, default=REPO / "playbooks" / "site.yml")
     parser.add_argument("--fresh", action="store_true", help="re-create the lab first")
+    parser.add_argument(
+        "--spec", type=Path, help="lab spec for --fresh (a lab on another subnet needs its own)"
+    )
     parser.add_argument("-e", dest="extra", action="append", default=[], help="KEY=VALUE")
     parser.add_argument(
         "--count",
@@ -117,7 +121,8 @@ def main() -> int:
     cli = [str(Path(sys.executable).parent / "cluster-tool"), "lab"]
     if args.fresh:
         subprocess.run([*cli, "down"], check=True, cwd=REPO)
-        subprocess.run([*cli, "up"], check=True, cwd=REPO)
+        spec = ["--spec", str(args.spec)] if args.spec else []
+        subprocess.run([*cli, "up", *spec], check=True, cwd=REPO)
     inventory = args.inventory or _lab_inventory()
     extravars = dict(item.split("=", 1) for item in args.extra)
 
