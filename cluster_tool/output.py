@@ -4,13 +4,32 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-# rich honours NO_COLOR and drops markup when the stream is not a terminal.
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+    stdout: Console
+    stderr: Console
+
+_consoles: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # `stdout` and `stderr` are made on first use: --version, --json and the exit codes need no
+    # rich, and every run of the tool would pay for importing it.
+    if name not in ("stdout", "stderr"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _console(name)
+
+
+def _console(name: str) -> Console:
+    if name not in _consoles:
+        from rich.console import Console
+
+        # rich honours NO_COLOR and drops markup when the stream is not a terminal.
+        _consoles[name] = Console(stderr=name == "stderr", highlight=False, soft_wrap=True)
+    return _consoles[name]
 
 
 def emit_json(data: Any) -> None:
@@ -21,8 +40,9 @@ def emit_json(data: Any) -> None:
 
 def progress(message: str) -> None:
     """A progress line for a person watching; silent when stderr is not a terminal."""
-    if stderr.is_terminal:
-        stderr.print(message)
+    console = _console("stderr")
+    if console.is_terminal:
+        console.print(message)
 
 
 def error_line(message: str) -> None:
