@@ -3,16 +3,11 @@ time and MFU, rank placement (TP in a node, pipelines in an SU, DP on rails), la
 
 from __future__ import annotations
 
-from cluster_tool.plan.cluster import (
-    GPUS,
-    ClusterShape,
-    GateResults,
-    GpuSpec,
-    PlanNode,
-    gpu_spec,
-    parse_hostlist,
-    read_gate_results,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The cost model loads with the package; `estimate` is bound here so the function, not the
+# submodule, is what `from cluster_tool.plan import estimate` gives.
 from cluster_tool.plan.estimate import (
     KERNEL_EFFICIENCY,
     MODEL_ERROR,
@@ -25,17 +20,33 @@ from cluster_tool.plan.estimate import (
     layer_activation_bytes,
     stage_layers,
 )
-from cluster_tool.plan.launch import (
-    hostfile_text,
-    megatron_args,
-    pipeline_layout,
-    slurm_hostfile_text,
-    torchrun_args,
-)
 from cluster_tool.plan.model import PRESETS, ModelSpec, megatron_gpt, preset
-from cluster_tool.plan.placement import Placement, RankSlot, place, placeable
-from cluster_tool.plan.report import layout_json, plan_json
-from cluster_tool.plan.search import PlanResult, plan
+
+if TYPE_CHECKING:
+    from cluster_tool.plan.cluster import (
+        GPUS,
+        ClusterShape,
+        GateResults,
+        GpuSpec,
+        PlanNode,
+        gpu_spec,
+        parse_hostlist,
+        read_gate_results,
+    )
+    from cluster_tool.plan.launch import (
+        hostfile_text,
+        megatron_args,
+        pipeline_layout,
+        slurm_hostfile_text,
+        torchrun_args,
+    )
+    from cluster_tool.plan.placement import Placement, RankSlot, place, placeable
+    from cluster_tool.plan.report import layout_json, plan_json
+    from cluster_tool.plan.search import PlanResult, plan
+
+# The rest of the planner (the cluster model with ClusterShell, search, placement, launch)
+# loads on first use: `cluster-tool plan` declares its options without it.
+_LAZY_MODULES = ("cluster", "launch", "placement", "report", "search")
 
 __all__ = [
     "GPUS",
@@ -74,3 +85,13 @@ __all__ = [
     "stage_layers",
     "torchrun_args",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        for module in _LAZY_MODULES:
+            found = getattr(importlib.import_module(f"{__name__}.{module}"), name, None)
+            if found is not None:
+                globals()[name] = found
+                return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -50,10 +50,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from cluster_tool.errors import UsageError
-from cluster_tool.plan.cluster import ClusterShape
-from cluster_tool.plan.model import ModelSpec
+
+if TYPE_CHECKING:  # annotations only: the cost model loads without the cluster model
+    from cluster_tool.plan.cluster import ClusterShape
+    from cluster_tool.plan.model import ModelSpec
 
 GIB = 1024**3
 ZERO_STAGES = ("0", "1", "2", "3", "fsdp")
