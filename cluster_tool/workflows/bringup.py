@@ -22,6 +22,7 @@ from cluster_tool.workflows.common import (
     drain_reason,
     guarded_gate,
     node_verdicts,
+    resume_held,
 )
 
 # Converge failures tolerated per play batch: all of them, so healthy hosts carry on; the
@@ -198,7 +199,11 @@ def run_bringup(
 
     # Which nodes are new is read before the converge: once their slurmd starts they look idle.
     before = {} if options.check or options.phase else _states(deps.slurm, scope)
-    new = [n for n in scope if n not in before or not before[n].usable or _pending(before[n])]
+    # New: unknown to Slurm, down (a re-imaged node coming back) or held by cluster-tool. A node
+    # an operator drained for their own reason is converged and checked but stays theirs.
+    new = [
+        n for n in scope if n not in before or (not before[n].usable and not _operators(before[n]))
+    ]
     known_new = [n for n in new if n in before]
     if known_new:
         # Already in slurm.conf (a re-run, a re-imaged node): drained before slurmd can come up.
@@ -267,13 +272,15 @@ def run_bringup(
     )
 
     busbw: list[dict[str, Any]] = []
-    gate_nodes = [n for n in candidates if n not in health_bad]
+    # Slurm starts no gate job on a node an operator holds drained: it is checked, not gated.
+    held = {n for n in candidates if n in before and _operators(before[n])}
+    gate_nodes = [n for n in candidates if n not in health_bad and n not in held]
     if options.gate and gate_nodes:
         started = time.monotonic()
         deps.slurm.reserve(reservation, gate_nodes)
         try:
             # Inside the maintenance reservation only our gate jobs can reach these nodes.
-            deps.slurm.resume([n for n in gate_nodes if n in pending])
+            resume_held(deps.slurm, [n for n in gate_nodes if n in pending], ours_only=True)
             outcome = guarded_gate(deps.gate, gate_nodes)
         finally:
             deps.slurm.release(reservation)
@@ -297,8 +304,9 @@ def run_bringup(
     admit = [n for n in candidates if n not in bad_nodes]
     for node in sorted(bad_nodes - failed_hosts):  # converge failures are drained already
         deps.slurm.drain([node], drain_reason([f for f in findings if f.node == node]))
-    if admit:
-        deps.slurm.resume(admit)
+    # Only nodes held back by cluster-tool (pending validation, an earlier run's verdict)
+    # come back; one already in service or drained by an operator is left as it is.
+    resume_held(deps.slurm, admit, ours_only=True)
     phases.append(
         Phase(
             "admit",
@@ -319,5 +327,6 @@ def _try_drain(slurm: Any, nodes: Sequence[str], reason: str) -> None:
         slurm.drain(nodes, reason)
 
 
-def _pending(state: NodeState) -> bool:
-    return state.drained and state.reason.startswith(PENDING_REASON)
+def _operators(state: NodeState) -> bool:
+    """Drained by someone other than cluster-tool (maintenance, an RMA): not ours to lift."""
+    return state.drained and not state.reason.startswith("cluster-tool")

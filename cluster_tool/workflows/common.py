@@ -318,6 +318,25 @@ def drain_reason(findings: Sequence[Finding], prefix: str = "cluster-tool") -> s
     return " ".join(text.split())[:200]
 
 
+def resume_held(slurm: Any, nodes: Sequence[str], *, ours_only: bool) -> list[str]:
+    """Resume those of `nodes` that Slurm holds drained or down; returns them. Slurm refuses to
+    resume a node already in service ("Invalid node state specified"), and such a node needs
+    nothing. With `ours_only`, a node drained for another reason (an operator's, `RMA`) stays
+    as it is: only drains whose reason starts with "cluster-tool" are ours to lift."""
+    if not nodes:
+        return []
+    held = [
+        s.name
+        for s in slurm.node_states(list(nodes))
+        if (s.drained or s.state in {"DOWN", "FAIL"} or "DOWN" in s.flags)
+        and (not ours_only or s.reason.startswith("cluster-tool"))
+    ]
+    wanted = [n for n in nodes if n in set(held)]
+    if wanted:
+        slurm.resume(wanted)
+    return wanted
+
+
 def safe_resume(slurm: Any, nodes: Sequence[str]) -> list[str]:
     """Resume nodes in one call; returns the nodes Slurm refused (SlurmError), for the record."""
     if not nodes:

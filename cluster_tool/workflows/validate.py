@@ -17,7 +17,12 @@ from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
-from cluster_tool.workflows.common import drain_reason, guarded_gate, node_verdicts
+from cluster_tool.workflows.common import (
+    drain_reason,
+    guarded_gate,
+    node_verdicts,
+    resume_held,
+)
 
 
 def nodes_on_switch(cluster: Cluster, switch: str) -> list[str]:
@@ -114,7 +119,7 @@ def run_after_maintenance(
             # The nodes may still be drained from the maintenance: let only the gate in.
             deps.slurm.reserve(reservation, gate_nodes)
             try:
-                deps.slurm.resume(gate_nodes)
+                resume_held(deps.slurm, gate_nodes, ours_only=False)
                 outcome = guarded_gate(deps.gate, gate_nodes)
             finally:
                 deps.slurm.release(reservation)
@@ -137,8 +142,8 @@ def run_after_maintenance(
         for node in sorted(bad):
             deps.slurm.drain([node], drain_reason([f for f in findings if f.node == node]))
         passing = [n for n in nodes if n not in bad]
-        if passing:
-            deps.slurm.resume(passing)
+        # --admit is the operator's word: what passes comes back, whoever drained it.
+        resume_held(deps.slurm, passing, ours_only=False)
         phases.append(Phase("admit", "failed" if bad else "passed", 0.0, f"{len(passing)} resumed"))
     states = None
     try:

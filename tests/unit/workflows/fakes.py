@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.bmc.redfish import BmcError
+from cluster_tool.slurm import SlurmError
 from cluster_tool.workflows.common import AdminSlurm
 
 
@@ -33,6 +34,11 @@ class SlurmCluster:
                 if fields["state"] == "drain":
                     self.drained[node] = fields["reason"]
                 elif fields["state"] == "resume":
+                    if node not in self.drained and node not in self.down:
+                        # What Slurm 23-24 answers for a node already in service.
+                        raise SlurmError(
+                            "scontrol update: slurm_update error: Invalid node state specified"
+                        )
                     self.drained.pop(node, None)
             return ""
         if argv[:3] == ["scontrol", "show", "node"]:

@@ -168,6 +168,28 @@ def test_a_clean_bringup_admits_every_node_after_the_gate() -> None:
     assert {v["verdict"] for v in result.nodes.values()} == {"pass"}
 
 
+def test_a_second_bringup_on_nodes_in_service_resumes_nothing_and_passes() -> None:
+    slurm = SlurmCluster(NODES)
+    deps, gate = _deps(slurm)
+    result = run_bringup(NODES, deps, BringupOptions())
+    assert result.exit_code == 0, [f.message for f in result.findings]
+    assert gate.ran_on == NODES
+    resumes = [c for c in slurm.calls if "state=resume" in c]
+    assert resumes == [], "Slurm refuses to resume a node in service"
+
+
+def test_an_operators_drain_is_not_lifted_by_bringup_but_an_earlier_verdict_is() -> None:
+    slurm = SlurmCluster(
+        NODES,
+        drained={"gpu003": "RMA ticket 4411", "gpu004": "cluster-tool: fabric.swapped: ..."},
+    )
+    deps, gate = _deps(slurm)
+    run_bringup(NODES, deps, BringupOptions(limit="gpu[003-004]"))
+    assert "gpu004" not in slurm.drained
+    assert slurm.drained == {"gpu003": "RMA ticket 4411"}
+    assert gate.ran_on == ["gpu004"], "Slurm would start no gate job on a drained node"
+
+
 def test_a_cable_swap_leaves_that_node_drained_with_the_swap_named_and_exit_1() -> None:
     slurm = SlurmCluster(NODES, down=set(NODES))
     deps, gate = _deps(slurm, validation=[SWAP])
