@@ -215,14 +215,19 @@ def render_sbatch(job: GateJob, params: NcclTestParams, workdir: Path, gpus_per_
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in step.env)
         if step.rail is not None:
             # Rail steps share the allocation (--overlap) and run at once, like split groups.
+            # -n too: srun inherits the batch's SLURM_NTASKS (8 per node), which would
+            # override --ntasks-per-node=1 ("can't honor --ntasks-per-node").
             srun = (
-                f"srun --overlap --mpi=pmix --cpu-bind=none -N {n} --ntasks-per-node=1 "
+                f"srun --overlap --mpi=pmix --cpu-bind=none -N {n} -n {n} --ntasks-per-node=1 "
                 f"--gpus-per-node={gpus_per_node} env {env} {cmd} > {out} 2>&1 &"
             )
         else:
+            # Every rank sees the node's GPUs and nccl-tests picks device localRank. Not
+            # --gpus-per-task=1: Slurm then binds each task to its own GPU, and local rank k
+            # asks for device k of the one it sees ("Invalid number of GPUs").
             srun = (
                 f"srun --mpi=pmix --cpu-bind=none -N {n} --ntasks-per-node={gpus_per_node} "
-                f"--gpus-per-task=1 env {env} {cmd} > {out} 2>&1"
+                f"--gpus-per-node={gpus_per_node} env {env} {cmd} > {out} 2>&1"
             )
         lines.append(f"echo 'cluster-tool gate: step {step.label}'")
         lines.append(srun)

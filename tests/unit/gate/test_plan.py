@@ -64,7 +64,9 @@ def test_pair_job_forces_ring_and_runs_one_rank_per_gpu(tmp_path: Path) -> None:
     assert len(sruns) == 2
     for line in sruns:
         assert "--mpi=pmix -N 2" in line.replace("--cpu-bind=none ", "")
-        assert "--ntasks-per-node=8 --gpus-per-task=1" in line
+        # All eight GPUs visible to every rank: nccl-tests drives device localRank.
+        assert "--ntasks-per-node=8 --gpus-per-node=8" in line
+        assert "--gpus-per-task" not in line
         assert "NCCL_ALGO=Ring" in line
     assert (
         "stdbuf -oL /opt/nccl-tests/build/alltoall_perf -b 8 -e 16G -f 2 -g 1 -n 20 -w 5 -c 1"
@@ -88,7 +90,8 @@ def test_rails_job_pins_each_rail_to_its_hca_and_gpu(tmp_path: Path) -> None:
     sruns = [ln for ln in text.splitlines() if ln.startswith("srun ")]
     assert len(sruns) == 8 and all(ln.endswith("&") for ln in sruns)
     assert "NCCL_IB_HCA==mlx5_3 CUDA_VISIBLE_DEVICES=1" in sruns[1]
-    assert "--ntasks-per-node=1" in sruns[1] and "--overlap" in sruns[1]
+    # One rank per node, said twice: the batch's SLURM_NTASKS would override it otherwise.
+    assert "-N 2 -n 2 --ntasks-per-node=1" in sruns[1] and "--overlap" in sruns[1]
     assert text.rstrip().endswith("wait")
 
 
