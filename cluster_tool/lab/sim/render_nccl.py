@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .hw import NodeHardware
-from .perf import Bandwidth, PathFailure, ib_hca_filter, jitter, time_us
+from .perf import Bandwidth, PathFailure, gdr_capable, ib_hca_filter, jitter, time_us
 
 # collective -> (redop, bus bandwidth factor as a function of ranks, element count per size)
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
@@ -226,8 +226,6 @@ def nccl_info_lines(
         lines.append(f"{prefix} [0] NCCL INFO Using network IB")
         if hw0.dmabuf:
             lines.append(f"{prefix} [0] NCCL INFO DMA-BUF is available on GPU device 0")
-    no_gdr = set(bandwidth.no_gdr) if isinstance(bandwidth, Bandwidth) else set()
-    gdr_all = isinstance(bandwidth, Bandwidth) and bandwidth.gdr
 
     def via(r: Rank, channel: int) -> str:
         """The transport of a channel leaving (or entering) rank r's host over the network."""
@@ -239,8 +237,8 @@ def nccl_info_lines(
         nics = bandwidth.nics_of(r.host) if isinstance(bandwidth, Bandwidth) else ()
         device = own if own in nics else (nics[channel % len(nics)] if nics else own)
         nic = mine.index(device) if device in mine else channel % max(len(mine), 1)
-        gdr = gdr_all or (isinstance(bandwidth, Bandwidth) and r.host not in no_gdr)
-        return f"NET/IB/{nic}/GDRDMA" if gdr else f"NET/IB/{nic}"
+        # Set up at init, before any path can die: the host's own GPUDirect support decides.
+        return f"NET/IB/{nic}/GDRDMA" if gdr_capable(hw) else f"NET/IB/{nic}"
 
     n = len(ranks)
     by_host: dict[str, list[Rank]] = {}

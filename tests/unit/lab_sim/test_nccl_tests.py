@@ -167,6 +167,11 @@ def test_link_down_can_hang_instead() -> None:
     out = run("all_reduce", ARGS, srun_env(0), model, "gpu001", 4242)
     assert out.hang
     assert "# Avg bus bandwidth" not in out.stdout
+    # The channels were set up before the path died: still GPUDirect on both hosts.
+    env = {**srun_env(0), "NCCL_DEBUG": "INFO"}
+    info = run("all_reduce", ARGS, env, model, "gpu001", 4242).stdout
+    sends = [line for line in info.splitlines() if "[send] via NET/IB/" in line]
+    assert len(sends) == 2 and all(line.endswith("/GDRDMA") for line in sends)
 
 
 def test_nccl_debug_info_shows_gdr_only_with_peermem_or_dmabuf() -> None:
