@@ -1,16 +1,20 @@
 """The nccl-tests gate through real Slurm on the emulated cluster: its job scripts and outputs
 in the lab's shared folder (same path on this machine and in every node), Slurm's commands run
 on the head. A healthy lab passes single + pairs; a slow node is named alone, drained with the
-reason, and back after heal + resume.
+reason, and back after heal + resume; a degraded HCA is named by the rails rung as its rail; a
+hung collective ends as nccl.hang within the watchdog; a peermem node without nvidia_peermem
+is gdr.not-used. Each test heals what it injected.
 
 The converged tests share the session's one bring-up (`converged` in conftest.py)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.lab.conftest import Converged, LabHandle
 
@@ -70,3 +74,103 @@ def test_a_slow_node_is_named_alone_drained_with_the_reason_and_back_after_heal_
     assert c.sinfo()["gpu004"][0] == "idle"
     rc, data, err = gate(c, "healed", "--nodes", "gpu004,gpu003")
     assert rc == 0, (data.get("findings"), err[-3000:])
+
+
+def all_reduce_only(c: Converged) -> Path:
+    """The lab's spec with all_reduce as the only collective: the single rung then runs two
+    steps per node instead of five (the faults below show in all_reduce alone)."""
+    spec = c.gate_root / "lab-all-reduce-only.yml"
+    if not spec.exists():
+        data = yaml.safe_load(c.lab.spec.read_text())
+        data.setdefault("nccl", {}).setdefault("tests", {})["collectives"] = ["all_reduce"]
+        spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    return spec
+
+
+def gate_only(c: Converged, name: str, *args: str) -> tuple[int, dict[str, Any], str, float]:
+    """`gate` with exactly these rungs/options (all_reduce only, short polls); also its wall
+    time in seconds."""
+    start = time.monotonic()
+    rc, data, err = c.run_json(
+        "gate", "--spec", str(all_reduce_only(c)), "--poll", "1", "--pending-timeout", "120",
+        "--slurm-via", "head", "--ssh-config", str(c.lab.ssh_config),
+        "--workdir", str(c.gate_root / f"gate-{name}"), *args,
+    )  # fmt: skip
+    return rc, data, err, time.monotonic() - start
+
+
+def inject(c: Converged, *args: str) -> str:
+    rc, fault, err = c.run_json("lab", "inject", *args)
+    assert rc == 0, err
+    return str(fault["id"])
+
+
+def heal(c: Converged, *fault_ids: str) -> None:
+    for fault_id in fault_ids:
+        out = c.run("lab", "heal", fault_id)
+        assert out.returncode == 0, out.stderr
+
+
+def failures(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in data.get("findings", []) if f["severity"] in ("fail", "error")]
+
+
+@pytest.mark.converged
+def test_a_degraded_hca_is_named_by_the_rails_rung_as_that_rail_alone(converged: Converged) -> None:
+    c = converged
+    # mlx5_5 is rail 3 (GPU 3's HCA) in the lab's profile.
+    fault = inject(c, "link-degrade", "gpu003", "mlx5_5", "--width", "1X")
+    try:
+        rc, data, err, _ = gate_only(c, "rails", "--rungs", "single", "--rails", "--watchdog", "30")
+        assert rc == 1, (data.get("findings"), err[-3000:])
+        bad = failures(data)
+        assert [(f["check"], f["node"], f["component"]) for f in bad] == [
+            ("nccl.rail", "gpu003", "rail 3 (mlx5_5)")
+        ], bad
+        assert data["summary"]["rungs"]["rails"]["bad"] == ["gpu003"]
+        assert data["summary"]["rungs"]["single"]["failed"] == []
+    finally:
+        heal(c, fault)
+
+
+@pytest.mark.converged
+def test_a_hung_collective_ends_as_nccl_hang_within_the_watchdog(converged: Converged) -> None:
+    c = converged
+    watchdog = 15
+    fault = inject(c, "link-down", "gpu002", "mlx5_0", "--hang")
+    try:
+        rc, data, err, wall = gate_only(
+            c, "hang", "--rungs", "full", "--nodes", "gpu[001-002]", "--watchdog", str(watchdog)
+        )
+        assert rc == 1, (data.get("findings"), err[-3000:])
+        hangs = [f for f in failures(data) if f["check"] == "nccl.hang"]
+        assert [f["component"] for f in hangs] == ["job gpu[001-002]"], data["findings"]
+        silent = float(hangs[0]["observed"].split("no output for ")[1].split(" s")[0])
+        assert watchdog <= silent < watchdog + 5, hangs[0]["observed"]
+        # One job: Slurm's start and the sim's header, then the watchdog's silence, scancel.
+        assert watchdog <= wall <= watchdog + 30, wall
+        # The cancelled job holds no node: both are back to idle.
+        states = c.sinfo()
+        assert states["gpu001"][0] == "idle" and states["gpu002"][0] == "idle", states
+    finally:
+        heal(c, fault)
+
+
+@pytest.mark.converged
+def test_a_peermem_node_without_nvidia_peermem_is_gdr_not_used(converged: Converged) -> None:
+    c = converged
+    # Peermem mode: the node's driver offers no dma-buf, so GPUDirect RDMA rides on
+    # nvidia_peermem alone (the model's `dmabuf` knob; healing it restores dmabuf mode).
+    peermem_mode = inject(c, "module-missing", "gpu004", "dmabuf")
+    faults = [peermem_mode]
+    try:
+        faults.append(inject(c, "module-missing", "gpu004", "nvidia_peermem"))
+        rc, data, err, _ = gate_only(c, "gdr", "--rungs", "pairs", "--watchdog", "30")
+        assert rc == 1, (data.get("findings"), err[-3000:])
+        gdr = [f for f in data["findings"] if f["check"] == "gdr.not-used"]
+        assert [(f["node"], f["severity"]) for f in gdr] == [("gpu004", "error")], data["findings"]
+        assert "without GDRDMA" in gdr[0]["observed"]
+        # Host-memory bounce buffers slow its pairs too: the same node, no other.
+        assert {f["node"] for f in failures(data) if f.get("node")} == {"gpu004"}
+    finally:
+        heal(c, *reversed(faults))
