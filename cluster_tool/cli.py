@@ -1,7 +1,5 @@
 """The `cluster-tool` command: a thin Typer layer that parses, calls the library, prints."""
 
-from __future__ import annotations
-
 import sys
 import traceback
 from typing import Annotated

@@ -1,8 +1,6 @@
 """`cluster-tool fabric check`, `cluster-tool validate`, `cluster-tool node-check`, `node-file`:
 the health and wiring checks, run from captured text, over SSH, or on the node itself."""
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -49,7 +47,7 @@ def _spec(path: Path | None, positional: Path | None = None):  # type: ignore[no
     return load_spec(chosen)
 
 
-def _print_report(report: Report, json_out: bool, extra: dict[str, object] | None = None) -> None:
+def _print_report(report: "Report", json_out: bool, extra: dict[str, object] | None = None) -> None:
     if json_out:
         data = report.to_json()
         data.update(extra or {})

@@ -1,7 +1,5 @@
 """`cluster-tool gate`: the nccl-tests ladder through Slurm, and `gate simulate` to see its cost."""
 
-from __future__ import annotations
-
 import os
 import time
 from pathlib import Path
@@ -27,14 +25,14 @@ gate_app = typer.Typer(
 )
 
 
-def _slurm() -> Slurm:
+def _slurm() -> "Slurm":
     """The real Slurm client commands; tests replace this with a fake that replays captures."""
     from cluster_tool.slurm import SlurmCLI
 
     return SlurmCLI()
 
 
-def _slurm_via(host: str, ssh_config: Path | None) -> Slurm:
+def _slurm_via(host: str, ssh_config: Path | None) -> "Slurm":
     """Slurm's client commands run over SSH on `host` (this machine is not a Slurm client)."""
     from cluster_tool.slurm import SlurmCLI
     from cluster_tool.workflows.common import ssh_command_runner
@@ -56,7 +54,7 @@ def _rungs(value: str) -> tuple[str, ...]:
     return rungs
 
 
-def _print_result(result: GateResult, json_out: bool) -> None:
+def _print_result(result: "GateResult", json_out: bool) -> None:
     if json_out:
         output.emit_json(result.to_json())
         return

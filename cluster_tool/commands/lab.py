@@ -1,7 +1,5 @@
 """`cluster-tool lab up|down|status|ssh`: the emulated cluster on this machine."""
 
-from __future__ import annotations
-
 import os
 import shutil
 import subprocess

@@ -1,7 +1,5 @@
 """`cluster-tool lab inject KIND ARGS…` and `lab heal [FAULT-ID|--all]`: faults in the lab."""
 
-from __future__ import annotations
-
 import inspect
 from typing import Annotated, Any
 

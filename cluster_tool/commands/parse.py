@@ -1,7 +1,5 @@
 """`cluster-tool parse KIND FILE`: print what a parser sees in a captured output."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,7 +1,5 @@
 """`cluster-tool plan`: parallel layouts for a model on a validated cluster, and how to launch."""
 
-from __future__ import annotations
-
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -30,7 +28,7 @@ def _model(
     ffn: int | None,
     vocab: int | None,
     seq: int | None,
-) -> ModelSpec:
+) -> "ModelSpec":
     from cluster_tool.plan import ModelSpec, preset
 
     if name:
@@ -61,7 +59,7 @@ def _model(
     )
 
 
-def _cluster(spec: Path | None, nodes: int | None, gpu: str, nodes_per_su: int) -> ClusterShape:
+def _cluster(spec: Path | None, nodes: int | None, gpu: str, nodes_per_su: int) -> "ClusterShape":
     from cluster_tool.plan import GPUS, ClusterShape
 
     if spec is not None:

@@ -1,7 +1,5 @@
 """`cluster-tool spec check|schema`, `cluster-tool init` and `cluster-tool render`."""
 
-from __future__ import annotations
-
 import json
 import sys
 from pathlib import Path
@@ -27,7 +25,7 @@ spec_app = typer.Typer(
 )
 
 
-def summary(cluster: Cluster) -> dict[str, object]:
+def summary(cluster: "Cluster") -> dict[str, object]:
     """What a valid spec describes, in numbers an SRE checks first."""
     from cluster_tool.render.plan import leaves, spines
 

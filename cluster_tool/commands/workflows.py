@@ -1,8 +1,6 @@
 """`cluster-tool bringup`, `reimage`, `validate-after` and `report`: the three jobs end to end,
 each writing a run record (runs/<timestamp>-<id>/) and each safe to interrupt and re-run."""
 
-from __future__ import annotations
-
 import json
 import os
 from pathlib import Path
@@ -47,7 +45,7 @@ GateWorkdirOpt = Annotated[
 ]
 
 
-def _secrets(cluster: Cluster) -> Secrets:
+def _secrets(cluster: "Cluster") -> "Secrets":
     """Every secret this run could meet: env passwords (dbd, BMC), the cluster's munge key where
     the slurm role keeps it (~/.cluster-tool/secrets/<cluster>/, or runs/secrets/<cluster>/)."""
     import contextlib
@@ -75,7 +73,7 @@ def _slurm(slurm_via: str | None, ssh_config: Path | None) -> Any:
     return AdminSlurm()
 
 
-def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: bool) -> Path:
+def _inventory(cluster: "Cluster", given: Path | None, record: "RunRecord", check: bool) -> Path:
     from cluster_tool.render import diff_rendered, render
     from cluster_tool.render.engine import default_out_dir
 
@@ -95,7 +93,7 @@ def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: b
     return out
 
 
-def _print(summary: dict[str, Any], record: RunRecord, json_out: bool) -> None:
+def _print(summary: dict[str, Any], record: "RunRecord", json_out: bool) -> None:
     if json_out:
         output.emit_json({**summary, "run_dir": str(record.path)})
         return

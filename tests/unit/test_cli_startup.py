@@ -114,6 +114,26 @@ def test_node_check_loads_only_what_the_node_checks_need(tmp_path: Path) -> None
     assert _loaded(modules, NOT_FOR_NODE_CHECK) == []
 
 
+def test_command_parameters_are_declared_as_objects_not_strings() -> None:
+    # typer compiles and evaluates string annotations on every run, for every parameter of every
+    # command (`from __future__ import annotations` in a commands module makes them strings).
+    import typer.main
+
+    from cluster_tool.cli import app
+
+    group = typer.main.get_command(app)
+    stringly = []
+    stack = [group]
+    while stack:
+        command = stack.pop()
+        stack.extend(getattr(command, "commands", {}).values())
+        callback = getattr(command.callback, "__wrapped__", command.callback)
+        for name, annotation in getattr(callback, "__annotations__", {}).items():
+            if isinstance(annotation, str):
+                stringly.append(f"{command.name}: {name}")
+    assert stringly == []
+
+
 def test_every_parser_module_is_listed_for_the_parse_command() -> None:
     # KINDS loads the modules listed in cluster_tool.parsers.MODULES; one left out would be
     # missing from `cluster-tool parse` without anything failing.
