@@ -303,6 +303,35 @@ def run(
     return Outcome("\n".join(lines) + "\n", 0)
 
 
+def nccl_environment(env: Mapping[str, str], conf_texts: list[str]) -> dict[str, str]:
+    """The process environment with NCCL's configuration files under it, as NCCL reads them:
+    `NAME=VALUE` lines (`NCCL_IB_HCA==mlx5_0` keeps its `=mlx5_0`), `#` comments; a variable
+    already in the environment wins, then the first file that sets it."""
+    merged = dict(env)
+    for text in conf_texts:
+        for line in text.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            name, _, value = line.partition("=")
+            merged.setdefault(name.strip(), value.strip())
+    return merged
+
+
+def _conf_texts(env: Mapping[str, str]) -> list[str]:
+    # NCCL_CONF_FILE (NCCL 2.23+) or the user's ~/.nccl.conf, then the site's /etc/nccl.conf.
+    from pathlib import Path
+
+    first = env.get("NCCL_CONF_FILE") or str(Path(env.get("HOME", "/root")) / ".nccl.conf")
+    texts = []
+    for path in (first, "/etc/nccl.conf"):
+        try:
+            texts.append(Path(path).read_text(encoding="utf-8"))
+        except OSError:
+            continue
+    return texts
+
+
 def main(
     collective: str, argv: list[str], adjust: Callable[[NodeHardware], None] | None = None
 ) -> int:
@@ -313,7 +342,8 @@ def main(
     from .hw import load_model
 
     hostname = os.environ.get("LAB_NODE") or socket.gethostname().split(".")[0]
-    outcome = run(collective, argv, os.environ, load_model(), hostname, os.getpid(), adjust)
+    env = nccl_environment(os.environ, _conf_texts(os.environ))
+    outcome = run(collective, argv, env, load_model(), hostname, os.getpid(), adjust)
     sys.stdout.write(outcome.stdout)
     sys.stdout.flush()
     if outcome.hang:

@@ -13,6 +13,7 @@ from cluster_tool.lab.sim.nccl_tests import (
     UsageFailure,
     expand_hostlist,
     expand_tasks_per_node,
+    nccl_environment,
     parse_args,
     run,
 )
@@ -351,3 +352,20 @@ def test_excluding_a_degraded_hca_moves_its_gpu_to_another_rail() -> None:
     fast = busbw_of(run("all_reduce", ARGS, env, model, "gpu001", 7))
     # Seven healthy rails beat eight held to one 1X link.
     assert fast > 3 * slow
+
+
+def test_nccl_conf_sets_what_the_environment_does_not() -> None:
+    conf = "# rendered\nNCCL_IB_HCA==mlx5_0,mlx5_3\nNCCL_SOCKET_IFNAME==eth0\n"
+    env = nccl_environment({"NCCL_ALGO": "Ring"}, [conf])
+    assert (env["NCCL_IB_HCA"], env["NCCL_SOCKET_IFNAME"], env["NCCL_ALGO"]) == (
+        "=mlx5_0,mlx5_3",
+        "=eth0",
+        "Ring",
+    )
+    # The job's own setting (the gate's per-rail step) wins over the site's file.
+    assert nccl_environment({"NCCL_IB_HCA": "=mlx5_5"}, [conf])["NCCL_IB_HCA"] == "=mlx5_5"
+    # The lab's rendered nccl.conf names the eight compute HCAs: the usual two-node rate.
+    model = lab_model()
+    site = "NCCL_IB_HCA==" + ",".join(RAIL_HCAS) + "\n"
+    out = run("all_reduce", ARGS, nccl_environment(srun_env(0), [site]), model, "gpu001", 7)
+    assert busbw_of(out) == two_node_busbw(model)
