@@ -134,7 +134,9 @@ def ensure_layer(config: LabConfig, base: Path, name: str, packages: tuple[str, 
         shutil.rmtree(scratch)
     for sub in ("upper", "work", "root"):
         (scratch / sub).mkdir(parents=True)
-    repo = config.repo_dir
+    # Layers hold Debian packages only: they come from the cache's own index (no simulator,
+    # and a symlink into the cache would not resolve inside the chroot).
+    repo = config.cache_repo_dir
     script = f"""set -e
 R={scratch}/root
 mount --make-rprivate /

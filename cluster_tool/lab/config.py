@@ -161,8 +161,15 @@ class LabConfig:
         return self.cache_dir / "base"
 
     @property
-    def repo_dir(self) -> Path:
+    def cache_repo_dir(self) -> Path:
+        """The Debian packages fetched once for every lab on this machine (`debian/`)."""
         return self.cache_dir / "repo"
+
+    @property
+    def repo_dir(self) -> Path:
+        """The repository this lab serves: the cached Debian packages (linked) and this lab's
+        own simulator packages, so two labs built from two checkouts never share an index."""
+        return self.lab_dir / "repo"
 
 
 def _subnet(text: str) -> ipaddress.IPv4Network:

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from cluster_tool.lab.base import MIRROR, SUITE
-from cluster_tool.lab.config import DEFAULT_CACHE, LabConfig
+from cluster_tool.lab.config import LabConfig
 from cluster_tool.lab.host import LabError, ProcRef, run, spawn
 
 # What the roles install on a lab node. Keep this the union of every role's package list
@@ -61,9 +61,8 @@ LAB_PACKAGES: tuple[str, ...] = (
     "less",
 )
 
-# Part 2's simulator packages go here (under the default cache); `sim_debs_dir(config)` for
-# a lab with another cache. Call `reindex(config)` after dropping a .deb.
-SIM_DEBS_DIR = DEFAULT_CACHE / "repo" / "sim"
+# Simulator packages go in `sim_debs_dir(config)` (per lab); call `reindex(config)` after
+# dropping a .deb there.
 
 _SOURCES = (
     f"deb {MIRROR} {SUITE} main\n"
@@ -73,7 +72,7 @@ _SOURCES = (
 
 
 def sim_debs_dir(config: LabConfig) -> Path:
-    """Where simulator .debs go for this lab's cache (created on demand)."""
+    """Where this lab's simulator .debs go (created on demand)."""
     path = config.repo_dir / "sim"
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -89,16 +88,29 @@ def _stamp(packages: tuple[str, ...], base: Path) -> str:
 
 
 def ensure_repo(config: LabConfig, base: Path, packages: tuple[str, ...] = LAB_PACKAGES) -> Path:
-    """The repository directory, fetching packages the first time (or when the list grows)."""
-    root = config.repo_dir
-    debs = root / "debian"
+    """The lab's repository directory: the Debian packages fetched into the cache the first
+    time (or when the list grows) and linked in, beside this lab's own `sim/`."""
+    cache = config.cache_repo_dir
+    debs = cache / "debian"
     debs.mkdir(parents=True, exist_ok=True)
-    sim_debs_dir(config)
-    stamp_file = root / ".fetched"
+    stamp_file = cache / ".fetched"
     stamp = _stamp(packages, base)
     if not (stamp_file.is_file() and stamp_file.read_text().strip() == stamp):
         _fetch(config, base, debs, packages)
+        _index(cache, "debian")
         stamp_file.write_text(stamp + "\n")
+    elif not (cache / "Packages").is_file():
+        _index(cache, "debian")
+    root = config.repo_dir
+    root.mkdir(parents=True, exist_ok=True)
+    link = root / "debian"
+    if not (link.is_symlink() and link.resolve() == debs.resolve()):
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.is_dir():
+            shutil.rmtree(link)
+        link.symlink_to(debs)
+    sim_debs_dir(config)
     if not (root / "Packages").is_file():
         reindex(config)
     return root
@@ -140,9 +152,13 @@ chroot "$R" env DEBIAN_FRONTEND=noninteractive \\
 
 
 def reindex(config: LabConfig) -> None:
-    """Rebuild Packages and Release over debian/ and sim/ (run after adding a .deb)."""
-    root = config.repo_dir
-    packages = run(["apt-ftparchive", "packages", "."], timeout=600, cwd=root).stdout
+    """Rebuild the lab's Packages and Release over debian/ and sim/ (run after adding a .deb)."""
+    _index(config.repo_dir, ".")
+
+
+def _index(root: Path, subdir: str) -> None:
+    """Packages and Release for the .debs below `root/subdir`, replaced atomically."""
+    packages = run(["apt-ftparchive", "packages", subdir], timeout=600, cwd=root).stdout
     tmp = root / ".Packages.tmp"
     tmp.write_text(packages)
     tmp.replace(root / "Packages")
