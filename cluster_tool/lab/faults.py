@@ -427,9 +427,30 @@ def _refresh_views(config: LabConfig, data: dict[str, Any]) -> None:
     write_all_sysfs_trees(data, config.nodes_dir)
 
 
+def running_lab(config: LabConfig) -> LabConfig:
+    """`config` with the name prefix, bridge and subnet the lab in its folder was brought up
+    with (`<labdir>/state.json`): a caller that names only the lab's folder
+    (CLUSTER_TOOL_LAB_DIR) must not restart ibsim in another lab's namespace."""
+    import dataclasses
+    import ipaddress
+
+    from cluster_tool.lab.state import load_state
+
+    state = load_state(config.state_file)
+    if state is None:
+        return config
+    return dataclasses.replace(
+        config,
+        prefix=state.prefix,
+        bridge=state.bridge,
+        subnet=ipaddress.IPv4Network(state.subnet),
+    )
+
+
 def inject_fault(config: LabConfig, kind: str, *args: Any, **options: Any) -> dict[str, Any]:
     """`lab inject`: change the running lab's model, then every view of it (fabric simulator,
     sysfs trees, node power). Returns the fault record (with its id for `lab heal`)."""
+    config = running_lab(config)
     record, data = _change_model(config, lambda d: inject(d, kind, *args, **options))
     _fabric(config, data, record, healing=False)
     _refresh_views(config, data)
@@ -442,6 +463,7 @@ def heal_faults(config: LabConfig, fault_id: str | None = None) -> list[dict[str
     def undo(d: dict[str, Any]) -> list[dict[str, Any]]:
         return heal_all(d) if fault_id is None else [heal(d, fault_id)]
 
+    config = running_lab(config)
     records, data = _change_model(config, undo)
     for record in records:
         _fabric(config, data, record, healing=True)

@@ -143,3 +143,27 @@ def test_link_degrade_restarts_the_fabric_from_the_model(
     assert line.endswith("1xHDR")
     assert main(["lab", "heal", "--all"]) == 0
     assert len(restarts) == 2 and lab["console"] == []
+
+
+def test_a_fault_acts_on_the_lab_in_the_folder_whatever_the_environment_says(
+    lab: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CLUSTER_TOOL_LAB_DIR alone names the lab: its recorded prefix, bridge and subnet win
+    over the defaults (a test lab `cti` on 10.82.0.0/24, not the default `ctl` namespaces)."""
+    from cluster_tool.lab import lifecycle
+    from cluster_tool.lab.state import LabState, save_state
+
+    save_state(
+        lab["dir"] / "state.json",
+        LabState(prefix="cti", bridge="ctilab0", subnet="10.82.0.0/24", lab_dir=str(lab["dir"])),
+    )
+    seen: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        lifecycle,
+        "restart_fabric",
+        lambda config: seen.append((config.prefix, config.bridge, str(config.subnet))),
+    )
+    monkeypatch.delenv("CLUSTER_TOOL_LAB_PREFIX", raising=False)
+    assert main(["lab", "inject", "link-degrade", "gpu004", "mlx5_9", "--width", "2X"]) == 0
+    assert main(["lab", "heal", "--all"]) == 0
+    assert seen == [("cti", "ctilab0", "10.82.0.0/24")] * 2
