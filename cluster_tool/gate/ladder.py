@@ -40,6 +40,7 @@ from cluster_tool.gate.verdict import (
     localisation_findings,
     plan_drains,
 )
+from cluster_tool.slurm import NodeState
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class GateOptions:
     dry_run: bool = False
     max_fail_share: float = 0.25
     straggler_z: float = DEFAULT_STRAGGLER_Z
+    # A slurmd started moments ago is NOT_RESPONDING until it registers with slurmctld (a
+    # bring-up gates right after the converge): wait this long for it before leaving it out.
+    settle_s: float = 120.0
 
 
 @dataclass
@@ -109,6 +113,10 @@ class _Ladder:
     def preflight(self, nodes: list[str]) -> list[str]:
         """Leave out nodes Slurm will not run jobs on; their jobs would only sit in the queue."""
         states = {n.name: n for n in self.runner.slurm.node_states(nodes)}
+        deadline = self.runner.clock() + self.options.settle_s
+        while any(_registering(states.get(n)) for n in nodes) and self.runner.clock() < deadline:
+            self.runner.sleep(self.runner.poll_s)
+            states = {n.name: n for n in self.runner.slurm.node_states(nodes)}
         usable: list[str] = []
         for node in nodes:
             st = states.get(node)
@@ -281,6 +289,16 @@ class _Ladder:
             "passed": o.passed,
             "busbw_gbs": o.busbw_gbs,
         }
+
+
+def _registering(state: NodeState | None) -> bool:
+    """Not responding, and nothing else keeps jobs off it: a slurmd that has not registered."""
+    return (
+        state is not None
+        and "NOT_RESPONDING" in state.flags
+        and not state.drained
+        and state.state in {"IDLE", "UNKNOWN"}
+    )
 
 
 def run_gate(

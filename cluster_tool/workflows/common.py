@@ -354,7 +354,7 @@ def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> 
     from cluster_tool.workflows.bringup import GateOutcome
 
     try:
-        return gate(nodes)
+        outcome = gate(nodes)
     except SlurmError as exc:
         return GateOutcome(
             [
@@ -369,3 +369,17 @@ def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> 
                 for n in nodes
             ]
         )
+    # A node the gate had to leave out (Slurm would not run its jobs) has not passed it: in a
+    # workflow that admits nodes, that is a failure of the node, not a note.
+    outcome.findings = [
+        f.model_copy(
+            update={
+                "severity": "error",
+                "message": f"{f.message}; not admitted without passing the gate",
+            }
+        )
+        if f.check == "slurm.unavailable" and f.node in set(nodes)
+        else f
+        for f in outcome.findings
+    ]
+    return outcome

@@ -110,6 +110,8 @@ class ReplaySlurm:
     jobs: dict[str, _Job] = field(default_factory=dict)
     drained: dict[str, str] = field(default_factory=dict)
     down: set[str] = field(default_factory=set)
+    # node -> reads of `scontrol show node` before its slurmd registers (IDLE* until then)
+    registering: dict[str, int] = field(default_factory=dict)
     never_start: set[str] = field(default_factory=set)  # jobs with these nodes stay queued
     refuse_after: int | None = None  # sbatch fails once this many jobs were accepted
     next_id: int = 5000
@@ -200,6 +202,10 @@ class ReplaySlurm:
         for node in sorted(NodeSet(hostlist) if hostlist else known):
             if node in self.down:
                 lines.append(f"NodeName={node} State=DOWN*+NOT_RESPONDING Reason=Not responding")
+                continue
+            if self.registering.get(node, 0) > 0:
+                self.registering[node] -= 1
+                lines.append(f"NodeName={node} State=IDLE*+NOT_RESPONDING Partitions=gpu")
                 continue
             state = "IDLE+DRAIN" if node in self.drained else "IDLE"
             reason = (

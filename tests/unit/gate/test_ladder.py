@@ -228,6 +228,25 @@ def test_drained_and_down_nodes_are_left_out_before_any_job(tmp_path: Path) -> N
     assert result.report.status == "pass"  # warnings only: the two usable nodes are fine
 
 
+def test_a_slurmd_that_has_not_registered_yet_is_waited_for_not_left_out(tmp_path: Path) -> None:
+    # Right after a bring-up's converge, slurmctld shows new nodes IDLE* until they register.
+    replay = ReplaySlurm(answers(), registering={"gpu001": 3, "gpu003": 2})
+    result, _, _ = gate(tmp_path, LAB, answers(), replay=replay)
+    assert result.rungs["preflight"] == {"nodes": 4, "usable": 4}
+    assert not [f for f in result.report.findings if f.check == "slurm.unavailable"]
+    assert result.report.status == "pass"
+
+
+def test_a_node_that_never_registers_is_left_out_after_the_settle_time(tmp_path: Path) -> None:
+    replay = ReplaySlurm(answers(), registering={"gpu002": 10_000})
+    result, replay, clock = gate(tmp_path, LAB, answers(), replay=replay, settle_s=60.0)
+    assert result.rungs["preflight"] == {"nodes": 4, "usable": 3}
+    assert [f.node for f in result.report.findings if f.check == "slurm.unavailable"] == [
+        "gpu002"
+    ]
+    assert clock() >= 60.0
+
+
 def test_second_run_after_a_drain_skips_the_drained_node(tmp_path: Path) -> None:
     _, replay, _ = gate(tmp_path / "a", LAB, answers(slow={"gpu002": 0.45}), drain=True)
     assert list(replay.drained) == ["gpu002"]

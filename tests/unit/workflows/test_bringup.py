@@ -190,6 +190,29 @@ def test_an_operators_drain_is_not_lifted_by_bringup_but_an_earlier_verdict_is()
     assert gate.ran_on == ["gpu004"], "Slurm would start no gate job on a drained node"
 
 
+def test_a_node_the_gate_had_to_leave_out_is_not_admitted() -> None:
+    class LeavesOut(Gate):
+        def __call__(self, nodes: Sequence[str]) -> GateOutcome:
+            outcome = super().__call__([n for n in nodes if n != "gpu002"])
+            outcome.findings.append(
+                Finding(
+                    check="slurm.unavailable",
+                    severity="warning",
+                    node="gpu002",
+                    message="gpu002 left out of the gate: IDLE+NOT_RESPONDING",
+                )
+            )
+            return outcome
+
+    slurm = SlurmCluster(NODES, down=set(NODES))
+    deps, _ = _deps(slurm, gate=LeavesOut(slurm))
+    result = run_bringup(NODES, deps, BringupOptions())
+    assert result.exit_code == 1
+    assert list(slurm.drained) == ["gpu002"]
+    assert slurm.drained["gpu002"].startswith("cluster-tool: slurm.unavailable")
+    assert result.nodes["gpu002"]["verdict"] == "fail"
+
+
 def test_a_cable_swap_leaves_that_node_drained_with_the_swap_named_and_exit_1() -> None:
     slurm = SlurmCluster(NODES, down=set(NODES))
     deps, gate = _deps(slurm, validation=[SWAP])
