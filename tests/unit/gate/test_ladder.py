@@ -241,9 +241,7 @@ def test_a_node_that_never_registers_is_left_out_after_the_settle_time(tmp_path:
     replay = ReplaySlurm(answers(), registering={"gpu002": 10_000})
     result, replay, clock = gate(tmp_path, LAB, answers(), replay=replay, settle_s=60.0)
     assert result.rungs["preflight"] == {"nodes": 4, "usable": 3}
-    assert [f.node for f in result.report.findings if f.check == "slurm.unavailable"] == [
-        "gpu002"
-    ]
+    assert [f.node for f in result.report.findings if f.check == "slurm.unavailable"] == ["gpu002"]
     assert clock() >= 60.0
 
 
