@@ -10,7 +10,9 @@ Each run also prints how many modules it executed on the hosts, read from its ru
 On small nodes that number, not the controller, sets the wall time (every execution starts a
 Python on the node that recompiles the module's utilities from the AnsiballZ zip), and unlike
 the wall time it does not depend on what else loads the machine. `--count` prints it for runs
-already made (their ansible-runner artifact folders), with the tasks that executed most.
+already made (their ansible-runner artifact folders), with the tasks that executed most. The
+events show one result per task and host, so the count is a floor: a template or copy that
+finds its file in place still runs two modules (stat, then file for the attributes).
 """
 
 from __future__ import annotations
