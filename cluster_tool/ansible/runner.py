@@ -1,9 +1,12 @@
 """Runs a playbook through ansible-runner; per-host results come from `playbook_on_stats`.
 
-Secrets never reach the artifacts this keeps: extra vars travel in a 0600 file outside the
-private data directory (removed after the run), `env/` files are never written, the copy of
-the environment ansible-runner records in `artifacts/<ident>/command` is cut down to
-non-secret ANSIBLE_* settings, and results of `no_log` tasks are censored by the callback.
+Secrets never reach the artifacts this keeps: they travel in the environment of the
+ansible-playbook process (`secret_envvars`, read by the roles with `lookup('ansible.builtin.env')`),
+which is never written down. Extra vars go in a 0600 file under the run's own private data
+directory (`env/extravars-<pid>-<hex>.json`, removed after the run, and swept by the next run
+there when a kill -9 left it), never under /tmp or on the command line. The copy of the
+environment ansible-runner records in `artifacts/<ident>/command` is cut down to non-secret
+ANSIBLE_* settings, and results of `no_log` tasks are censored by the callback.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +57,9 @@ _KEPT_EVENTS = frozenset(
 )
 
 EventHandler = Callable[["PlaybookEvent"], None]
+
+# The per-run extra vars file under `<private_data_dir>/env/`; the pid names its driver.
+_EXTRAVARS_FILE = re.compile(r"extravars-(\d+)-[0-9a-f]+\.json")
 
 
 def default_private_data_dir() -> Path:
@@ -215,6 +221,39 @@ def _scrub_command_artifact(artifact_dir: Path, keep_env: Iterable[str]) -> None
     tmp.replace(command_file)
 
 
+def _owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale_extravars(env_dir: Path) -> None:
+    """Remove extra vars files a killed driver left (its pid is gone); live runs keep theirs."""
+    if not env_dir.is_dir():
+        return
+    for path in env_dir.iterdir():
+        match = _EXTRAVARS_FILE.fullmatch(path.name)
+        if match and not _owner_alive(int(match.group(1))):
+            path.unlink(missing_ok=True)
+
+
+def _write_extravars(data_dir: Path, extravars: Mapping[str, Any]) -> Path:
+    """Extra vars in a 0600 file under `<data_dir>/env/` (0700), a name no other run shares."""
+    env_dir = data_dir / "env"
+    env_dir.mkdir(mode=0o700, exist_ok=True)
+    env_dir.chmod(0o700)
+    _sweep_stale_extravars(env_dir)
+    path = env_dir / f"extravars-{os.getpid()}-{secrets.token_hex(4)}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(dict(extravars), handle)
+    return path
+
+
 def run_playbook(
     playbook: str | Path,
     inventory: str | Path | list[str | Path],
@@ -224,6 +263,7 @@ def run_playbook(
     skip_tags: str | Iterable[str] | None = None,
     extravars: Mapping[str, Any] | None = None,
     envvars: Mapping[str, str] | None = None,
+    secret_envvars: Mapping[str, str] | None = None,
     check: bool = False,
     diff: bool = False,
     forks: int | None = None,
@@ -235,11 +275,12 @@ def run_playbook(
 ) -> PlaybookResult:
     """Runs `playbook` against `inventory` and returns per-host counters and the task events.
 
-    `extravars` may hold secrets (a munge key, the slurmdbd password): they are handed to
-    ansible-playbook in a private file that is removed after the run, never on its command
-    line or under `private_data_dir`. `envvars` are for non-secret settings. Raises
-    UsageError for a missing playbook or inventory and ClusterToolError when ansible-runner
-    cannot start the run at all.
+    Secrets (the slurmdbd or BMC password) belong in `secret_envvars`: they reach
+    ansible-playbook's environment only, for the roles' `lookup('ansible.builtin.env', ...)`,
+    and are written nowhere. `extravars` are handed over in a 0600 file under
+    `private_data_dir/env/` that is removed after the run, never on the command line or under
+    /tmp. `envvars` are non-secret settings, recorded with the command. Raises UsageError for a
+    missing playbook or inventory and ClusterToolError when ansible-runner cannot start the run.
     """
     playbook_path = Path(playbook).resolve()
     if not playbook_path.is_file():
@@ -259,6 +300,8 @@ def run_playbook(
     if cfg.is_file():
         env["ANSIBLE_CONFIG"] = str(cfg.resolve())
     env.update(envvars or {})
+    recorded_env = set(env) - set(secret_envvars or {})
+    env.update(secret_envvars or {})
 
     collected: list[PlaybookEvent] = []
     stats: dict[str, HostStats] = {}
@@ -274,23 +317,25 @@ def run_playbook(
                 event_handler(summary)
         return True
 
+    def on_status(data: Mapping[str, Any], runner_config: Any = None) -> None:
+        # ansible-runner writes its whole environment to `command` just before it starts
+        # ansible-playbook: cut it down before the playbook runs, so a kill -9 leaves no secret.
+        if data.get("status") == "running":
+            _scrub_command_artifact(data_dir / "artifacts" / run_ident, recorded_env)
+
     cmdline: list[str] = []
     if check:
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
 
-    secrets_dir = Path(tempfile.mkdtemp(prefix="cluster-tool-vars-"))
     started = time.monotonic()
     runner: Any = None
+    vars_file: Path | None = None
     try:
-        secrets_dir.chmod(0o700)
         if extravars:
-            vars_file = secrets_dir / "extravars.json"
-            fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(dict(extravars), handle)
-            cmdline += ["-e", f"@{vars_file}"]
+            vars_file = _write_extravars(data_dir, extravars)
+            cmdline += ["-e", f"@{vars_file.resolve()}"]
         try:
             runner = ansible_runner.run(
                 private_data_dir=str(data_dir),
@@ -307,13 +352,15 @@ def run_playbook(
                 suppress_env_files=True,
                 quiet=True,
                 event_handler=on_event,
+                status_handler=on_status,
             )
         finally:
-            _scrub_command_artifact(data_dir / "artifacts" / run_ident, env.keys())
+            _scrub_command_artifact(data_dir / "artifacts" / run_ident, recorded_env)
     except (OSError, RuntimeError, ValueError) as exc:
         raise ClusterToolError(f"ansible-runner could not run {playbook}: {exc}") from exc
     finally:
-        shutil.rmtree(secrets_dir, ignore_errors=True)
+        if vars_file is not None:
+            vars_file.unlink(missing_ok=True)
 
     return PlaybookResult(
         playbook=str(playbook),

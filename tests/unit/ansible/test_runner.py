@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from cluster_tool.ansible import PlaybookEvent, run_playbook
 from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
+from cluster_tool.workflows.runs import RunRecord
 
 TINY = Path(__file__).parent / "playbooks" / "tiny.yml"
 
@@ -117,7 +122,8 @@ def test_secrets_reach_the_host_but_no_artifact(
     kept = _all_artifact_text(pdd)
     assert secret not in kept
     assert env_secret not in kept
-    assert not (pdd / "env").exists()
+    # No env/ file is left: neither ansible-runner's (envvars, passwords) nor the extra vars.
+    assert list((pdd / "env").iterdir()) == []
     # The no_log tasks still show up, censored.
     assert any(e.task and "secret" in e.task for e in result.events)
 
@@ -145,3 +151,106 @@ def test_a_rendered_inventory_folder_runs_from_its_hosts_yml(tmp_path: Path) -> 
     assert list(result.hosts) == ["alpha"]
     # group_vars next to hosts.yml still apply.
     assert result.failed_hosts == ["alpha"]
+
+
+PROBE = Path(__file__).parent / "playbooks" / "secret_probe.yml"
+
+
+def _files_holding(root: Path, needles: tuple[str, ...], skip: Path | None = None) -> list[Path]:
+    found = []
+    for path in root.rglob("*"):
+        if skip is not None and path.is_relative_to(skip):
+            continue
+        if path.is_file() and not path.is_symlink():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if any(n in text for n in needles):
+                found.append(path)
+    return found
+
+
+def test_no_secret_file_outside_the_run_during_or_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "dbd-Pa55-extravar-4e1c"
+    env_secret = "bmc-Pa55-environ-88ad"
+    # Whatever the wrapper puts under the temp folder lands here, where the test can look.
+    watched_tmp = tmp_path / "tmp"
+    watched_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(watched_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    record = RunRecord.create(tmp_path / "runs", "converge", {})
+    pdd = record.path / "ansible"
+    inventory = _inventory(tmp_path, {"alpha": "ansible_connection=local"})
+    needles = (secret, env_secret)
+    during: list[list[Path]] = []
+    inside: list[Path] = []
+
+    def look_while_running(event: PlaybookEvent) -> None:
+        if event.event != "playbook_on_task_start":
+            return
+        # Anywhere but the run's own folder: the test's whole tree and the temp folder.
+        during.append(_files_holding(tmp_path, needles, skip=record.path))
+        inside.extend(_files_holding(pdd, needles))
+
+    result = run_playbook(
+        PROBE,
+        inventory,
+        extravars={
+            "probe_secret": secret,
+            "probe_secret_sha1": hashlib.sha1(secret.encode()).hexdigest(),
+            "probe_env_sha1": hashlib.sha1(env_secret.encode()).hexdigest(),
+        },
+        # A name the artifact filter would not guess is a secret: only the parameter keeps it out.
+        secret_envvars={"PROBE_DBD_WORD": env_secret},
+        private_data_dir=pdd,
+        event_handler=look_while_running,
+    )
+
+    assert result.succeeded, [e.message for e in result.failures()]
+    assert during == [[]]
+    # While it ran, the extra vars sat in the run's own data dir, private, and nowhere else.
+    # (the `command` artifact is cut down before ansible-playbook starts, so it is not here).
+    assert [p.parent for p in inside] == [pdd / "env"]
+    # After it: nothing outside the run, and nothing in the run record (no scrub needed).
+    assert _files_holding(tmp_path, needles, skip=record.path) == []
+    assert _files_holding(record.path, needles) == []
+    assert list((pdd / "env").iterdir()) == []
+    assert "PROBE_DBD_WORD" not in _all_artifact_text(pdd)
+
+
+def test_extravars_file_is_private_while_the_run_holds_it(tmp_path: Path) -> None:
+    pdd = tmp_path / "pdd"
+    inventory = _inventory(tmp_path, {"alpha": "ansible_connection=local"})
+    modes: list[str] = []
+
+    def look(event: PlaybookEvent) -> None:
+        if event.event == "playbook_on_task_start":
+            modes.extend(oct(p.stat().st_mode & 0o777) for p in (pdd / "env").iterdir())
+            modes.append(oct((pdd / "env").stat().st_mode & 0o777))
+
+    result = run_playbook(
+        TINY, inventory, extravars={"tiny_fail": False}, private_data_dir=pdd, event_handler=look
+    )
+
+    assert result.succeeded
+    assert set(modes) == {"0o600", "0o700"}
+
+
+def test_a_killed_drivers_extravars_are_swept_by_the_next_run(tmp_path: Path) -> None:
+    pdd = tmp_path / "pdd"
+    env_dir = pdd / "env"
+    env_dir.mkdir(parents=True, mode=0o700)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    # Left by a driver killed with -9: its pid is gone.
+    stale = env_dir / f"extravars-{gone.pid}-0badf00d.json"
+    stale.write_text('{"slurm_dbd_storage_pass": "left-behind-Pa55"}')
+    # Held by a run that is still going (this process): not ours to remove.
+    live = env_dir / f"extravars-{os.getpid()}-0000beef.json"
+    live.write_text("{}")
+    inventory = _inventory(tmp_path, {"alpha": "ansible_connection=local"})
+
+    result = run_playbook(TINY, inventory, extravars={"tiny_fail": False}, private_data_dir=pdd)
+
+    assert result.succeeded
+    assert sorted(p.name for p in env_dir.iterdir()) == [live.name]
