@@ -36,7 +36,7 @@ def inject(
 ) -> int:
     """Inject a fault into the running lab; every tool that shows the hardware shows it."""
     from cluster_tool.lab.config import LabConfig
-    from cluster_tool.lab.faults import FAULTS, inject_fault
+    from cluster_tool.lab.faults import FAULTS, inject_fault, operator_view
 
     if kind not in FAULTS:
         raise UsageError(f"unknown fault {kind!r}; faults:\n{_kinds()}")
@@ -58,9 +58,8 @@ def inject(
     if kind == "link-down" and hang:
         options["hang"] = True
     record = inject_fault(LabConfig.from_env(), kind, *given, **options)
-    public = {k: v for k, v in record.items() if k != "undo"}
     if json_out:
-        output.emit_json(public)
+        output.emit_json(operator_view(record))
     else:
         output.stdout.print(f"{record['id']}: {kind} {record['target']}")
     return 0

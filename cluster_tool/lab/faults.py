@@ -307,7 +307,7 @@ def _put(data: Any, path: Path_, value: Any) -> None:
 
 def inject(data: dict[str, Any], kind: str, *args: Any, **options: Any) -> dict[str, Any]:
     """Apply fault `kind` to the model (in place); returns the fault record added to
-    `data["faults"]`: {id, kind, target, params, undo}."""
+    `data["faults"]`: {id, kind, target, args, params, injected_at, undo}."""
     if kind not in FAULTS:
         raise FaultError(f"unknown fault {kind!r}; faults: {', '.join(FAULTS)}")
     changes = FAULTS[kind].apply(data, *args, **options)
@@ -325,10 +325,34 @@ def inject(data: dict[str, Any], kind: str, *args: Any, **options: Any) -> dict[
         "target": " ".join(str(a) for a in args),
         "args": [str(a) for a in args],
         "params": {k: v for k, v in options.items() if k != "now"},
+        "injected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(options.get("now"))),
         "undo": undo,
     }
     faults.append(record)
     return record
+
+
+def operator_view(record: dict[str, Any]) -> dict[str, Any]:
+    """A fault as `lab status --json` and `lab inject --json` show it: id, kind, target, the
+    arguments as typed after `lab inject KIND` (options as their flags), and when it was
+    injected. The model paths and old values `heal` needs stay in the record on disk."""
+    arguments = [str(a) for a in record.get("args", str(record.get("target", "")).split())]
+    for name, value in (record.get("params") or {}).items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            arguments.append(flag)
+        elif value is not None and value is not False:
+            arguments += [flag, str(value)]
+    view = {
+        "id": record["id"],
+        "kind": record["kind"],
+        "target": record.get("target", ""),
+        "arguments": arguments,
+    }
+    # Faults injected before the time was recorded have none to show.
+    if record.get("injected_at"):
+        view["injected_at"] = record["injected_at"]
+    return view
 
 
 def heal(data: dict[str, Any], fault_id: str) -> dict[str, Any]:

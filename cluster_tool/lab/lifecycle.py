@@ -27,6 +27,7 @@ from cluster_tool.lab import bmc, fabric, nodes, repo
 from cluster_tool.lab import model as hw
 from cluster_tool.lab.base import ensure_base, ensure_layer
 from cluster_tool.lab.config import DEFAULT_SPEC, LabConfig
+from cluster_tool.lab.faults import operator_view
 from cluster_tool.lab.host import (
     LabError,
     ProcRef,
@@ -640,7 +641,8 @@ def _status(config: LabConfig, state: LabState) -> LabStatus:
                     f"{bmc.redfish_root(node.bmc_address)}/redfish/v1/Systems/"
                     f"{bmc.system_uuid(lab_name, node.name)}"
                 )
-        result.faults = [f.model_dump(mode="json") for f in current.faults]
+        # The operator's view: the record's undo list and model paths are heal's business.
+        result.faults = [operator_view(f.model_dump(mode="json")) for f in current.faults]
     return result
 
 
