@@ -11,6 +11,7 @@ ANSIBLE_* settings, and results of `no_log` tasks are censored by the callback.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -19,7 +20,7 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,30 @@ _EXTRAVARS_FILE = re.compile(r"extravars-(\d+)-[0-9a-f]+\.json")
 def default_private_data_dir() -> Path:
     """Where runs keep their artifacts unless told otherwise: `<repo>/runs/ansible`."""
     return REPO_ROOT / "runs" / "ansible"
+
+
+def fact_cache_dir(inventory: str | Path | Sequence[str | Path]) -> Path:
+    """The fact cache every run against this inventory shares (`<repo>/runs/facts/<key>`).
+
+    ansible-runner would otherwise point ansible.cfg's jsonfile cache into each run's own
+    artifacts, so every run, a no-change one included, gathered facts again on every host.
+    Keyed by inventory: two clusters may both have a gpu001."""
+    items = [inventory] if isinstance(inventory, (str, Path)) else list(inventory)
+    key = hashlib.sha256("\0".join(sorted(str(Path(i).resolve()) for i in items)).encode())
+    return REPO_ROOT / "runs" / "facts" / key.hexdigest()[:12]
+
+
+def forget_facts(inventory: str | Path | Sequence[str | Path], hosts: Iterable[str]) -> None:
+    """Drop the cached facts of `hosts` (a re-imaged node may come back with another OS)."""
+    cache = fact_cache_dir(inventory)
+    if not cache.is_dir():
+        return
+    wanted = set(hosts)
+    for path in cache.iterdir():
+        # ansible-core 2.19 names a host's file `s<schema>_<host>`; older ones `<host>`.
+        name = re.sub(r"^s\d+_", "", path.name)
+        if name in wanted and path.is_file():
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -269,6 +294,7 @@ def run_playbook(
     forks: int | None = None,
     event_handler: EventHandler | None = None,
     private_data_dir: str | Path | None = None,
+    fact_cache: str | Path | None = None,
     ident: str | None = None,
     keep_artifacts: int = 20,
     ansible_cfg: str | Path | None = None,
@@ -349,6 +375,8 @@ def run_playbook(
                 envvars=env,
                 ident=run_ident,
                 rotate_artifacts=keep_artifacts,
+                # An absolute path: ansible-runner joins it onto the artifacts dir, which keeps it.
+                fact_cache=str(Path(fact_cache or fact_cache_dir(inventories)).resolve()),
                 suppress_env_files=True,
                 quiet=True,
                 event_handler=on_event,

@@ -12,7 +12,13 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
-from cluster_tool.ansible.runner import REPO_ROOT, PlaybookEvent, PlaybookResult, run_playbook
+from cluster_tool.ansible.runner import (
+    REPO_ROOT,
+    PlaybookEvent,
+    PlaybookResult,
+    forget_facts,
+    run_playbook,
+)
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
@@ -87,6 +93,8 @@ class Live:
         """Re-image's converge: per node None, or the first failing task."""
         from cluster_tool.workflows.bringup import converge_findings
 
+        # Re-imaged: what was cached about them (their OS) may no longer be true.
+        forget_facts(self.inventory, nodes)
         result = self.converge(limit=list(nodes))
         bad = {f.node: f.message for f in converge_findings(result)}
         return {

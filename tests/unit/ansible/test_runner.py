@@ -254,3 +254,33 @@ def test_a_killed_drivers_extravars_are_swept_by_the_next_run(tmp_path: Path) ->
 
     assert result.succeeded
     assert sorted(p.name for p in env_dir.iterdir()) == [live.name]
+
+
+def test_facts_are_cached_across_runs_of_one_inventory_and_forgotten_per_host(
+    tmp_path: Path,
+) -> None:
+    from cluster_tool.ansible.runner import fact_cache_dir, forget_facts
+
+    playbook = tmp_path / "facts.yml"
+    playbook.write_text("- hosts: all\n  gather_facts: true\n  gather_subset: [min]\n  tasks: []\n")
+    inventory = _inventory(tmp_path, {"n1": "ansible_connection=local"})
+    cache = tmp_path / "facts"
+    first = run_playbook(playbook, inventory, private_data_dir=tmp_path / "a", fact_cache=cache)
+    assert first.succeeded and [p.name for p in cache.iterdir()] == ["s1_n1"], "cached"
+    second = run_playbook(playbook, inventory, private_data_dir=tmp_path / "b", fact_cache=cache)
+    gathered = [e for e in second.events if e.task == "Gathering Facts"]
+    assert second.succeeded and not gathered, "the second run reads them from the cache"
+    # The default cache is keyed by the inventory: two clusters may both have a gpu001.
+    other = tmp_path / "other" / "hosts.ini"
+    other.parent.mkdir()
+    other.write_text(inventory.read_text())
+    assert fact_cache_dir(inventory) != fact_cache_dir(other)
+    assert fact_cache_dir(inventory) == fact_cache_dir(str(inventory))
+    default = fact_cache_dir(inventory)
+    default.mkdir(parents=True, exist_ok=True)
+    for name in ("s1_n1", "n1", "s1_n2", "s1_n10"):
+        (default / name).write_text("{}")
+    forget_facts(inventory, ["n1"])
+    assert sorted(p.name for p in default.iterdir()) == ["s1_n10", "s1_n2"]
+    forget_facts(inventory, ["n2", "n10", "never-there"])
+    default.rmdir()
