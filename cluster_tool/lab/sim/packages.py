@@ -68,6 +68,8 @@ class SimPackage:
     # Plain files: path in the node -> content.
     files: dict[str, str] = field(default_factory=dict)
     carries_simulator: bool = False
+    # One-shot boot scripts: init script name -> what `start` runs (enabled at install).
+    boot_scripts: dict[str, str] = field(default_factory=dict)
     postinst: str = ""
     # Real Debian packages the vendor's package would bring along (in the lab repository).
     depends: tuple[str, ...] = ()
@@ -105,6 +107,38 @@ case "$1" in
   *)
     echo "Usage: $0 {{start|stop|restart|status}}" >&2; exit 3 ;;
 esac
+"""
+
+_BOOT = """#!/bin/sh
+### BEGIN INIT INFO
+# Provides:          {name}
+# Required-Start:    $remote_fs
+# Required-Stop:
+# Default-Start:     2 3 4 5
+# Default-Stop:
+# Short-Description: {name} (cluster-tool lab simulator, runs once at boot)
+### END INIT INFO
+case "$1" in
+  start)
+{body}    ;;
+  stop|restart|force-reload|status) ;;
+  *)
+    echo "Usage: $0 {{start|stop|restart|status}}" >&2; exit 3 ;;
+esac
+"""
+
+# What udev's coldplug (the PCI devices' modaliases) and systemd-modules-load do at every boot
+# on a real node: the driver's modules load, then whatever /etc/modules-load.d/ names
+# (nvidia_peermem in peermem mode). Loaded modules are gone after a reboot in the lab too.
+_LOAD_MODULES_AT_BOOT = """    for m in nvidia nvidia_uvm nvidia_modeset; do
+      /usr/local/sbin/modprobe "$m" || true
+    done
+    for f in /etc/modules /etc/modules-load.d/*.conf; do
+      [ -f "$f" ] || continue
+      sed -e 's/#.*//' "$f" | while read -r m _; do
+        [ -n "$m" ] && { /usr/local/sbin/modprobe "$m" || true; }
+      done
+    done
 """
 
 _WRAPPER = """#!/usr/bin/python3
@@ -154,6 +188,7 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             },
             files={driver_doc: _MODULES_README},
             carries_simulator=True,
+            boot_scripts={"nvidia-kernel-modules": _LOAD_MODULES_AT_BOOT},
             # As udev would on real hardware, the modules load when the driver lands.
             postinst="/usr/local/sbin/modprobe nvidia || true\n"
             "/usr/local/sbin/modprobe nvidia_uvm || true\n"
@@ -263,6 +298,9 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
     for path, text in pkg.files.items():
         _write(root / path.lstrip("/"), text, 0o644)
     postinst = pkg.postinst
+    for name, body in pkg.boot_scripts.items():
+        _write(root / "etc" / "init.d" / name, _BOOT.format(name=name, body=body), 0o755)
+        postinst = f"update-rc.d {name} defaults >/dev/null 2>&1 || true\n" + postinst
     if pkg.carries_simulator:
         # Byte-compile once as root: jobs run the tools as users who cannot write the cache.
         lib = f"/{LIB_DIR}/{pkg.name}/{VENDORED_AS}"

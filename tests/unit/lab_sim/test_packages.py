@@ -307,3 +307,38 @@ def test_all_reduce_perf_runs_through_the_roles_link_in_opt(root: Path, tmp_path
                  _model(tmp_path), **env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert parse_nccl_tests(done.stdout).complete
+
+
+def test_the_driver_package_loads_its_modules_again_at_every_boot(tmp_path: Path) -> None:
+    """udev coldplug + systemd-modules-load, as the lab's SysV nodes get them: after a
+    reboot the driver's modules and what /etc/modules-load.d names are loaded again."""
+    from cluster_tool.lab.sim.packages import _packages, build_package
+
+    pkg = next(p for p in _packages() if p.name == "nvidia-open-kernel-dkms")
+    deb = build_package(pkg, "570.124.06-1", tmp_path, tmp_path / "work")
+    root = tmp_path / "root"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    script = root / "etc" / "init.d" / "nvidia-kernel-modules"
+    assert os.access(script, os.X_OK)
+    postinst = subprocess.run(
+        ["dpkg-deb", "-I", str(deb), "postinst"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "update-rc.d nvidia-kernel-modules defaults" in postinst
+    # Run `start` against a recording modprobe and a modules-load.d of this test's own.
+    loaded = tmp_path / "loaded"
+    fake = tmp_path / "modprobe"
+    fake.write_text(f'#!/bin/sh\necho "$1" >> {loaded}\n')
+    fake.chmod(0o755)
+    conf = tmp_path / "etc"
+    (conf / "modules-load.d").mkdir(parents=True)
+    (conf / "modules-load.d" / "nvidia-peermem.conf").write_text("# peermem mode\nnvidia_peermem\n")
+    text = script.read_text().replace("/usr/local/sbin/modprobe", str(fake))
+    text = text.replace("/etc/", f"{conf}/")
+    run = subprocess.run(["sh", "-c", text, "nvidia-kernel-modules", "start"], check=False)
+    assert run.returncode == 0
+    assert loaded.read_text().split() == [
+        "nvidia",
+        "nvidia_uvm",
+        "nvidia_modeset",
+        "nvidia_peermem",
+    ]
