@@ -118,7 +118,7 @@ def test_a_second_bringup_changes_nothing_restarts_nothing_and_names_a_cable_swa
 ) -> None:
     c = converged
     before = daemon_pids(c)
-    rc, fault, err = c.run_json("lab", "inject", "cable-swap", "gpu002", "mlx5_0", "mlx5_1")
+    rc, fault, err = c.run_json("lab", "inject", "cable-swap", "gpu002", "mlx5_0", "mlx5_3")
     assert rc == 0, err
     try:
         rc, summary, err = bringup(c)
