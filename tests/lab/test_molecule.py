@@ -1,0 +1,58 @@
+"""The roles' molecule scenarios (delegated driver: a lab of their own, brought up by
+playbooks/molecule/lab-create.yml) run whole: destroy, create, converge, idempotence, verify,
+destroy. Each scenario's lab sits on its own subnet and prefix, beside the session's test lab."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.lab.conftest import require_root
+
+# Not the demo lab's 10.77.0 nor the test lab's 10.79.0.
+MOLECULE_NET = os.environ.get("CLUSTER_TOOL_TEST_MOLECULE_NET", "10.78.0")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# Minutes each: `make lab-molecule`, not `make test` (see the marker in pyproject.toml).
+pytestmark = pytest.mark.molecule
+
+
+@pytest.mark.parametrize("role", ["nvidia_driver", "slurm"])
+def test_the_roles_molecule_scenario_converges_is_idempotent_and_verifies(
+    role: str, tmp_path: Path
+) -> None:
+    require_root()
+    data = yaml.safe_load((REPO / "examples" / "lab.yml").read_text())
+    spec = tmp_path / "lab.yml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False).replace("10.77.0.", f"{MOLECULE_NET}."))
+    env = dict(os.environ)
+    env.update(
+        {
+            "PATH": f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}",
+            "MOLECULE_LAB_DIR": str(tmp_path / "lab"),
+            "MOLECULE_LAB_PREFIX": "ctm",
+            "MOLECULE_LAB_SUBNET": f"{MOLECULE_NET}.0/24",
+            "MOLECULE_LAB_SPEC": str(spec),
+        }
+    )
+    proc = subprocess.run(
+        ["molecule", "test"],
+        cwd=REPO / "roles" / role,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    out = ANSI.sub("", proc.stdout + proc.stderr)
+    assert proc.returncode == 0, out[-4000:]
+    for action in ("converge", "idempotence", "verify", "destroy"):
+        assert re.search(rf"{action}: Executed: Successful", out), action
+    left = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "ctm" not in left, "the scenario's destroy left the lab's links behind"
