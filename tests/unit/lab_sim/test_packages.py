@@ -102,6 +102,7 @@ def test_init_scripts_are_valid_shell(root: Path) -> None:
     assert [s.name for s in scripts] == [
         "nvidia-dcgm",
         "nvidia-fabricmanager",
+        "nvidia-kernel-modules",
         "nvidia-persistenced",
         "openibd",
     ]
