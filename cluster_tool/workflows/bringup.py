@@ -19,6 +19,7 @@ from cluster_tool.findings import Finding
 from cluster_tool.slurm import NodeState, SlurmError
 from cluster_tool.workflows.common import (
     PENDING_REASON,
+    REASON_PREFIX,
     drain_reason,
     guarded_gate,
     node_verdicts,
@@ -329,4 +330,4 @@ def _try_drain(slurm: Any, nodes: Sequence[str], reason: str) -> None:
 
 def _operators(state: NodeState) -> bool:
     """Drained by someone other than cluster-tool (maintenance, an RMA): not ours to lift."""
-    return state.drained and not state.reason.startswith("cluster-tool")
+    return state.drained and not state.reason.startswith(REASON_PREFIX)

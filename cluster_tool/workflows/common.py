@@ -24,7 +24,9 @@ from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.render.plan import CablingRow
 from cluster_tool.slurm import NodeState, SlurmCLI, SlurmError, run_command
 
-PENDING_REASON = "cluster-tool: pending validation"
+# Every drain reason cluster-tool writes starts so; a drain with another reason is not ours.
+REASON_PREFIX = "cluster-tool"
+PENDING_REASON = f"{REASON_PREFIX}: pending validation"
 
 # Base states in which a drained node runs no job any more.
 _QUIET = frozenset({"IDLE", "DOWN", "FUTURE", "UNKNOWN"})
@@ -311,7 +313,7 @@ def _slurm_text(st: NodeState | None) -> str | None:
     return f"{text} ({st.reason})" if st.reason else text
 
 
-def drain_reason(findings: Sequence[Finding], prefix: str = "cluster-tool") -> str:
+def drain_reason(findings: Sequence[Finding], prefix: str = REASON_PREFIX) -> str:
     """A drain reason Slurm can hold (one line, short) from the first error finding."""
     first = next((f for f in findings if f.fails), None)
     text = f"{prefix}: {first.check}: {first.message}" if first else f"{prefix}: failed"
@@ -322,30 +324,19 @@ def resume_held(slurm: Any, nodes: Sequence[str], *, ours_only: bool) -> list[st
     """Resume those of `nodes` that Slurm holds drained or down; returns them. Slurm refuses to
     resume a node already in service ("Invalid node state specified"), and such a node needs
     nothing. With `ours_only`, a node drained for another reason (an operator's, `RMA`) stays
-    as it is: only drains whose reason starts with "cluster-tool" are ours to lift."""
+    as it is: only drains whose reason starts with REASON_PREFIX are ours to lift."""
     if not nodes:
         return []
-    held = [
+    held = {
         s.name
         for s in slurm.node_states(list(nodes))
         if (s.drained or s.state in {"DOWN", "FAIL"} or "DOWN" in s.flags)
-        and (not ours_only or s.reason.startswith("cluster-tool"))
-    ]
-    wanted = [n for n in nodes if n in set(held)]
+        and (not ours_only or s.reason.startswith(REASON_PREFIX))
+    }
+    wanted = [n for n in nodes if n in held]
     if wanted:
         slurm.resume(wanted)
     return wanted
-
-
-def safe_resume(slurm: Any, nodes: Sequence[str]) -> list[str]:
-    """Resume nodes in one call; returns the nodes Slurm refused (SlurmError), for the record."""
-    if not nodes:
-        return []
-    try:
-        slurm.resume(nodes)
-    except SlurmError:
-        return list(nodes)
-    return []
 
 
 def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> Any:
@@ -371,6 +362,7 @@ def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> 
         )
     # A node the gate had to leave out (Slurm would not run its jobs) has not passed it: in a
     # workflow that admits nodes, that is a failure of the node, not a note.
+    gated = set(nodes)
     outcome.findings = [
         f.model_copy(
             update={
@@ -378,7 +370,7 @@ def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> 
                 "message": f"{f.message}; not admitted without passing the gate",
             }
         )
-        if f.check == "slurm.unavailable" and f.node in set(nodes)
+        if f.check == "slurm.unavailable" and f.node in gated
         else f
         for f in outcome.findings
     ]
