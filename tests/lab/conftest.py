@@ -220,6 +220,18 @@ class Converged:
             data = {}
         return proc.returncode, data, proc.stderr
 
+    def inject(self, *args: str) -> str:
+        """`lab inject ARGS`; returns the fault's id for `heal`."""
+        rc, fault, err = self.run_json("lab", "inject", *args)
+        assert rc == 0, err
+        return str(fault["id"])
+
+    def heal(self, *fault_ids: str) -> None:
+        """`lab heal` each fault, in the order given."""
+        for fault_id in fault_ids:
+            out = self.run("lab", "heal", fault_id)
+            assert out.returncode == 0, out.stderr
+
     def sinfo(self) -> dict[str, tuple[str, str]]:
         """Node -> (state without Slurm's suffix flags, reason)."""
         out = self.lab.ssh("head", "sinfo -h -N -o '%N|%T|%E'")

@@ -54,8 +54,7 @@ def test_a_slow_node_is_named_alone_drained_with_the_reason_and_back_after_heal_
     converged: Converged,
 ) -> None:
     c, lab = converged, converged.lab
-    rc, fault, err = c.run_json("lab", "inject", "slow-node", "gpu004", "0.5")
-    assert rc == 0, err
+    fault = c.inject("slow-node", "gpu004", "0.5")
     try:
         rc, data, err = gate(c, "slow-node", "--drain")
         assert rc == 1, (data.get("findings"), err[-3000:])
@@ -67,8 +66,7 @@ def test_a_slow_node_is_named_alone_drained_with_the_reason_and_back_after_heal_
         assert reason == data["summary"]["drain"]["nodes"]["gpu004"]
         assert all(c.sinfo()[n][0] == "idle" for n in ("gpu001", "gpu002", "gpu003"))
     finally:
-        heal = c.run("lab", "heal", str(fault.get("id", "--all")))
-        assert heal.returncode == 0, heal.stderr
+        c.heal(fault)
         out_resume = lab.ssh("head", "scontrol update nodename=gpu004 state=resume")
     assert out_resume.returncode == 0, out_resume.stderr
     assert c.sinfo()["gpu004"][0] == "idle"
@@ -99,18 +97,6 @@ def gate_only(c: Converged, name: str, *args: str) -> tuple[int, dict[str, Any],
     return rc, data, err, time.monotonic() - start
 
 
-def inject(c: Converged, *args: str) -> str:
-    rc, fault, err = c.run_json("lab", "inject", *args)
-    assert rc == 0, err
-    return str(fault["id"])
-
-
-def heal(c: Converged, *fault_ids: str) -> None:
-    for fault_id in fault_ids:
-        out = c.run("lab", "heal", fault_id)
-        assert out.returncode == 0, out.stderr
-
-
 def failures(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for f in data.get("findings", []) if f["severity"] in ("fail", "error")]
 
@@ -119,7 +105,7 @@ def failures(data: dict[str, Any]) -> list[dict[str, Any]]:
 def test_a_degraded_hca_is_named_by_the_rails_rung_as_that_rail_alone(converged: Converged) -> None:
     c = converged
     # mlx5_5 is rail 3 (GPU 3's HCA) in the lab's profile.
-    fault = inject(c, "link-degrade", "gpu003", "mlx5_5", "--width", "1X")
+    fault = c.inject("link-degrade", "gpu003", "mlx5_5", "--width", "1X")
     try:
         rc, data, err, _ = gate_only(c, "rails", "--rungs", "single", "--rails", "--watchdog", "30")
         assert rc == 1, (data.get("findings"), err[-3000:])
@@ -130,14 +116,14 @@ def test_a_degraded_hca_is_named_by_the_rails_rung_as_that_rail_alone(converged:
         assert data["summary"]["rungs"]["rails"]["bad"] == ["gpu003"]
         assert data["summary"]["rungs"]["single"]["failed"] == []
     finally:
-        heal(c, fault)
+        c.heal(fault)
 
 
 @pytest.mark.converged
 def test_a_hung_collective_ends_as_nccl_hang_within_the_watchdog(converged: Converged) -> None:
     c = converged
     watchdog = 15
-    fault = inject(c, "link-down", "gpu002", "mlx5_0", "--hang")
+    fault = c.inject("link-down", "gpu002", "mlx5_0", "--hang")
     try:
         rc, data, err, wall = gate_only(
             c, "hang", "--rungs", "full", "--nodes", "gpu[001-002]", "--watchdog", str(watchdog)
@@ -153,7 +139,7 @@ def test_a_hung_collective_ends_as_nccl_hang_within_the_watchdog(converged: Conv
         states = c.sinfo()
         assert states["gpu001"][0] == "idle" and states["gpu002"][0] == "idle", states
     finally:
-        heal(c, fault)
+        c.heal(fault)
 
 
 @pytest.mark.converged
@@ -161,10 +147,10 @@ def test_a_peermem_node_without_nvidia_peermem_is_gdr_not_used(converged: Conver
     c = converged
     # Peermem mode: the node's driver offers no dma-buf, so GPUDirect RDMA rides on
     # nvidia_peermem alone (the model's `dmabuf` knob; healing it restores dmabuf mode).
-    peermem_mode = inject(c, "module-missing", "gpu004", "dmabuf")
+    peermem_mode = c.inject("module-missing", "gpu004", "dmabuf")
     faults = [peermem_mode]
     try:
-        faults.append(inject(c, "module-missing", "gpu004", "nvidia_peermem"))
+        faults.append(c.inject("module-missing", "gpu004", "nvidia_peermem"))
         rc, data, err, _ = gate_only(c, "gdr", "--rungs", "pairs", "--watchdog", "30")
         assert rc == 1, (data.get("findings"), err[-3000:])
         gdr = [f for f in data["findings"] if f["check"] == "gdr.not-used"]
@@ -173,4 +159,4 @@ def test_a_peermem_node_without_nvidia_peermem_is_gdr_not_used(converged: Conver
         # Host-memory bounce buffers slow its pairs too: the same node, no other.
         assert {f["node"] for f in failures(data) if f.get("node")} == {"gpu004"}
     finally:
-        heal(c, *reversed(faults))
+        c.heal(*reversed(faults))

@@ -118,8 +118,7 @@ def test_a_second_bringup_changes_nothing_restarts_nothing_and_names_a_cable_swa
 ) -> None:
     c = converged
     before = daemon_pids(c)
-    rc, fault, err = c.run_json("lab", "inject", "cable-swap", "gpu002", "mlx5_0", "mlx5_3")
-    assert rc == 0, err
+    fault = c.inject("cable-swap", "gpu002", "mlx5_0", "mlx5_3")
     try:
         rc, summary, err = bringup(c)
         assert rc == 1, err[-3000:]
@@ -138,8 +137,7 @@ def test_a_second_bringup_changes_nothing_restarts_nothing_and_names_a_cable_swa
             ("gpu001", "gpu003", "gpu004"), "idle"
         )
     finally:
-        heal = c.run("lab", "heal", str(fault.get("id", "--all")))
-        assert heal.returncode == 0, heal.stderr
+        c.heal(fault)
     rc, summary, err = bringup(c, "--retry-failed")
     assert rc == 0, err[-3000:]
     assert summary["inputs"]["limit"] == "gpu002"
@@ -232,8 +230,7 @@ def test_a_node_that_never_comes_back_stays_drained_and_stops_the_run(
     """gpu001's hardware dies (its BMC powers it on, nothing boots): it stays drained with the
     reason, counts toward --max-fail 0, and the run stops before gpu004's batch."""
     c, lab = converged, converged.lab
-    rc, fault, err = c.run_json("lab", "inject", "node-down", "gpu001")
-    assert rc == 0, err
+    fault = c.inject("node-down", "gpu001")
     try:
         rc, summary, err = c.run_json(
             "reimage", str(lab.spec), *c.common(), "--no-gate", "--insecure-bmc",
@@ -250,8 +247,7 @@ def test_a_node_that_never_comes_back_stays_drained_and_stops_the_run(
         assert "gpu004" not in touched, "the run went on past --max-fail"
         assert c.sinfo()["gpu004"][0] == "idle"
     finally:
-        heal = c.run("lab", "heal", str(fault.get("id", "--all")))
-        assert heal.returncode == 0, heal.stderr
+        c.heal(fault)
     # The hardware is repaired: validated after maintenance and admitted again.
     rc, summary, err = c.run_json(
         "validate-after", str(lab.spec), "--nodes", "gpu001", "--admit",
