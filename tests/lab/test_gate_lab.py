@@ -135,8 +135,14 @@ def test_a_hung_collective_ends_as_nccl_hang_within_the_watchdog(converged: Conv
         assert watchdog <= silent < watchdog + 5, hangs[0]["observed"]
         # One job: Slurm's start and the sim's header, then the watchdog's silence, scancel.
         assert watchdog <= wall <= watchdog + 30, wall
-        # The cancelled job holds no node: both are back to idle.
+        # The cancelled job holds no node: both are back to idle (after Slurm's COMPLETING).
+        deadline = time.monotonic() + 60
         states = c.sinfo()
+        while time.monotonic() < deadline and {states[n][0] for n in ("gpu001", "gpu002")} != {
+            "idle"
+        }:
+            time.sleep(1)
+            states = c.sinfo()
         assert states["gpu001"][0] == "idle" and states["gpu002"][0] == "idle", states
     finally:
         c.heal(fault)
