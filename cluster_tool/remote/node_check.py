@@ -30,7 +30,9 @@ __all__ = [
 ]
 
 REASON_PREFIX = "cluster-tool: "
-_OWN = re.compile(r"^cluster-tool: (?:gpu|ib|gdr|nccl|os|slurm)\.[a-z0-9-]+\b")
+# node-check's own reasons: the id, then a space or nothing. The workflows write `ID:` after
+# the same prefix (a gate or validate-after drain), which node-check re-proves nothing of.
+_OWN = re.compile(r"^cluster-tool: (?:gpu|ib|gdr|nccl|os|slurm)\.[a-z0-9-]+(?: |$)")
 _MAX_REASON = 200
 
 

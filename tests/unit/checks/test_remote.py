@@ -32,6 +32,7 @@ from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
 from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.slurm import NodeState
 from cluster_tool.spec import load_spec
+from cluster_tool.workflows.common import drain_reason as workflow_drain_reason
 from tests.conftest import REPO, read_real_output
 from tests.unit.checks.fabric_text import FabricText
 
@@ -244,7 +245,15 @@ def test_node_check_drains_with_a_structured_reason_and_resumes_only_its_own() -
     assert slurm_health_action("gpu003", [ECC], slurm).action == "none"  # type: ignore[arg-type]
     assert slurm_health_action("gpu003", [], slurm).action == "resume"  # type: ignore[arg-type]
     assert not slurm.node.drained
-    for reason in ("disk swap by ops", "cluster-tool: pending validation", "cluster-tool gate: x"):
+    pair = ECC.model_copy(update={"check": "nccl.pair", "message": "gpu003-gpu004 at 90 GB/s"})
+    workflow_drains = (workflow_drain_reason([pair]), workflow_drain_reason([ECC]))
+    assert workflow_drains[0].startswith("cluster-tool: nccl.pair")
+    for reason in (
+        "disk swap by ops",
+        "cluster-tool: pending validation",
+        "cluster-tool gate: x",
+        *workflow_drains,  # a gate or validate-after drain: the workflow admits the node again
+    ):
         other = FakeSlurm(reason=reason, drained=True)
         assert not is_own_reason(reason)
         assert slurm_health_action("gpu003", [], other).action == "left"  # type: ignore[arg-type]
