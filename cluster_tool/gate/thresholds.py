@@ -31,8 +31,9 @@ Where the defaults come from (measured busbw over the link rate they run on):
   NVLink rate in one node. No public reference captured: 0.75 of the bound is a
   conservative default.
 
-The default floor is 0.9 of expected: 370 GB/s expected on NDR gives the 333 GB/s floor
-quoted in drain reasons.
+The floor is a fraction of expected, the spec's `thresholds.nccl_gate.busbw_fraction`
+(default 0.85, also this module's default): at 0.9, 370 GB/s expected on NDR gives a 333 GB/s
+floor.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Thresholds:
     """Derives expectations for every rung and collective from one profile."""
 
     profile: GateProfile
-    min_fraction: float = 0.9
+    min_fraction: float = 0.85  # the spec's busbw_fraction default
     efficiencies: Efficiencies = field(default_factory=Efficiencies)
 
     def expect(self, rung: Rung, collective: str = "all_reduce", nodes: int = 2) -> Expectation:

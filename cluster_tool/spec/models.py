@@ -448,8 +448,10 @@ class HealthThresholds(StrictModel):
         0, ge=0, description="Pending row remaps before the GPU needs a reset (default 0)."
     )
     fatal_xids: list[int] = Field(
-        default_factory=lambda: [48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140],
-        description="XIDs that fail a node (default: ECC, NVLink, fell off the bus, GSP).",
+        default_factory=lambda: [48, 61, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140, 154],
+        description="XIDs that fail a node (default: ECC, NVLink, fell off the bus, GSP, recovery "
+        "action required). 63 (a row remap recorded) is a warning: a remap waiting for its "
+        "reset fails gpu.remapped-rows.",
     )
     gpu_pcie_gen: int = Field(5, ge=1, description="Expected GPU PCIe generation (default 5).")
     gpu_pcie_width: int = Field(16, ge=1, description="Expected GPU PCIe width (default 16).")
@@ -468,7 +470,11 @@ class NcclGateThresholds(StrictModel):
         0.85, gt=0, le=1, description="Pass at this fraction of the profile's expected busbw."
     )
     straggler_zscore: float = Field(
-        3.0, gt=0, description="A node this many standard deviations slower is a straggler."
+        3.5,
+        gt=0,
+        description="A node whose busbw's modified z-score (0.6745 x distance from the median "
+        "/ MAD, robust to the slow nodes themselves) is above this is a straggler (default "
+        "3.5, Iglewicz and Hoaglin's cut).",
     )
     watchdog_s: int = Field(900, ge=1, description="Kill a hung nccl-tests job after (s).")
     max_failing_share: float = Field(
