@@ -1,0 +1,191 @@
+"""docs/findings.md lists exactly the finding ids the code can emit: none missing, none stale.
+
+The ids are read from the sources, not imported: a finding id is
+- any string bound to a parameter or variable named `check` (`Finding(check=...)`,
+  `_f("gpu.ecc", ...)`, `self.fail(..., "reimage.no-ssh")`, `check, why = "fabric.wrong-su", ...`),
+  through `x if c else y` too; an f-string such as `f"reimage.{step}"` becomes the pattern
+  `reimage.<step>`, documented as written;
+- any other string literal that looks like an id of a health/fabric family
+  (`gpu.driver` in a probe table, `nccl.wrong` handed to a helper, `nccl.pair` as a default,
+  `f"os.{probe}"` as a fallback), except the few literals below that are something else.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ROOT / "cluster_tool"
+DOC = ROOT / "docs" / "findings.md"
+
+FAMILIES = ("fabric", "gpu", "ib", "gdr", "nccl", "slurm", "os")
+FAMILY_ID = re.compile(rf"^({'|'.join(FAMILIES)})\.[a-z0-9-]+$")
+ANY_ID = re.compile(r"^[a-z]+\.[a-z0-9<>_-]+$")
+
+# Literals that look like finding ids and are not, with where they come from.
+NOT_FINDING_IDS = {
+    "nccl.conf": "the rendered file's name (render_files key)",
+    "fabric.state": "an nvidia-smi --query-gpu field the lab simulator answers",
+    "fabric.status": "an nvidia-smi --query-gpu field the lab simulator answers",
+}
+
+# A row of a table in docs/findings.md whose first cell is one backticked id.
+DOC_ROW = re.compile(r"^\|\s*`([a-z]+\.[a-z0-9<>_-]+)`\s*\|", re.MULTILINE)
+
+
+def _id_values(node: ast.expr) -> list[str]:
+    """The id(s) an expression bound to `check` can hold; [] for a variable."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return _id_values(node.body) + _id_values(node.orelse)
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            if isinstance(value, ast.Constant):
+                parts.append(str(value.value))
+            elif isinstance(value, ast.FormattedValue):
+                parts.append(f"<{ast.unparse(value.value)}>")
+        return ["".join(parts)]
+    return []
+
+
+def _assigned_to_check(target: ast.expr, value: ast.expr) -> list[str]:
+    """`check = ...` and `check, why = ..., ...`: the id(s) the name `check` receives."""
+    if isinstance(target, ast.Name) and target.id == "check":
+        return _id_values(value)
+    if (
+        isinstance(target, ast.Tuple)
+        and isinstance(value, ast.Tuple)
+        and len(target.elts) == len(value.elts)
+    ):
+        pairs = zip(target.elts, value.elts, strict=True)
+        return [v for t, e in pairs for v in _assigned_to_check(t, e)]
+    return []
+
+
+def _family_pattern(node: ast.JoinedStr) -> bool:
+    """`f"os.{probe}"`: a family's prefix, then one formatted value."""
+    parts = node.values
+    return (
+        len(parts) == 2
+        and isinstance(parts[0], ast.Constant)
+        and parts[0].value in {f"{family}." for family in FAMILIES}
+        and isinstance(parts[1], ast.FormattedValue)
+    )
+
+
+def _check_positions(tree: ast.Module) -> dict[str, int]:
+    """Functions of a module with a positional parameter named `check`: name -> its index as
+    a caller counts it (`self` dropped for methods)."""
+    positions: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        names = [a.arg for a in node.args.posonlyargs + node.args.args]
+        if "check" not in names:
+            continue
+        index = names.index("check")
+        if names and names[0] in ("self", "cls"):
+            index -= 1
+        positions[node.name] = index
+    return positions
+
+
+def _called_name(call: ast.Call) -> str | None:
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
+def emitted_ids() -> dict[str, set[str]]:
+    """Every finding id the code can emit -> the source files it appears in."""
+    found: dict[str, set[str]] = {}
+
+    def add(value: str, path: Path) -> None:
+        if ANY_ID.match(value) and value not in NOT_FINDING_IDS:
+            found.setdefault(value, set()).add(str(path.relative_to(ROOT)))
+
+    for path in sorted(SOURCES.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        positions = _check_positions(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                for kw in node.keywords:
+                    if kw.arg == "check":
+                        for value in _id_values(kw.value):
+                            add(value, path)
+                index = positions.get(_called_name(node) or "")
+                if index is not None and 0 <= index < len(node.args):
+                    for value in _id_values(node.args[index]):
+                        add(value, path)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for value in _assigned_to_check(target, node.value):
+                        add(value, path)
+            elif (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and FAMILY_ID.match(node.value)
+            ):
+                add(node.value, path)
+            elif isinstance(node, ast.JoinedStr) and _family_pattern(node):
+                for value in _id_values(node):
+                    add(value, path)
+    return found
+
+
+def documented_ids() -> list[str]:
+    return DOC_ROW.findall(DOC.read_text(encoding="utf-8"))
+
+
+def test_the_collector_sees_ids_however_the_code_builds_them() -> None:
+    """A collector that finds nothing would pass the real tests vacuously."""
+    ids = emitted_ids()
+    assert {
+        "fabric.swapped",  # Finding(check=...)
+        "gpu.driver",  # the probe table in checks/node.py
+        "gpu.ecc",  # add("gpu.ecc", ...)
+        "reimage.no-ssh",  # self.fail(node, batch, step, reason, "reimage.no-ssh")
+        "ansible.converge",  # check="os.unreachable" if ... else "ansible.converge"
+        "reimage.<step>",  # check=f"reimage.{step}"
+        "nccl.wrong",  # fail(..., "nccl.wrong")
+        "fabric.wrong-su",  # check, why = "fabric.wrong-su", ...
+        "os.<probe>",  # _PROBE_CHECK.get(probe, (f"os.{probe}", probe))
+    } <= set(ids)
+    assert not set(NOT_FINDING_IDS) & set(ids)
+
+
+def test_every_exception_still_names_a_literal_in_the_code() -> None:
+    text = "\n".join(p.read_text(encoding="utf-8") for p in SOURCES.rglob("*.py"))
+    stale = sorted(k for k in NOT_FINDING_IDS if f'"{k}"' not in text)
+    assert not stale, f"NOT_FINDING_IDS names literals the code no longer has: {stale}"
+
+
+def test_every_emitted_finding_id_is_documented() -> None:
+    documented = set(documented_ids())
+    missing = {i: sorted(where) for i, where in emitted_ids().items() if i not in documented}
+    assert not missing, (
+        f"finding ids the code emits but {DOC.relative_to(ROOT)} has no row for "
+        "(add a row to the family's table, or to NOT_FINDING_IDS here if the literal is not "
+        "a finding id): " + "; ".join(f"{i} ({', '.join(w)})" for i, w in sorted(missing.items()))
+    )
+
+
+def test_every_documented_finding_id_is_emitted() -> None:
+    emitted = set(emitted_ids())
+    stale = sorted(set(documented_ids()) - emitted)
+    assert not stale, (
+        f"{DOC.relative_to(ROOT)} documents ids no code emits any more (remove the rows, "
+        f"or fix the id): {', '.join(stale)}"
+    )
+
+
+def test_each_id_has_one_row() -> None:
+    rows = documented_ids()
+    twice = sorted({i for i in rows if rows.count(i) > 1})
+    assert not twice, f"{DOC.relative_to(ROOT)} has more than one row for: {', '.join(twice)}"
