@@ -74,7 +74,9 @@ def localisation_findings(
         )
     for node, evidence in sorted(loc.bad.items()):
         partners = [r.partner_of(node) for r in evidence]
-        worst = min(evidence, key=lambda r: r.busbw_gbs if r.busbw_gbs is not None else -1.0)
+        # The worst job that ran names the fault; one Slurm never started has no busbw to rank.
+        ran = [r for r in evidence if r.check != "slurm.pending"] or evidence
+        worst = min(ran, key=lambda r: r.busbw_gbs if r.busbw_gbs is not None else -1.0)
         res_check = worst.check if worst.check != "nccl.pair" else check
         comps = sorted({c for r in evidence for c in r.components})
         what = _what(worst, floor)

@@ -140,6 +140,32 @@ def test_drain_reason_names_the_worst_number_and_both_partners() -> None:
     )
 
 
+def test_a_job_slurm_never_started_does_not_name_the_fault_of_one_that_ran() -> None:
+    loc = Localizer(["gpu001", "gpu002", "gpu003", "gpu004"])
+    assert loc.next_round() == [("gpu001", "gpu004"), ("gpu002", "gpu003")]
+    loc.record(
+        [
+            PairResult(("gpu001", "gpu004"), True, 372.0),
+            PairResult(("gpu002", "gpu003"), False, 212.0, "212 GB/s < 333 GB/s"),
+        ]
+    )
+    assert sorted(loc.next_round()) == [("gpu002", "gpu001"), ("gpu003", "gpu004")]
+    loc.record(
+        [
+            PairResult(
+                ("gpu002", "gpu001"), False, None, "pending 900 s (Resources)", "slurm.pending"
+            ),
+            PairResult(("gpu003", "gpu004"), True, 371.0),
+        ]
+    )
+    findings, guilty = localisation_findings(loc.verdict(), EXP)
+    named = [f for f in findings if f.node == "gpu002"]
+    assert [(f.check, f.severity) for f in named] == [("nccl.pair", "error")]
+    assert guilty[0].reason == (
+        "cluster-tool gate: nccl.pair 212 GB/s < 333 GB/s with gpu001 and gpu003"
+    )
+
+
 def test_results_that_do_not_match_the_round_are_refused() -> None:
     loc = Localizer(["gpu001", "gpu002"])
     loc.next_round()
