@@ -304,6 +304,7 @@ def reimage(
     from cluster_tool.workflows.common import ssh_true, wait_for_ssh
     from cluster_tool.workflows.live import Live, run_summary
     from cluster_tool.workflows.reimage import (
+        STEP_CHECKS,
         ReimageDeps,
         ReimageOptions,
         plan_batches,
@@ -435,7 +436,7 @@ def reimage(
         health_nodes=[n for n, o in result.nodes.items() if o.status in ("passed", "failed")],
         fabric_checked=False,
         busbw=live.busbw,
-        extra_checks={n: ["reimage.bmc", "reimage.ssh", "ansible.converge"] for n in result.nodes},
+        extra_checks={n: sorted(set(STEP_CHECKS.values())) for n in result.nodes},
         extra={"stopped": result.stopped},
     )
     if result.stopped or result.exit_code:

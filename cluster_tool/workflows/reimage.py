@@ -48,6 +48,17 @@ class NodeLadder(Protocol):
     def __call__(self, node: str, partner: str | None) -> list[Finding]: ...
 
 
+# The finding id of a node's failed step, the same in the run that failed and in a --resume
+# that reads the failure back from the journal (the ladder's own ids come from its checks).
+STEP_CHECKS: dict[str, str] = {
+    "pxe-override": "bmc.refused",
+    "power-off": "bmc.refused",
+    "power-on": "bmc.refused",
+    "wait-ssh": "reimage.no-ssh",
+    "converge": "reimage.converge",
+}
+
+
 @dataclass
 class ReimageDeps:
     """The edges the state machine drives; tests hand fakes that replay real behaviour."""
@@ -211,7 +222,7 @@ class _Machine:
                 if not skipped:
                     self.findings.append(
                         Finding(
-                            check=f"reimage.{step}",
+                            check=STEP_CHECKS.get(step, f"reimage.{step}"),
                             node=node,
                             component=step,
                             observed=detail,
@@ -288,7 +299,7 @@ class _Machine:
             step = next(
                 s for s in ("pxe-override", "power-off", "power-on") if not self._done(s, node)
             )
-            self.fail(node, batch, step, str(exc).removeprefix(f"{node}: "), "bmc.refused")
+            self.fail(node, batch, step, str(exc).removeprefix(f"{node}: "), STEP_CHECKS[step])
             return False
         return True
 
@@ -303,7 +314,7 @@ class _Machine:
                 batch,
                 "wait-ssh",
                 f"never came back: no SSH after {self.options.ssh_timeout_s:.0f} s",
-                "reimage.no-ssh",
+                STEP_CHECKS["wait-ssh"],
             )
             return False
         self._log("wait-ssh", "done", node, batch, f"{self.deps.clock() - started:.0f} s")
@@ -320,7 +331,7 @@ class _Machine:
                 if why is None:
                     self._log("converge", "done", n, batch)
                 else:
-                    self.fail(n, batch, "converge", why, "reimage.converge")
+                    self.fail(n, batch, "converge", why, STEP_CHECKS["converge"])
         return [n for n in nodes if self.outcomes[n].status == "pending"]
 
     def partner_for(self, node: str) -> str | None:

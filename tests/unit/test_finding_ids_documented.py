@@ -2,9 +2,10 @@
 
 The ids are read from the sources, not imported: a finding id is
 - any string bound to a parameter or variable named `check` (`Finding(check=...)`,
-  `_f("gpu.ecc", ...)`, `self.fail(..., "reimage.no-ssh")`, `check, why = "fabric.wrong-su", ...`),
-  through `x if c else y` too; an f-string such as `f"reimage.{step}"` becomes the pattern
-  `reimage.<step>`, documented as written;
+  `_f("gpu.ecc", ...)`, `self.fail(..., "nccl.wrong")`, `check, why = "fabric.wrong-su", ...`),
+  through `x if c else y` and `TABLE.get(key, default)` too; an f-string such as
+  `f"reimage.{step}"` becomes the pattern `reimage.<step>`, documented as written;
+- the values of a dict bound to a name ending in CHECKS (`STEP_CHECKS`);
 - any other string literal that looks like an id of a health/fabric family
   (`gpu.driver` in a probe table, `nccl.wrong` handed to a helper, `nccl.pair` as a default,
   `f"os.{probe}"` as a fallback), except the few literals below that are something else.
@@ -41,6 +42,8 @@ def _id_values(node: ast.expr) -> list[str]:
         return [node.value]
     if isinstance(node, ast.IfExp):
         return _id_values(node.body) + _id_values(node.orelse)
+    if isinstance(node, ast.Call) and _called_name(node) == "get" and len(node.args) == 2:
+        return _id_values(node.args[1])  # STEP_CHECKS.get(step, f"reimage.{step}")
     if isinstance(node, ast.JoinedStr):
         parts = []
         for value in node.values:
@@ -123,10 +126,20 @@ def emitted_ids() -> dict[str, set[str]]:
                 if index is not None and 0 <= index < len(node.args):
                     for value in _id_values(node.args[index]):
                         add(value, path)
-            elif isinstance(node, ast.Assign):
-                for target in node.targets:
+            elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
                     for value in _assigned_to_check(target, node.value):
                         add(value, path)
+                    # A table of ids: `STEP_CHECKS = {"wait-ssh": "reimage.no-ssh", ...}`.
+                    if (
+                        isinstance(target, ast.Name)
+                        and target.id.endswith("CHECKS")
+                        and isinstance(node.value, ast.Dict)
+                    ):
+                        for item in node.value.values:
+                            for value in _id_values(item):
+                                add(value, path)
             elif (
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
@@ -150,9 +163,9 @@ def test_the_collector_sees_ids_however_the_code_builds_them() -> None:
         "fabric.swapped",  # Finding(check=...)
         "gpu.driver",  # the probe table in checks/node.py
         "gpu.ecc",  # add("gpu.ecc", ...)
-        "reimage.no-ssh",  # self.fail(node, batch, step, reason, "reimage.no-ssh")
+        "reimage.no-ssh",  # STEP_CHECKS = {"wait-ssh": "reimage.no-ssh", ...}
         "ansible.converge",  # check="os.unreachable" if ... else "ansible.converge"
-        "reimage.<step>",  # check=f"reimage.{step}"
+        "reimage.<step>",  # check=STEP_CHECKS.get(step, f"reimage.{step}")
         "nccl.wrong",  # fail(..., "nccl.wrong")
         "fabric.wrong-su",  # check, why = "fabric.wrong-su", ...
         "os.<probe>",  # _PROBE_CHECK.get(probe, (f"os.{probe}", probe))
