@@ -27,7 +27,7 @@ from cluster_tool.remote.validate import FABRIC_CHECKS, NODE_CHECKS, run_validat
 from cluster_tool.render.plan import cabling_plan
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
-from cluster_tool.workflows.common import RecordingRunner, link_matrix
+from cluster_tool.workflows.common import RecordingRunner, guarded_gate, link_matrix
 from cluster_tool.workflows.runs import RunRecord
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
@@ -162,7 +162,10 @@ class Live:
         self.slurm.reserve(name, nodes)
         try:
             self.slurm.resume([node])
-            outcome = self.gate(nodes, ("single", "pairs") if partner else ("single",))
+            rungs = ("single", "pairs") if partner else ("single",)
+            # As in bring-up: a Slurm that would not run the ladder's jobs fails the node
+            # (slurm.error / slurm.unavailable as errors); it is not admitted unproven.
+            outcome = guarded_gate(lambda ns: self.gate(ns, rungs), nodes)
         finally:
             self.slurm.release(name)
         gate_findings = outcome.findings
