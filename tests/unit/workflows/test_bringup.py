@@ -237,6 +237,16 @@ def test_a_host_that_fails_to_converge_does_not_stop_the_others() -> None:
     assert result.nodes["gpu001"]["verdict"] == "pass"
 
 
+def test_a_host_that_cannot_be_reached_exits_3_as_the_contract_says() -> None:
+    slurm = SlurmCluster(NODES)
+    lost = Finding(check="os.unreachable", node="gpu003", message="gpu003: no route to host")
+    deps, _ = _deps(slurm, validation=[lost])
+    result = run_bringup(NODES, deps, BringupOptions())
+    assert result.exit_code == 3
+    assert result.nodes["gpu003"]["verdict"] == "fail"
+    assert result.nodes["gpu001"]["verdict"] == "pass"
+
+
 def test_when_no_node_converged_the_failed_nodes_are_still_drained_with_the_task() -> None:
     # Seen in the lab: the slurm phase started slurmd (nodes idle), a later phase failed them.
     failed = {n: "E: Failed to fetch nccl-tests_2.13.11-1_amd64.deb" for n in NODES}
