@@ -34,8 +34,8 @@ lab-molecule: deps
 	$(PY) -m pytest -q -m molecule tests/lab
 
 lint: deps
-	$(BIN)/ruff check cluster_tool tests benchmarks
-	$(BIN)/ruff format --check cluster_tool tests benchmarks
+	$(BIN)/ruff check cluster_tool tests benchmarks plugins
+	$(BIN)/ruff format --check cluster_tool tests benchmarks plugins
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	./scripts/ansible-lint

@@ -167,6 +167,15 @@ def test_reimage_two_nodes_one_at_a_time_beside_running_jobs(converged: Converge
     assert long_job.returncode == 0 and short_job.returncode == 0, (long_job, short_job)
     long_id, short_id = (j.stdout.strip().split(";")[0] for j in (long_job, short_job))
     try:
+        # Both running before the drain: a job still pending on gpu001 would simply run after
+        # the re-image, and the drain would have nothing to wait for.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            states = lab.ssh("head", f"squeue -h -j {long_id},{short_id} -o %T").stdout.split()
+            if states == ["RUNNING", "RUNNING"]:
+                break
+            time.sleep(1)
+        assert states == ["RUNNING", "RUNNING"], states
         rc, summary, err = c.run_json(*reimage_args(c, "--nodes", "gpu[001-002]", "--batch", "1"))
         assert rc == 0, err[-3000:]
         squeue = lab.ssh("head", f"squeue -h -j {long_id} -o %T")
