@@ -1,18 +1,22 @@
 """Converge the lab with site.yml twice and print first-run vs no-op-run wall time side by side.
 
 Usage: .venv/bin/python benchmarks/converge.py [--fresh [--spec FILE]] [--inventory DIR]
-                                               [-e KEY=VALUE ...]
+                                               [--stock] [-e KEY=VALUE ...]
        .venv/bin/python benchmarks/converge.py --count ARTIFACT_DIR [ARTIFACT_DIR ...]
 `--fresh` re-creates the lab first (`cluster-tool lab down` + `lab up`) so the first run starts
 from bare nodes. The goal: the second (no-change) run takes under 15% of the first.
+`--stock` adds a third, no-op run with stock Ansible's linear strategy (ansible.cfg selects
+mitogen's), so the two are compared on the same lab in one run. The slurmdbd password comes
+from CLUSTER_TOOL_SLURMDBD_PASSWORD, as for `cluster-tool bringup`.
 
-Each run also prints how many modules it executed on the hosts, read from its runner events.
-On small nodes that number, not the controller, sets the wall time (every execution starts a
-Python on the node that recompiles the module's utilities from the AnsiballZ zip), and unlike
-the wall time it does not depend on what else loads the machine. `--count` prints it for runs
-already made (their ansible-runner artifact folders), with the tasks that executed most. The
-events show one result per task and host, so the count is a floor: a template or copy that
-finds its file in place still runs two modules (stat, then file for the attributes).
+Each run also prints how many modules it executed on the hosts, read from its runner events,
+and how many tasks it started. Under the stock strategy every module execution starts a Python
+on the node that recompiles the module's utilities from the AnsiballZ zip; under mitogen one
+interpreter per node serves the whole run, and what is left is the controller's per-task cost
+(a worker per host and task, the templating): the ms/task figure. `--count` prints the module
+count for runs already made (their ansible-runner artifact folders), with the tasks that
+executed most. The events show one result per task and host, so the count is a floor: a
+template or copy that finds its file in place still runs two modules (stat, then file).
 """
 
 from __future__ import annotations
@@ -78,6 +82,15 @@ def module_runs(artifact_dir: Path) -> Counter[tuple[str, str]]:
     return runs
 
 
+def task_starts(artifact_dir: Path) -> int:
+    """How many tasks a run started (each host's result of one task shares one start)."""
+    starts = 0
+    for path in (artifact_dir / "job_events").glob("*.json"):
+        if '"playbook_on_task_start"' in path.read_text(encoding="utf-8"):
+            starts += 1
+    return starts
+
+
 def _executions(result: PlaybookResult) -> int | None:
     return sum(module_runs(result.artifact_dir).values()) if result.artifact_dir else None
 
@@ -85,9 +98,12 @@ def _executions(result: PlaybookResult) -> int | None:
 def _summary(label: str, result: PlaybookResult) -> str:
     failed = ",".join(result.failed_hosts + result.unreachable_hosts) or "-"
     executions = _executions(result)
+    tasks = task_starts(result.artifact_dir) if result.artifact_dir else 0
+    per_task = f"{1000 * result.wall_s / tasks:.0f} ms/task" if tasks else "-"
     return (
         f"{label:<12} {result.wall_s:8.1f} s  changed={result.changed_total:<4} "
-        f"hosts={len(result.hosts):<3} failed={failed}  module runs={executions}"
+        f"hosts={len(result.hosts):<3} failed={failed}  module runs={executions}  "
+        f"tasks={tasks} ({per_task})"
     )
 
 
@@ -107,6 +123,12 @@ def main() -> int:
     parser.add_argument("--fresh", action="store_true", help="re-create the lab first")
     parser.add_argument(
         "--spec", type=Path, help="lab spec for --fresh (a lab on another subnet needs its own)"
+    )
+    parser.add_argument(
+        "--stock",
+        action="store_true",
+        help="a third, no-op run with stock Ansible's linear strategy instead of ansible.cfg's "
+        "mitogen_linear, for the side-by-side ratio",
     )
     parser.add_argument("-e", dest="extra", action="append", default=[], help="KEY=VALUE")
     parser.add_argument(
@@ -129,10 +151,27 @@ def main() -> int:
     extravars = dict(item.split("=", 1) for item in args.extra)
 
     first = run_playbook(args.playbook, inventory, extravars=extravars)
+    if not first.succeeded:
+        print(_summary("first run", first))
+        for event in first.failures()[:3]:
+            print(f"  {event.host}: {event.task}: {event.message}")
+        print("the first run failed: no ratio to print")
+        return 1
     second = run_playbook(args.playbook, inventory, extravars=extravars)
 
+    stock = None
+    if args.stock:
+        stock = run_playbook(
+            args.playbook, inventory, extravars=extravars, envvars={"ANSIBLE_STRATEGY": "linear"}
+        )
     print(_summary("first run", first))
     print(_summary("second run", second))
+    if stock is not None:
+        print(_summary("stock linear", stock))
+        print(
+            f"no-op, mitogen / stock linear strategy = {second.wall_s / stock.wall_s:.2f} "
+            "(same lab, same run)"
+        )
     ratio = second.wall_s / first.wall_s if first.wall_s else float("nan")
     verdict = "meets" if ratio < 0.15 else "misses"
     print(f"no-op / first = {ratio:.2f} ({verdict} the goal of < 0.15)")

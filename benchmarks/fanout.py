@@ -3,10 +3,13 @@ command on the same nodes, in one run.
 
 Run (as root, with a lab up): `.venv/bin/python benchmarks/fanout.py [--repeat N]`. Uses the
 lab named by CLUSTER_TOOL_LAB_DIR (default `<repo>/.lab`) and its ssh_config, so clush and
-both of our transports reach the nodes the same way. Prints the median of each and the ratio
-to clush (goal: within 1.1x), and our fan-out carrying one `true` probe, which separates the
-SSH/script overhead from the probes' own run time on the nodes (in the lab the simulated
-nvidia-smi & co. are Python and all nodes share this machine's CPUs). Never a test assertion.
+both of our transports reach the nodes the same way. Measures twice: warm (the lab's SSH
+masters up, so both sides pay almost no handshake) and cold (ControlMaster off: a handshake
+per host, what a one-off `validate` or `clush` from an operator's shell pays). Prints the
+median of each and the ratio to clush (goal: within 1.1x), and our fan-out carrying one `true`
+probe, which separates the SSH/script overhead from the probes' own run time on the nodes (in
+the lab the simulated nvidia-smi & co. are Python, ~35 ms each, and all nodes share this
+machine's CPUs; `benchmarks/lab_sim.py` times them). Never a test assertion.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,45 +68,77 @@ def main() -> int:
     if head:
         jobs.append((Target(head), FABRIC_PROBES))
 
-    def run_clush() -> None:
-        subprocess.run(
-            [clush, "-w", ",".join(nodes), "-o", f"-F {ssh_config}", "true"],
-            check=True,
-            capture_output=True,
+    def measure(config_file: Path) -> dict[str, float]:
+        def run_clush() -> None:
+            subprocess.run(
+                [clush, "-w", ",".join(nodes), "-o", f"-F {config_file}", "true"],
+                check=True,
+                capture_output=True,
+            )
+
+        def run_ours(transport: Transport) -> None:
+            results = collect(jobs, transport, concurrency=len(jobs))
+            bad = [r.host for r in results.values() if not r.reachable]
+            if bad:
+                raise SystemExit(f"unreachable: {bad}")
+
+        trivial = [(Target(n), (Probe("true", "true"),)) for n in nodes]
+
+        def run_trivial() -> None:
+            collect(trivial, OpenSshTransport(config_file), concurrency=len(trivial))
+
+        run_clush()  # warm: both sides start with the lab's SSH masters up
+        return {
+            "clush": statistics.median(timed(run_clush, args.repeat)),
+            "true": statistics.median(timed(run_trivial, args.repeat)),
+            "OpenSSH": statistics.median(
+                timed(lambda: run_ours(OpenSshTransport(config_file)), args.repeat)
+            ),
+            "paramiko": statistics.median(
+                timed(lambda: run_ours(ParamikoTransport(config_file)), args.repeat)
+            ),
+        }
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # Cold: what a one-off `validate` or `clush` from an operator's shell meets, a fresh
+        # SSH handshake per host (the lab's ssh_config less its ControlMaster lines).
+        cold_config = Path(tmp) / "ssh_config"
+        cold_config.write_text(
+            "".join(
+                line
+                for line in ssh_config.read_text().splitlines(keepends=True)
+                if not line.strip()
+                .lower()
+                .startswith(("controlmaster", "controlpath", "controlpersist"))
+            )
         )
+        measured = {
+            "warm (SSH masters up)": measure(ssh_config),
+            "cold (a handshake per host)": measure(cold_config),
+        }
 
-    def run_ours(transport: Transport) -> None:
-        results = collect(jobs, transport, concurrency=len(jobs))
-        bad = [r.host for r in results.values() if not r.reachable]
-        if bad:
-            raise SystemExit(f"unreachable: {bad}")
-
-    trivial = [(Target(n), (Probe("true", "true"),)) for n in nodes]
-
-    def run_trivial() -> None:
-        collect(trivial, OpenSshTransport(ssh_config), concurrency=len(trivial))
-
-    run_clush()  # both sides start with the lab's SSH masters up
-    baseline = statistics.median(timed(run_clush, args.repeat))
-    fanout_only = statistics.median(timed(run_trivial, args.repeat))
-    openssh = statistics.median(timed(lambda: run_ours(OpenSshTransport(ssh_config)), args.repeat))
-    paramiko = statistics.median(
-        timed(lambda: run_ours(ParamikoTransport(ssh_config)), args.repeat)
-    )
     sample = collect([jobs[0]], OpenSshTransport(ssh_config))[jobs[0][0].name]
     simulated = [n for n, o in sample.outputs.items() if not o.not_installed]
     print(
         f"{len(nodes)} hosts ({len(gpu)} GPU nodes x {len(probes)} probes, "
         f"{head or 'no'} head x {len(FABRIC_PROBES)} fabric probes); median of {args.repeat}"
     )
-    print(f"clush -w {len(nodes)} hosts true:      {baseline:.3f} s")
+    for label, took in measured.items():
+        base = took["clush"]
+        print(f"-- {label}")
+        print(f"clush -w {len(nodes)} hosts true:      {base:.3f} s")
+        print(
+            f"our fan-out, one `true` probe:  {took['true']:.3f} s  ({took['true'] / base:.2f}x "
+            "clush: the SSH and script overhead alone)"
+        )
+        for name in ("OpenSSH", "paramiko"):
+            print(
+                f"health collection, {name:<9} {took[name]:.3f} s  ({took[name] / base:.2f}x clush)"
+            )
     print(
-        f"our fan-out, one `true` probe:  {fanout_only:.3f} s  ({fanout_only / baseline:.2f}x "
-        "clush: the SSH and script overhead alone)"
+        f"probes answered on {jobs[0][0].name}: {', '.join(simulated) or 'none'} "
+        f"(slowest of them on the node: {sample.elapsed_s:.3f} s with the SSH round trip)"
     )
-    for name, took in (("OpenSSH", openssh), ("paramiko", paramiko)):
-        print(f"health collection, {name:<9} {took:.3f} s  ({took / baseline:.2f}x clush)")
-    print(f"probes answered on {jobs[0][0].name}: {', '.join(simulated) or 'none'}")
     return 0
 
 
