@@ -445,7 +445,10 @@ class HealthThresholds(StrictModel):
         1000, ge=0, description="Volatile correctable ECC errors before a warning (default 1000)."
     )
     remapped_rows_pending_max: int = Field(
-        0, ge=0, description="Pending row remaps before the GPU needs a reset (default 0)."
+        0,
+        ge=0,
+        description="0 (default): a pending row remap fails the GPU until it is reset; above "
+        "0 it is tolerated (nvidia-smi reports pending as yes/no, not a count).",
     )
     fatal_xids: list[int] = Field(
         default_factory=lambda: [48, 61, 62, 64, 74, 79, 92, 94, 95, 119, 120, 140, 154],
