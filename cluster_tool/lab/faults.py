@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cluster_tool.errors import UsageError
 from cluster_tool.lab.sim.perf import LANE_GBS, WIDTH_LANES
+from cluster_tool.lab.state import running_lab
 
 if TYPE_CHECKING:
     from cluster_tool.lab.config import LabConfig
@@ -449,26 +450,6 @@ def _refresh_views(config: LabConfig, data: dict[str, Any]) -> None:
     from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees
 
     write_all_sysfs_trees(data, config.nodes_dir)
-
-
-def running_lab(config: LabConfig) -> LabConfig:
-    """`config` with the name prefix, bridge and subnet the lab in its folder was brought up
-    with (`<labdir>/state.json`): a caller that names only the lab's folder
-    (CLUSTER_TOOL_LAB_DIR) must not restart ibsim in another lab's namespace."""
-    import dataclasses
-    import ipaddress
-
-    from cluster_tool.lab.state import load_state
-
-    state = load_state(config.state_file)
-    if state is None:
-        return config
-    return dataclasses.replace(
-        config,
-        prefix=state.prefix,
-        bridge=state.bridge,
-        subnet=ipaddress.IPv4Network(state.subnet),
-    )
 
 
 def inject_fault(config: LabConfig, kind: str, *args: Any, **options: Any) -> dict[str, Any]:

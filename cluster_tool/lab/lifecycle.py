@@ -38,7 +38,7 @@ from cluster_tool.lab.host import (
     stop_process,
 )
 from cluster_tool.lab.sim.packages import publish_to_lab_repo
-from cluster_tool.lab.state import LabState, load_state, save_state
+from cluster_tool.lab.state import LabState, load_state, running_lab, save_state
 from cluster_tool.lab.topology import LabPlan, build_model, load_plan
 
 # Packages the head node boots with (a cached layer): the subnet manager lives outside it, so the
@@ -591,6 +591,7 @@ def _require_state(config: LabConfig) -> LabState:
 
 
 def status(config: LabConfig) -> LabStatus:
+    config = running_lab(config)
     state = load_state(config.state_file)
     if state is None:
         return LabStatus(running=False, lab_dir=str(config.lab_dir))
@@ -652,6 +653,7 @@ def _status(config: LabConfig, state: LabState) -> LabStatus:
 def down(config: LabConfig) -> list[str]:
     """Tear the lab down; returns what was removed (empty when nothing was there)."""
     require_root()
+    config = running_lab(config)
     with lab_lock(config):
         return _teardown(config, load_state(config.state_file))
 

@@ -6,12 +6,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster_tool.lab.config import LabConfig
 from cluster_tool.lab.host import ProcRef
 from cluster_tool.lab.nodes import CgroupHierarchy
 
@@ -65,3 +68,19 @@ def save_state(path: Path, state: LabState) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
+
+
+def running_lab(config: LabConfig) -> LabConfig:
+    """`config` with the name prefix, bridge and subnet the lab in its folder was brought up
+    with (`<labdir>/state.json`). Every command on a running lab goes through it: one that
+    names only the lab's folder (CLUSTER_TOOL_LAB_DIR) must not restart ibsim in another
+    lab's namespace, nor tear down the default prefix's namespaces and bridge."""
+    state = load_state(config.state_file)
+    if state is None:
+        return config
+    return dataclasses.replace(
+        config,
+        prefix=state.prefix,
+        bridge=state.bridge,
+        subnet=ipaddress.IPv4Network(state.subnet),
+    )
