@@ -94,6 +94,10 @@ class GateProfile:
     # mlx5 device of each rail, index = rail; the GPU on that rail is `rail_gpus[rail]`.
     rail_hcas: tuple[str, ...] = tuple(f"mlx5_{i}" for i in range(8))
     rail_gpus: tuple[int, ...] = tuple(range(8))
+    # The spec profile's expected all_reduce busbw, when it sets one (measured on the site's
+    # own fabric, say): replaces the derived figure for all_reduce in one node and across nodes.
+    allreduce_single_gbs: float | None = None
+    allreduce_multi_gbs: float | None = None
 
     @property
     def rails(self) -> int:
@@ -143,9 +147,24 @@ class Thresholds:
             link_text = f"{rails} rail(s) x {p.rail_gbs:g} GB/s"
             factor, algo = eff.net_ring, "ring"
         expected = round(link * factor, 1)
-        floor = round(expected * self.min_fraction, 1)
         basis = f"{link_text} x {algo} efficiency {factor:.3f}"
+        override = self._override(rung, collective)
+        if override is not None:
+            expected, basis = override
+        floor = round(expected * self.min_fraction, 1)
         return Expectation(rung, collective, expected, floor, basis)
+
+    def _override(self, rung: Rung, collective: str) -> tuple[float, str] | None:
+        """The profile's own all_reduce figure for this rung, if it sets one."""
+        p = self.profile
+        if collective != "all_reduce":
+            return None
+        best_single = Rung.SINGLE_NVLS if p.nvls else Rung.SINGLE_RING
+        if rung is best_single and p.allreduce_single_gbs is not None:
+            return p.allreduce_single_gbs, "the profile's expected_busbw_single_node_gbs"
+        if rung in (Rung.PAIRS, Rung.FULL) and p.allreduce_multi_gbs is not None:
+            return p.allreduce_multi_gbs, "the profile's expected_busbw_multi_node_gbs"
+        return None
 
 
 def nvlink_gbs_for(gpu_model: str) -> float:
@@ -176,4 +195,6 @@ def profile_from_node_profile(node_profile: Any) -> GateProfile:
         rail_gbs=rail_gbs_for(int(node_profile.expected_rate_gbps)),
         rail_hcas=tuple(str(h.device) for h in hcas),
         rail_gpus=tuple(int(h.gpu) for h in hcas),
+        allreduce_single_gbs=getattr(node_profile, "expected_busbw_single_node_gbs", None),
+        allreduce_multi_gbs=getattr(node_profile, "expected_busbw_multi_node_gbs", None),
     )

@@ -12,6 +12,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from cluster_tool.errors import UsageError
+from cluster_tool.gate.thresholds import Rung, Thresholds, profile_from_node_profile
 
 
 @dataclass(frozen=True)
@@ -182,13 +183,20 @@ class ClusterShape:
         base = gpu_spec(str(profile.gpu_model))
         hbm = float(profile.gpu_memory_gib)
         rails = len(profile.compute_hcas)
+        # The same expected busbw the gate admits nodes against: one source for both.
+        try:
+            gate_profile = profile_from_node_profile(profile)
+        except ValueError as exc:
+            raise UsageError(f"profile {gpu_nodes[0].profile_name}: {exc}") from exc
+        expected = Thresholds(gate_profile)
+        best_single = Rung.SINGLE_NVLS if gate_profile.nvls else Rung.SINGLE_RING
         shape = cls(
             nodes=tuple(PlanNode(name=n.name, su=int(n.su)) for n in gpu_nodes),
             gpus_per_node=int(profile.gpu_count),
             nvlink_domain=int(profile.nvlink_domain_size),
             gpu=replace(base, hbm_gib=hbm),
-            fabric_busbw_gbs=float(profile.expected_busbw_multi_node_gbs),
-            nvlink_busbw_gbs=float(profile.expected_busbw_single_node_gbs),
+            fabric_busbw_gbs=expected.expect(Rung.FULL, nodes=len(gpu_nodes)).expected_gbs,
+            nvlink_busbw_gbs=expected.expect(best_single).expected_gbs,
             rails=rails,
             hbm_gib=hbm,
         )

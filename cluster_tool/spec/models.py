@@ -140,11 +140,19 @@ class NodeProfile(StrictModel):
     expected_rate_gbps: int = Field(
         400, ge=1, description="Link rate as ibstat reports it (default 400 for NDR 4X)."
     )
-    expected_busbw_single_node_gbs: float = Field(
-        450.0, gt=0, description="all_reduce_perf busbw (GB/s) one node should reach."
+    expected_busbw_single_node_gbs: float | None = Field(
+        None,
+        gt=0,
+        description="all_reduce_perf busbw (GB/s) one node should reach; unset: derived from "
+        "the GPU's NVLink as the gate derives it (480 on HGX H100 with NVLS). The gate's floor "
+        "and the planner both use it.",
     )
-    expected_busbw_multi_node_gbs: float = Field(
-        360.0, gt=0, description="all_reduce_perf busbw (GB/s) across nodes over the rails."
+    expected_busbw_multi_node_gbs: float | None = Field(
+        None,
+        gt=0,
+        description="all_reduce_perf busbw (GB/s) across nodes over the rails; unset: derived "
+        "from the rails' rate as the gate derives it (370 on 8x NDR). The gate's floor and the "
+        "planner both use it.",
     )
 
     @property

@@ -10,6 +10,7 @@ from cluster_tool.gate.evaluate import evaluate_step
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.plan import Step
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds, profile_from_node_profile
+from cluster_tool.plan import ClusterShape
 from cluster_tool.spec import builtin_profile, load_spec
 from tests.conftest import read_real_output
 from tests.unit.gate.fakes import PAIR, SINGLE, scaled_output
@@ -152,3 +153,26 @@ def test_topology_from_the_cabling_plan_names_leaves_and_spines() -> None:
     assert hops.endswith("> su4-leaf-r1 > gpu127/mlx5_3")
     (same_leaf,) = topo.path("gpu001", "gpu002", [0])
     assert same_leaf == "rail 0: gpu001/mlx5_0 > su1-leaf-r0 > gpu002/mlx5_0"
+
+
+def test_planner_and_gate_expect_the_same_busbw_derived_or_from_the_profile(
+    tmp_path: Path,
+) -> None:
+    derived = load_spec(EXAMPLES / "lab.yml")
+    shape = ClusterShape.from_spec(derived)
+    thresholds = gate_inputs(derived).thresholds
+    assert shape.fabric_busbw_gbs == thresholds.expect(Rung.PAIRS).expected_gbs == 185.0
+    assert shape.nvlink_busbw_gbs == thresholds.expect(Rung.SINGLE_NVLS).expected_gbs == 480.0
+
+    text = (EXAMPLES / "lab.yml").read_text()
+    marker = "    expected_rate_gbps: 200\n"
+    assert marker in text
+    spec = tmp_path / "lab.yml"
+    spec.write_text(text.replace(marker, marker + "    expected_busbw_multi_node_gbs: 170.0\n"))
+    measured = load_spec(spec)
+    pairs = gate_inputs(measured).thresholds.expect(Rung.PAIRS)
+    assert (pairs.expected_gbs, pairs.floor_gbs) == (170.0, 144.5)
+    assert "expected_busbw_multi_node_gbs" in pairs.basis
+    assert ClusterShape.from_spec(measured).fabric_busbw_gbs == 170.0
+    # The override is all_reduce's: a rail alone and alltoall keep their derivation.
+    assert gate_inputs(measured).thresholds.expect(Rung.RAILS).expected_gbs == 23.1

@@ -207,8 +207,8 @@ def test_cross_field_violation_is_located(
 
 def test_hca_on_a_gpu_that_does_not_exist() -> None:
     text = edited(
-        "    expected_busbw_multi_node_gbs: 180.0\n",
-        "    expected_busbw_multi_node_gbs: 180.0\n    gpu_count: 4\n",
+        "    expected_rate_gbps: 200\n",
+        "    expected_rate_gbps: 200\n    gpu_count: 4\n",
     )
     problems = problems_of(text)
     assert any("profiles.lab-h100-8x-hdr.hcas[4].gpu: GPU 4 does not exist" in p for p in problems)
