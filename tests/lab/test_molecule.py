@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,17 +27,21 @@ pytestmark = pytest.mark.molecule
 
 @pytest.mark.parametrize("role", ["nvidia_driver", "slurm"])
 def test_the_roles_molecule_scenario_converges_is_idempotent_and_verifies(
-    role: str, tmp_path: Path
+    role: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     require_root()
     data = yaml.safe_load((REPO / "examples" / "lab.yml").read_text())
     spec = tmp_path / "lab.yml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False).replace("10.77.0.", f"{MOLECULE_NET}."))
+    lab_dir = Path(tempfile.mkdtemp(prefix=f"ctm-{role}-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(lab_dir, ignore_errors=True))
     env = dict(os.environ)
     env.update(
         {
             "PATH": f"{REPO / '.venv' / 'bin'}:{env.get('PATH', '')}",
-            "MOLECULE_LAB_DIR": str(tmp_path / "lab"),
+            # Short: molecule's ansible.cfg puts SSH control sockets at <labdir>/ssh/cm/%h-%p-%r,
+            # and a socket path over 107 bytes fails every host as unreachable.
+            "MOLECULE_LAB_DIR": str(lab_dir),
             "MOLECULE_LAB_PREFIX": "ctm",
             "MOLECULE_LAB_SUBNET": f"{MOLECULE_NET}.0/24",
             "MOLECULE_LAB_SPEC": str(spec),
