@@ -15,11 +15,11 @@ deps:
 demo: deps
 	./scripts/demo
 
-# Every test: unit, the lab, and the lab converged from bare nodes by one bring-up (the
-# `converged` tests, last). `make unit`, `make lab-test` and `make lab-converged` run parts.
-# The roles' molecule scenarios (`make lab-molecule`, ~12 min more) stay out for CI's budget.
+# Every test: unit, the lab, the roles' molecule scenarios (stock Ansible, each on a lab of
+# its own) and the lab converged from bare nodes by one bring-up (the `converged` tests,
+# last). `make unit`, `make lab-test`, `make lab-molecule` and `make lab-converged` run parts.
 test: deps lint
-	$(PY) -m pytest -q -m "not molecule"
+	$(PY) -m pytest -q
 
 unit: deps
 	$(PY) -m pytest -q tests/unit

@@ -21,7 +21,7 @@ from tests.lab.conftest import require_root
 MOLECULE_NET = os.environ.get("CLUSTER_TOOL_TEST_MOLECULE_NET", "10.78.0")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-# Minutes each: `make lab-molecule`, not `make test` (see the marker in pyproject.toml).
+# About 2 minutes each; in `make test`, and alone in `make lab-molecule`.
 pytestmark = pytest.mark.molecule
 
 
