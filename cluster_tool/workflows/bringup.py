@@ -15,8 +15,7 @@ from typing import Any, Protocol
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
-from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from cluster_tool.findings import Finding
+from cluster_tool.findings import Finding, exit_code_for
 from cluster_tool.slurm import NodeState, SlurmError
 from cluster_tool.workflows.common import (
     PENDING_REASON,
@@ -106,12 +105,7 @@ class BringupResult:
 
     @property
     def exit_code(self) -> int:
-        """The CLI contract: 3 when a host could not be reached, else 1 on any failure."""
-        if any(f.fails and f.check == "os.unreachable" for f in self.findings):
-            return EXIT_UNREACHABLE
-        if any(f.fails for f in self.findings) or any(p.status == "failed" for p in self.phases):
-            return EXIT_CHECKS_FAILED
-        return EXIT_OK
+        return exit_code_for(self.findings, failed=any(p.status == "failed" for p in self.phases))
 
 
 class PhaseProgress:

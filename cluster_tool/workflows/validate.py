@@ -13,8 +13,8 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from cluster_tool.checks.fabric import nodes_on_switch as fabric_nodes_on_switch
 from cluster_tool.checks.fabric import plan_for
-from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE, UsageError
-from cluster_tool.findings import Finding
+from cluster_tool.errors import UsageError
+from cluster_tool.findings import Finding, exit_code_for
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
 from cluster_tool.workflows.common import (
@@ -75,10 +75,7 @@ class AfterMaintenanceResult:
 
     @property
     def exit_code(self) -> int:
-        """The CLI contract: 3 when a host could not be reached, else 1 on any failure."""
-        if any(f.fails and f.check == "os.unreachable" for f in self.findings):
-            return EXIT_UNREACHABLE
-        return EXIT_CHECKS_FAILED if any(f.fails for f in self.findings) else EXIT_OK
+        return exit_code_for(self.findings)
 
 
 def run_after_maintenance(
