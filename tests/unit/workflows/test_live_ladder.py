@@ -15,22 +15,9 @@ from cluster_tool.spec import load_spec
 from cluster_tool.workflows.bringup import GateOutcome, Validation
 from cluster_tool.workflows.live import Live
 from cluster_tool.workflows.runs import RunRecord
+from tests.unit.workflows.fakes import SlurmCluster, admin_slurm
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-class FakeSlurm:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
-
-    def reserve(self, name: str, nodes: Sequence[str]) -> None:
-        self.calls.append(("reserve", list(nodes)))
-
-    def resume(self, nodes: Sequence[str]) -> None:
-        self.calls.append(("resume", list(nodes)))
-
-    def release(self, name: str) -> None:
-        self.calls.append(("release", name))
 
 
 class LadderOnly(Live):
@@ -47,13 +34,14 @@ class LadderOnly(Live):
         return GateOutcome(list(self.gate_answer))
 
 
-def ladder(tmp_path: Path, answer: Any) -> tuple[list[Finding], FakeSlurm]:
-    slurm = FakeSlurm()
+def ladder(tmp_path: Path, answer: Any) -> tuple[list[Finding], SlurmCluster]:
+    # gpu002 comes back from its re-image drained; the ladder resumes it in a reservation.
+    slurm = SlurmCluster(["gpu001", "gpu002", "gpu003", "gpu004"], drained={"gpu002": "reimage"})
     live = LadderOnly(
         cluster=load_spec(REPO / "examples" / "lab.yml"),
         inventory=tmp_path,
         record=RunRecord.create(tmp_path, "reimage", {}),
-        slurm=slurm,
+        slurm=admin_slurm(slurm),
     )
     live.gate_answer = answer
     return live.node_ladder("gpu002", "gpu003"), slurm
@@ -79,7 +67,7 @@ def test_a_slurm_that_runs_no_ladder_job_fails_the_reimaged_node(
     failing = [f for f in findings if f.fails]
     assert failing and {f.check for f in failing} == {check}
     assert {f.node for f in failing} == {"gpu002"}  # the partner is known good
-    assert ("release", "cluster-tool-reimage-gpu002") in slurm.calls
+    assert ["scontrol", "delete", "ReservationName=cluster-tool-reimage-gpu002"] in slurm.calls
 
 
 def test_a_passing_ladder_fails_nothing(tmp_path: Path) -> None:
