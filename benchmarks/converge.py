@@ -82,15 +82,6 @@ def module_runs(artifact_dir: Path) -> Counter[tuple[str, str]]:
     return runs
 
 
-def task_starts(artifact_dir: Path) -> int:
-    """How many tasks a run started (each host's result of one task shares one start)."""
-    starts = 0
-    for path in (artifact_dir / "job_events").glob("*.json"):
-        if '"playbook_on_task_start"' in path.read_text(encoding="utf-8"):
-            starts += 1
-    return starts
-
-
 def _executions(result: PlaybookResult) -> int | None:
     return sum(module_runs(result.artifact_dir).values()) if result.artifact_dir else None
 
@@ -98,7 +89,7 @@ def _executions(result: PlaybookResult) -> int | None:
 def _summary(label: str, result: PlaybookResult) -> str:
     failed = ",".join(result.failed_hosts + result.unreachable_hosts) or "-"
     executions = _executions(result)
-    tasks = task_starts(result.artifact_dir) if result.artifact_dir else 0
+    tasks = sum(1 for e in result.events if e.event == "playbook_on_task_start")
     per_task = f"{1000 * result.wall_s / tasks:.0f} ms/task" if tasks else "-"
     return (
         f"{label:<12} {result.wall_s:8.1f} s  changed={result.changed_total:<4} "

@@ -87,7 +87,7 @@ def main() -> int:
         def run_trivial() -> None:
             collect(trivial, OpenSshTransport(config_file), concurrency=len(trivial))
 
-        run_clush()  # warm: both sides start with the lab's SSH masters up
+        run_clush()  # one unmeasured round first (warm: it leaves the SSH masters up)
         return {
             "clush": statistics.median(timed(run_clush, args.repeat)),
             "true": statistics.median(timed(run_trivial, args.repeat)),
