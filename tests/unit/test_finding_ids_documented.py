@@ -14,6 +14,7 @@ The ids are read from the sources, not imported: a finding id is
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -105,6 +106,7 @@ def _called_name(call: ast.Call) -> str | None:
     return None
 
 
+@functools.cache
 def emitted_ids() -> dict[str, set[str]]:
     """Every finding id the code can emit -> the source files it appears in."""
     found: dict[str, set[str]] = {}
