@@ -66,12 +66,16 @@ class GateResult:
     report: Report
     drains: DrainPlan
     rungs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Positive proof, for admission (cluster_tool.verdicts): the nodes whose single-node job
+    # passed, and the node sets of every multi-node job that passed.
+    proof: dict[str, list[Any]] = field(default_factory=lambda: {"single": [], "jobs": []})
 
     def to_json(self) -> dict[str, Any]:
         data = self.report.to_json()
         data["summary"] = {
             **data["summary"],
             "rungs": self.rungs,
+            "proof": self.proof,
             "drain": {
                 "applied": self.drains.applied,
                 "stopped": self.drains.stopped,
@@ -103,12 +107,22 @@ class _Ladder:
         self.node_seconds = 0.0
         self.jobs = 0
         self.gdr_evidence: list[tuple[tuple[str, ...], dict[str, GdrUse]]] = []
+        self.proof: dict[str, list[Any]] = {"single": [], "jobs": []}
 
     def _run(self, jobs: list[GateJob]) -> list[JobOutcome]:
         runs = self.runner.run(jobs)
         self.node_seconds += sum(r.node_seconds for r in runs)
         self.jobs += len(runs)
-        return [self._judge(r) for r in runs]
+        outcomes = [self._judge(r) for r in runs]
+        for o in outcomes:
+            # Only a job that ran and passed every step proves anything of its nodes.
+            if not o.passed:
+                continue
+            if len(o.job.nodes) == 1:
+                self.proof["single"].append(o.job.nodes[0])
+            else:
+                self.proof["jobs"].append(list(o.job.nodes))
+        return outcomes
 
     def preflight(self, nodes: list[str]) -> list[str]:
         """Leave out nodes Slurm will not run jobs on; their jobs would only sit in the queue."""
@@ -351,4 +365,4 @@ def run_gate(
             "drain": plan.lines(),
         },
     )
-    return GateResult(report, plan, ladder.rungs)
+    return GateResult(report, plan, ladder.rungs, ladder.proof)
