@@ -186,7 +186,9 @@ def judge_nodes(
                 "held", f.message, tuple(sorted({x.check for x in holding[node]})), unproven
             )
         elif missing:
-            verdicts[node] = NodeVerdict("unknown", "not proven: " + "; ".join(unproven), (), unproven)
+            verdicts[node] = NodeVerdict(
+                "unknown", "not proven: " + "; ".join(unproven), (), unproven
+            )
         else:
             verdicts[node] = NodeVerdict("pass")
     return verdicts
