@@ -251,7 +251,14 @@ def run(
     gpus_per_node = max(local_seen.values()) * per_proc
     algo = env.get("NCCL_ALGO") or None
     bandwidth: Bandwidth | PathFailure = peak_busbw(
-        model, nodes, collective, gpus_per_node, algo, gpus=used, ib_hca=env.get("NCCL_IB_HCA")
+        model,
+        nodes,
+        collective,
+        gpus_per_node,
+        algo,
+        gpus=used,
+        ib_hca=env.get("NCCL_IB_HCA"),
+        nvls=env.get("NCCL_NVLS_ENABLE", "1").strip() != "0",
     )
     if down:
         bandwidth = PathFailure(down[0], "eth0", "hang", f"{down[0]} is down")

@@ -146,7 +146,7 @@ def compute_rows(
     rows = []
     for size in sizes(opts):
         shown, count = _counts(collective, size, nranks, type_size)
-        base = time_us(shown, factor, bandwidth.busbw_gbs, bandwidth.multi_node)
+        base = time_us(shown, factor, bandwidth)
         rows.append(
             Row(
                 size=shown,

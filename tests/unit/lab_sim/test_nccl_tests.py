@@ -99,9 +99,13 @@ def test_ring_is_slower_than_nvls_inside_a_node() -> None:
 
 
 def test_two_nodes_are_limited_by_the_hdr_rails() -> None:
-    busbw = two_node_busbw(lab_model())
-    # 8 rails x 4X HDR (25 GB/s) x ring efficiency.
-    assert 170 < busbw < 186
+    model = lab_model()
+    # 8 rails x 4X HDR = 200 GB/s: a ring (what the gate's pairs force) stays just under it;
+    # NVLSTree, NCCL's default on two full nodes, reports more, as on the NDR capture.
+    env = {**srun_env(0), "NCCL_ALGO": "Ring"}
+    ring = busbw_of(run("all_reduce", ARGS, env, model, "gpu001", 4242))
+    assert 180 < ring < 200
+    assert two_node_busbw(model) > 1.1 * ring
 
 
 @pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "alltoall"])
