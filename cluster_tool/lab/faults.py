@@ -242,6 +242,13 @@ def module_missing(data: dict[str, Any], node: str, module: str) -> list[tuple[P
     return [(("nodes", n, "modules"), [m for m in modules if m != module])]
 
 
+def nccl_corrupt(data: dict[str, Any], node: str) -> list[tuple[Path_, Any]]:
+    """Silent data corruption: the node's ranks hand every collective wrong values that no
+    ECC counter shows; nccl-tests' data check counts them (`#wrong`, out-of-bounds FAILED)."""
+    n = _node_index(data, node)
+    return [(("nodes", n, "nccl_corrupt"), True)]
+
+
 def node_down(data: dict[str, Any], node: str) -> list[tuple[Path_, Any]]:
     """A node that died: it answers nothing (the lab also stops its processes)."""
     n = _node_index(data, node)
@@ -273,6 +280,7 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("gpu-missing", ("NODE", "GPU"), "a GPU off the bus", gpu_missing),
         FaultKind("slow-node", ("NODE", "FACTOR"), "a straggler node", slow_node),
         FaultKind("module-missing", ("NODE", "MODULE"), "a kernel module gone", module_missing),
+        FaultKind("nccl-corrupt", ("NODE",), "wrong values in collectives", nccl_corrupt),
         FaultKind("node-down", ("NODE",), "a dead node", node_down),
     )
 }
@@ -443,7 +451,8 @@ def _fabric(config: LabConfig, data: dict[str, Any], record: dict[str, Any], hea
     elif kind == "link-degrade":
         # ibsim cannot retrain a live link (LAB-NOTES): rebuild its net file from the model.
         lifecycle.restart_fabric(config)
-    # GPU, straggler and module faults live in the model alone: the simulators read it live.
+    # GPU, straggler, corruption and module faults live in the model alone: the simulators
+    # read it live.
 
 
 def _refresh_views(config: LabConfig, data: dict[str, Any]) -> None:

@@ -235,6 +235,9 @@ class NodeHardware:
         default_factory=lambda: ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem"]
     )
     dmabuf: bool = True
+    # Silent data corruption: this node's ranks hand collectives wrong values (a bad GPU or
+    # NVLink that ECC does not catch); nccl-tests' check counts them in `#wrong`.
+    nccl_corrupt: bool = False
     cpu_affinity: list[str] = field(default_factory=lambda: ["0-47,96-143", "48-95,144-191"])
     boot_time: float = 1_700_000_000.0  # epoch seconds of the simulated boot (for dmesg -T)
 
@@ -430,6 +433,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
         "slow_factor",
         "modules",
         "dmabuf",
+        "nccl_corrupt",
         "boot_time",
     )
     extras = {k: node[k] for k in known if k in node}

@@ -26,6 +26,7 @@ from .render_nccl import (
     compute_rows,
     failure_lines,
     nccl_info_lines,
+    out_of_bounds,
     parse_size,
     render_footer,
     render_header,
@@ -304,10 +305,14 @@ def run(
     if not lead:
         return Outcome("", 0)
     run_key = f"{collective}/{','.join(hosts_in_order)}/{len(ranks)}"
-    rows = compute_rows(collective, opts, len(ranks), bandwidth, run_key)
+    corrupting = {hw.name for hw in nodes if hw.nccl_corrupt}
+    corrupt_ranks = sum(1 for r in ranks if r.host in corrupting)
+    rows = compute_rows(collective, opts, len(ranks), bandwidth, run_key, corrupt_ranks)
+    errors = out_of_bounds(rows, corrupt_ranks)
     lines += render_rows(collective, opts, len(ranks), rows)
-    lines += render_footer(avg_busbw(collective, len(ranks), rows))
-    return Outcome("\n".join(lines) + "\n", 0)
+    lines += render_footer(avg_busbw(collective, len(ranks), rows), errors)
+    # nccl-tests exits EXIT_FAILURE when the check found wrong values.
+    return Outcome("\n".join(lines) + "\n", 1 if errors else 0)
 
 
 def nccl_environment(env: Mapping[str, str], conf_texts: list[str]) -> dict[str, str]:

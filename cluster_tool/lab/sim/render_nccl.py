@@ -136,11 +136,24 @@ class Row:
     count: int
     out_time_us: float
     in_time_us: float
+    wrong: int = 0  # wrong elements, summed over the ranks (the same on both sides)
+
+
+# A corrupting rank gets one element in this many wrong (at least one per check): enough to
+# show in every row, few enough that `%5g` still prints the sum as a whole number.
+WRONG_EVERY = 65536
 
 
 def compute_rows(
-    collective: str, opts: Options, nranks: int, bandwidth: Bandwidth, run_key: str
+    collective: str,
+    opts: Options,
+    nranks: int,
+    bandwidth: Bandwidth,
+    run_key: str,
+    corrupt_ranks: int = 0,
 ) -> list[Row]:
+    """Every message size's times; with `corrupt_ranks` (ranks on a node whose data goes bad)
+    and the data check on, the wrong elements nccl-tests counts in the result."""
     type_size = _TYPE_SIZES.get(opts.datatype, 4)
     factor = bus_factor(collective, nranks)
     rows = []
@@ -153,6 +166,7 @@ def compute_rows(
                 count=count,
                 out_time_us=base * jitter(run_key, size, "out"),
                 in_time_us=base * jitter(run_key, size, "in"),
+                wrong=corrupt_ranks * max(1, count // WRONG_EVERY) if opts.check and count else 0,
             )
         )
     return rows
@@ -167,7 +181,8 @@ def render_rows(collective: str, opts: Options, nranks: int, rows: list[Row]) ->
         cells = f"{row.size:12d}  {row.count:12d}  {opts.datatype:>8}  {redop:>6}  {root:6d}"
         for t in (row.out_time_us, row.in_time_us):
             algbw = row.size / (t * 1e3) if t > 0 else 0.0
-            wrong = "0" if opts.check else "N/A"
+            # nccl-tests prints the wrong elements summed over the ranks with `%5g`.
+            wrong = f"{float(row.wrong):g}" if opts.check else "N/A"
             cells += f"  {_time_str(t)}  {algbw:6.2f}  {algbw * factor:6.2f}  {wrong:>5}"
         out.append(cells)
     return out
@@ -181,9 +196,15 @@ def avg_busbw(collective: str, nranks: int, rows: list[Row]) -> float:
     return total / len(rows)
 
 
-def render_footer(bw_avg: float) -> list[str]:
+def out_of_bounds(rows: list[Row], corrupt_ranks: int) -> int:
+    """nccl-tests' error count: one per rank whose check found wrong values, per size and side
+    (summed over the ranks, MPI_Allreduce in common.cu)."""
+    return sum(2 * corrupt_ranks for row in rows if row.wrong)
+
+
+def render_footer(bw_avg: float, errors: int = 0) -> list[str]:
     return [
-        "# Out of bounds values : 0 OK",
+        f"# Out of bounds values : {errors} {'FAILED' if errors else 'OK'}",
         f"# Avg bus bandwidth    : {_fmt_g(round(bw_avg, 6))}",
         "#",
     ]

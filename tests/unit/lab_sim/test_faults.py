@@ -67,6 +67,7 @@ def test_every_fault_kind_heals_back_to_the_original(model: dict[str, Any]) -> N
         "gpu-missing": ("gpu004", 2),
         "slow-node": ("gpu004", 0.5),
         "module-missing": ("gpu002", "nvidia_peermem"),
+        "nccl-corrupt": ("gpu003",),
         "node-down": ("gpu004",),
     }
     options: dict[str, dict[str, Any]] = {
@@ -245,6 +246,7 @@ _STACKABLE = [
     ("gpu-missing", ("gpu002", 1), {}),
     ("slow-node", ("gpu002", 0.3), {}),
     ("slow-node", ("gpu002", 0.7), {}),
+    ("nccl-corrupt", ("gpu002",), {}),
     ("node-down", ("gpu003",), {}),
 ]
 
