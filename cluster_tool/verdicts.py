@@ -27,8 +27,8 @@ VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "held", "unknown")
 CONVERGE = "converge"
 HEALTH = "health"
 FABRIC = "fabric"
-GATE_SINGLE = "nccl.single"
-GATE_MULTI = "nccl.multi"
+GATE_SINGLE = "gate-single"
+GATE_MULTI = "gate-multi"
 GATE_STAGES = frozenset({GATE_SINGLE, GATE_MULTI})
 ADMISSION = (HEALTH, FABRIC, GATE_SINGLE, GATE_MULTI)
 
@@ -44,7 +44,7 @@ NOT_RUN = frozenset(
         "slurm.error",
         "slurm.unavailable",
         "slurm.pending",
-        "gate.unproven",
+        "gate.unproven",  # UNPROVEN
     }
 )
 
@@ -59,6 +59,9 @@ class Proof:
     partners: dict[str, set[str]] = field(default_factory=dict)
     trusted: set[str] = field(default_factory=set)
     not_run: dict[str, str] = field(default_factory=dict)
+    # Proven and admitted by an earlier run of the same record (a resumed re-image reads it
+    # from the journal): every stage counts as passed.
+    earlier: set[str] = field(default_factory=set)
 
     def add(self, stage: str, nodes: Iterable[str]) -> None:
         for node in nodes:
@@ -145,6 +148,8 @@ def judge_nodes(
         return node not in failing and node not in not_run and node not in holding
 
     def gaps(node: str, *, partner_check: bool) -> list[str]:
+        if node in proof.earlier:
+            return []
         have = proof.passed.get(node, set())
         missing = []
         for stage in required:
@@ -154,7 +159,9 @@ def judge_nodes(
                 good = [
                     p
                     for p in sorted(proof.partners.get(node, ()))
-                    if p in proof.trusted or (p in scope and clean(p) and not partial(p))
+                    if p in proof.trusted
+                    or p in proof.earlier
+                    or (p in scope and clean(p) and not partial(p))
                 ]
                 if not good:
                     missing.append(stage)
@@ -206,11 +213,42 @@ def _why(stage: str, node: str, proof: Proof) -> str:
 
 def only_unproven(v: NodeVerdict) -> bool:
     """Nothing failed, nothing is held and every check ran: only the gate's proof is missing."""
-    return (
-        v.verdict == "unknown"
-        and not v.checks_failed
-        and bool(v.unproven)
-        and all(u.split(" ", 1)[0].rstrip(":") in GATE_STAGES for u in v.unproven)
+    return v.verdict == "unknown" and set(v.checks_failed) <= {UNPROVEN} and only_gate_missing(v)
+
+
+UNPROVEN = "gate.unproven"  # the finding id settle() emits
+
+
+def settle(
+    scope: Sequence[str],
+    findings: Sequence[Finding],
+    proof: Proof,
+    required: Sequence[str] = ADMISSION,
+) -> tuple[dict[str, NodeVerdict], list[Finding]]:
+    """The verdicts, plus a `gate.unproven` finding (error) for each node that nothing faults
+    but the gate did not prove: so its drain reason, the JUnit case and the report say why it
+    stays out. Returns the verdicts with those findings counted, and the new findings."""
+    first = judge_nodes(scope, findings, proof, required)
+    added = [
+        Finding(
+            check="gate.unproven",
+            node=node,
+            component="gate",
+            expected="single-node job and a multi-node job with a proven partner passed",
+            observed="; ".join(v.unproven),
+            message=f"{node}: not admitted without proof: {'; '.join(v.unproven)}",
+        )
+        for node, v in first.items()
+        if v.verdict == "unknown" and not v.checks_failed and only_gate_missing(v)
+    ]
+    if not added:
+        return first, []
+    return judge_nodes(scope, [*findings, *added], proof, required), added
+
+
+def only_gate_missing(v: NodeVerdict) -> bool:
+    return bool(v.unproven) and all(
+        u.split(" ", 1)[0].rstrip(":") in GATE_STAGES for u in v.unproven
     )
 
 
@@ -237,19 +275,22 @@ def judge_run(
     *,
     admitted_unproven: Iterable[str] = (),
 ) -> RunVerdict:
-    """`fail` on a failed phase, an error finding or a failed node; else `unknown` or `held`
-    when a node is (unless the operator admitted it unproven); else `pass`. Exit 3 when a host
-    was unreachable, 0 only on `pass`, else 1."""
+    """`fail` on a failed phase, a failed node, or an error finding about no node of the run
+    (the fleet, the full job); else `unknown` or `held` when a node is (a node the operator
+    admitted unproven counts as passed, and the headline says so); else `pass`. Exit 3 when a
+    host was unreachable, 0 only on `pass`, else 1."""
     items = list(findings)
     failed_phases = [p for p in phases if _status(p) == "failed"]
-    waived = set(admitted_unproven)
-    counts = {v: 0 for v in VERDICTS}
+    waived = {n for n in admitted_unproven if n in nodes and only_unproven(nodes[n])}
+    counts = dict.fromkeys(VERDICTS, 0)
     for name, nv in nodes.items():
-        counts["pass" if name in waived and only_unproven(nv) else nv.verdict] += 1
+        counts["pass" if name in waived else nv.verdict] += 1
+    # Findings about a node of the run are in its verdict; the others speak for the run.
+    loose = [f for f in items if f.fails and f.node not in nodes]
     verdict: Verdict
-    if failed_phases or counts["fail"] or any(f.fails and f.check not in NOT_RUN for f in items):
+    if failed_phases or counts["fail"] or any(f.check not in NOT_RUN for f in loose):
         verdict = "fail"
-    elif counts["unknown"] or any(f.fails for f in items):
+    elif counts["unknown"] or loose:
         verdict = "unknown"
     elif counts["held"]:
         verdict = "held"

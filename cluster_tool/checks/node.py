@@ -214,9 +214,9 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
             pcis = [g.pci for g in smi.gpus] if smi is not None else []
             findings += check_xids(node, profile, t, events, pcis)
     else:
-        findings.append(
-            _probe_problem(node, "kernel-log", log).model_copy(update={"severity": "warning"})
-        )
+        # Xids unchecked: not a warning to read past, a check that did not run (the node's
+        # verdict is `unknown`, cluster_tool.verdicts).
+        findings.append(_probe_problem(node, "kernel-log", log))
 
     if "dcgmi-diag" in outputs:
         diag = _parse(node, outputs, "dcgmi-diag", parse_dcgmi_diag, findings, any_rc=True)

@@ -176,22 +176,41 @@ def validate(
         str | None, typer.Option("--switch", help="With --after-maintenance: the leaf or spine.")
     ] = None,
     admit: Annotated[
-        bool, typer.Option("--admit", help="With --after-maintenance: resume what passes.")
+        bool, typer.Option("--admit", help="With --after-maintenance: resume what is proven.")
+    ] = False,
+    gate: Annotated[
+        bool, typer.Option("--gate/--no-gate", help="With --after-maintenance: the NCCL gate.")
+    ] = True,
+    admit_unproven: Annotated[
+        bool,
+        typer.Option(
+            "--admit-unproven", help="With --after-maintenance --admit: see `validate-after`."
+        ),
     ] = False,
     json_out: JsonOpt = False,
 ) -> int:
     """Health and fabric checks over SSH, read-only. Exit 0 pass, 1 failed, 3 unreachable."""
-    if after_maintenance or switch or admit:
+    if after_maintenance or switch or admit or admit_unproven:
         # The after-maintenance workflow (cluster_tool.workflows.validate) owns this path.
         from cluster_tool.commands.workflows import run_validate_after
 
         chosen_spec = spec or spec_arg
         if not after_maintenance or chosen_spec is None:
             raise UsageError("--switch and --admit go with --after-maintenance and a spec")
+        if health or fabric:
+            # Honoured or refused, never ignored: this workflow always does both.
+            raise UsageError(
+                "--after-maintenance checks the whole fabric and the nodes' health; "
+                "drop --health/--fabric"
+            )
         return run_validate_after(
-            chosen_spec, switch=switch, nodes=nodes, admit=admit, ssh_config=ssh_config,
-            dcgm=dcgm, json_out=json_out,
+            chosen_spec, switch=switch, nodes=nodes, admit=admit, gate=gate,
+            admit_unproven=admit_unproven, junit=junit, save=save, replay=replay,
+            concurrency=concurrency, transport=transport, ssh_config=ssh_config, dcgm=dcgm,
+            json_out=json_out,
         )  # fmt: skip
+    if not gate:
+        raise UsageError("--no-gate goes with --after-maintenance (plain validate runs no gate)")
     from cluster_tool.remote.fanout import OpenSshTransport, ParamikoTransport, Transport
     from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
 

@@ -39,6 +39,14 @@ SlurmViaOpt = Annotated[
         help="Run Slurm commands over SSH on this host (default $CLUSTER_TOOL_SLURM_VIA).",
     ),
 ]
+AdmitUnprovenOpt = Annotated[
+    bool,
+    typer.Option(
+        "--admit-unproven",
+        help="Also admit a node whose only gap is the gate's proof (no gate, no proven "
+        "partner); the run record and report say so.",
+    ),
+]
 GateWorkdirOpt = Annotated[
     Path | None,
     typer.Option("--gate-workdir", help="Gate job scripts and outputs; shared with the nodes."),
@@ -104,9 +112,8 @@ def _print(summary: dict[str, Any], record: "RunRecord", json_out: bool) -> None
     for node, v in summary.get("nodes", {}).items():
         if v.get("verdict") != "pass":
             out.print(f"{node}: {v.get('verdict')}: {v.get('reason') or ''}", markup=False)
-    out.print(
-        f"{str(summary.get('verdict', 'fail')).upper()}  report: {record.path / 'report.html'}"
-    )
+    headline = summary.get("headline") or str(summary.get("verdict", "fail")).upper()
+    out.print(f"{headline}  report: {record.path / 'report.html'}", markup=False)
 
 
 def _hostlist(value: str, option: str) -> list[str]:
@@ -165,6 +172,7 @@ def bringup(
         bool, typer.Option("--retry-failed", help="Only the hosts that failed last time.")
     ] = False,
     gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Run the NCCL gate.")] = True,
+    admit_unproven: AdmitUnprovenOpt = False,
     inventory: InventoryOpt = None,
     ssh_config: SshConfigOpt = None,
     slurm_via: SlurmViaOpt = None,
@@ -173,7 +181,8 @@ def bringup(
     runs_dir: RunsDirOpt = None,
     json_out: JsonOpt = False,
 ) -> int:
-    """Render, converge (site.yml), validate, gate, admit. Exit 0 all admitted, 1 a node failed."""
+    """Render, converge (site.yml), validate, gate, admit what is proven. Exit 0 every node
+    proven and admitted, 1 otherwise, 3 a host unreachable."""
     from ClusterShell.NodeSet import NodeSet
     from rich.markup import escape
 
@@ -204,6 +213,8 @@ def bringup(
         "check": check,
         "diff": diff,
         "retry_failed": retry_failed,
+        "gate": gate,
+        "admit_unproven": admit_unproven,
     }
     record = RunRecord.create(runs, "bringup", inputs, _secrets(cluster))
     output.progress(f"run record: {record.path}")
@@ -215,11 +226,17 @@ def bringup(
     result = run_bringup(
         gpu,
         deps,
-        BringupOptions(limit=limit, phase=phase, check=check, diff=diff, gate=gate),
+        BringupOptions(
+            limit=limit,
+            phase=phase,
+            check=check,
+            diff=diff,
+            gate=gate,
+            admit_unproven=admit_unproven,
+        ),
         # Task names and messages may hold [brackets]: shown as text, never as rich markup.
         on_event=PhaseProgress(lambda line: output.progress(escape(line))),
     )
-    ran_health = any(p.name == "validate" and p.status != "skipped" for p in result.phases)
     summary = run_summary(
         command="bringup",
         record=record,
@@ -227,14 +244,15 @@ def bringup(
         phases=result.phases,
         findings=result.findings,
         verdicts=result.nodes,
+        run=result.run,
         cluster=cluster,
-        health_nodes=list(result.nodes) if ran_health else [],
+        health_nodes=result.validated,
         fabric_checked=result.fabric_checked,
         busbw=result.busbw,
-        gate_nodes=list(result.nodes)
-        if any(p.name == "gate" and p.status != "skipped" for p in result.phases)
-        else [],
+        gate_nodes=result.gated,
+        skipped=live.skipped,
         extra_checks={n: ["ansible.converge"] for n in result.nodes},
+        extra={"admitted_unproven": result.admitted_unproven},
     )
     record.finish(summary, result.findings)
     _print(summary, record, json_out)
@@ -292,6 +310,7 @@ def reimage(
     gate: Annotated[
         bool, typer.Option("--gate/--no-gate", help="Single + pair gate in the node ladder.")
     ] = True,
+    admit_unproven: AdmitUnprovenOpt = False,
     dcgm: Annotated[bool, typer.Option("--dcgm/--no-dcgm", help="Run `dcgmi diag -r 1`.")] = True,
     runs_dir: RunsDirOpt = None,
     json_out: JsonOpt = False,
@@ -365,6 +384,8 @@ def reimage(
             "max_fail": max_fail,
             "force": force,
             "drain_timeout_s": drain_timeout,
+            "gate": gate,
+            "admit_unproven": admit_unproven,
             "batches": batches,
             "bmc_tls": "insecure"
             if tls.insecure
@@ -374,8 +395,17 @@ def reimage(
     output.progress(f"run record: {record.path}  (resume with --resume {record.run_id})")
     inv = _inventory(cluster, inventory, record, False)
     slurm = _slurm(slurm_via, ssh_config)
+    # A resumed run keeps the proof rules it started with.
     live = Live(
-        cluster, inv, record, slurm, ssh_config, gate_workdir=gate_workdir, gate_on=gate, dcgm=dcgm
+        cluster,
+        inv,
+        record,
+        slurm,
+        ssh_config,
+        gate_workdir=gate_workdir,
+        gate_on=bool(inputs.get("gate", gate)),
+        admit_unproven=bool(inputs.get("admit_unproven", admit_unproven)),
+        dcgm=dcgm,
     )
     addresses = {n: node.bmc_address for n, node in gpu.items() if node.bmc_address}
     bmc = SushyBmc(addresses, credentials, tls)
@@ -385,11 +415,17 @@ def reimage(
         address = str(host_address.get(node) or node)
         return wait_for_ssh(address, timeout) and ssh_true(node, ssh_config)
 
+    from cluster_tool.slurm import SlurmError
+
     every = {n for b in batches for n in b}
     try:
         states = slurm.node_states([n for n in gpu if n not in every])
         partners = [s.name for s in states if s.usable]
-    except Exception:  # no partner: the ladder runs the single rung only and says so
+    except SlurmError as exc:
+        # No known-good partner: the ladder can run the single rung only, which proves no
+        # multi-node path, so each node ends `gate.unproven` and stays drained.
+        record.log("partners", "failed", detail=f"no partner from Slurm: {exc}")
+        output.progress(f"no known-good partner (Slurm: {exc}); nodes will stay drained unproven")
         partners = []
     deps = ReimageDeps(
         slurm=slurm,
@@ -411,20 +447,30 @@ def reimage(
         record, batches, deps, options, partners=partners,
         on_step=lambda n, s, st: output.progress(f"{n}: {s} {st}"),
     )  # fmt: skip
-    verdicts = {
-        n: {
-            "verdict": {"passed": "pass", "failed": "fail"}.get(o.status, o.status),
-            "reason": o.reason,
-            "step": o.step,
-        }
-        for n, o in result.nodes.items()
-    }
+    from cluster_tool.verdicts import GATE_SINGLE, judge_nodes, judge_run
     from cluster_tool.workflows.bringup import Phase
+    from cluster_tool.workflows.common import node_verdicts
 
+    # Admitted by an earlier run of this record (read back from its journal): proven then.
+    live.proof.earlier |= {
+        n for n, o in result.nodes.items() if o.status == "passed" and n not in live.proof.passed
+    }
+    scope = [n for b in batches for n in b]
+    judged = judge_nodes(scope, result.findings, live.proof)
+    admitted = [n for n, o in result.nodes.items() if o.status == "passed"]
+    waived = [n for n in admitted if judged[n].verdict != "pass"]
+    verdicts = node_verdicts(judged, admitted=admitted)
+    for n, o in result.nodes.items():
+        verdicts[n]["step"] = o.step
+        if o.reason and not verdicts[n]["reason"]:
+            verdicts[n]["reason"] = o.reason
     phases = [
         Phase(f"batch {i}", _batch_status(b, result.nodes), detail=str(NodeSet.fromlist(b)))
         for i, b in enumerate(batches, 1)
     ]
+    if result.stopped:
+        phases.append(Phase("run", "failed", detail=result.stopped))
+    run = judge_run(phases, result.findings, judged, admitted_unproven=waived)
     summary = run_summary(
         command="reimage",
         record=record,
@@ -432,18 +478,19 @@ def reimage(
         phases=phases,
         findings=result.findings,
         verdicts=verdicts,
+        run=run,
         cluster=cluster,
-        health_nodes=[n for n, o in result.nodes.items() if o.status in ("passed", "failed")],
+        health_nodes=[n for n in scope if n in live.proof.passed],
         fabric_checked=False,
         busbw=live.busbw,
+        gate_nodes=[n for n in scope if GATE_SINGLE in live.proof.passed.get(n, set())],
+        skipped=live.skipped,
         extra_checks={n: sorted(set(STEP_CHECKS.values())) for n in result.nodes},
-        extra={"stopped": result.stopped},
+        extra={"stopped": result.stopped, "admitted_unproven": waived},
     )
-    if result.stopped or result.exit_code:
-        summary["verdict"] = "fail"
     record.finish(summary, result.findings)
     _print(summary, record, json_out)
-    return result.exit_code
+    return run.exit_code
 
 
 def _batch_status(batch: list[str], outcomes: dict[str, Any]) -> str:
@@ -467,9 +514,26 @@ def validate_after(
         str | None, typer.Option("--nodes", help="Or these GPU nodes (hostlist).")
     ] = None,
     admit: Annotated[
-        bool, typer.Option("--admit", help="Resume what passes; drain what fails.")
+        bool, typer.Option("--admit", help="Resume what is proven; drain what is not.")
     ] = False,
     gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Run the NCCL gate.")] = True,
+    admit_unproven: AdmitUnprovenOpt = False,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write the run's JUnit XML here.")
+    ] = None,
+    save: Annotated[
+        Path | None, typer.Option("--save", help="Save every raw output under this folder.")
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option("--from", help="Replay a saved capture; no SSH (needs --no-gate)."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Hosts probed at once.", min=1)
+    ] = 32,
+    transport: Annotated[
+        str, typer.Option("--transport", help="openssh (default) or paramiko.")
+    ] = "openssh",
     ssh_config: SshConfigOpt = None,
     slurm_via: SlurmViaOpt = None,
     gate_workdir: GateWorkdirOpt = None,
@@ -479,10 +543,23 @@ def validate_after(
 ) -> int:
     """After maintenance: the whole fabric, then health + gate on the switch's nodes."""
     return run_validate_after(
-        spec, switch=switch, nodes=nodes, admit=admit, gate=gate, ssh_config=ssh_config,
-        slurm_via=slurm_via, gate_workdir=gate_workdir, dcgm=dcgm, runs_dir=runs_dir,
-        json_out=json_out,
+        spec, switch=switch, nodes=nodes, admit=admit, gate=gate, admit_unproven=admit_unproven,
+        junit=junit, save=save, replay=replay, concurrency=concurrency, transport=transport,
+        ssh_config=ssh_config, slurm_via=slurm_via, gate_workdir=gate_workdir, dcgm=dcgm,
+        runs_dir=runs_dir, json_out=json_out,
     )  # fmt: skip
+
+
+class _Offline:
+    """Slurm for a replayed run: nothing is asked of a live cluster."""
+
+    def __getattr__(self, name: str) -> Any:
+        from cluster_tool.slurm import SlurmError
+
+        def refuse(*_args: object, **_kwargs: object) -> Any:
+            raise SlurmError("a replayed run (--from) asks nothing of Slurm")
+
+        return refuse
 
 
 def run_validate_after(
@@ -492,6 +569,12 @@ def run_validate_after(
     nodes: str | None,
     admit: bool = False,
     gate: bool = True,
+    admit_unproven: bool = False,
+    junit: Path | None = None,
+    save: Path | None = None,
+    replay: Path | None = None,
+    concurrency: int = 32,
+    transport: str = "openssh",
     ssh_config: Path | None = None,
     slurm_via: str | None = None,
     gate_workdir: Path | None = None,
@@ -502,6 +585,8 @@ def run_validate_after(
     """The command's body, callable from `validate --after-maintenance` as well."""
     from ClusterShell.NodeSet import NodeSet
 
+    from cluster_tool.remote.fanout import OpenSshTransport, ParamikoTransport, Transport
+    from cluster_tool.report import junit_xml, load_run
     from cluster_tool.spec import load_spec
     from cluster_tool.workflows.live import Live, run_summary
     from cluster_tool.workflows.runs import RunRecord, default_runs_dir
@@ -511,6 +596,24 @@ def run_validate_after(
         select_after_maintenance,
     )
 
+    if save is not None and replay is not None:
+        raise UsageError("--save and --from exclude each other")
+    if replay is not None and gate:
+        raise UsageError("--from replays a capture with no SSH; the gate runs jobs through Slurm: "
+                         "add --no-gate")  # fmt: skip
+    if replay is not None and admit:
+        raise UsageError("--from replays a capture; --admit changes Slurm: drop one of them")
+    if admit_unproven and not admit:
+        raise UsageError("--admit-unproven goes with --admit")
+    if ssh_config is not None and not ssh_config.is_file():
+        raise UsageError(f"--ssh-config {ssh_config}: no such file")
+    chosen: Transport
+    if transport == "openssh":
+        chosen = OpenSshTransport(ssh_config)
+    elif transport == "paramiko":
+        chosen = ParamikoTransport(ssh_config)
+    else:
+        raise UsageError("--transport: openssh or paramiko")
     cluster = load_spec(spec)
     selected = select_after_maintenance(cluster, switch, nodes)
     inputs = {
@@ -518,14 +621,31 @@ def run_validate_after(
         "switch": switch,
         "nodes": str(NodeSet.fromlist(selected)),
         "admit": admit,
+        "gate": gate,
+        "admit_unproven": admit_unproven,
+        "replayed_from": str(replay) if replay is not None else None,
     }
     record = RunRecord.create(
         runs_dir or default_runs_dir(), "validate-after", inputs, _secrets(cluster)
     )
-    slurm = _slurm(slurm_via, ssh_config)
-    live = Live(cluster, Path("."), record, slurm, ssh_config, gate_workdir=gate_workdir, dcgm=dcgm)
+    slurm = _Offline() if replay is not None else _slurm(slurm_via, ssh_config)
+    live = Live(
+        cluster,
+        Path("."),
+        record,
+        slurm,
+        ssh_config,
+        transport=chosen,
+        gate_workdir=gate_workdir,
+        dcgm=dcgm,
+        replay=replay,
+        save=save,
+        concurrency=concurrency,
+    )
     deps = AfterMaintenanceDeps(fabric=live.fabric, health=live.health, gate=live.gate, slurm=slurm)
-    result = run_after_maintenance(selected, deps, admit=admit, gate=gate)
+    result = run_after_maintenance(
+        selected, deps, admit=admit, gate=gate, admit_unproven=admit_unproven
+    )
     summary = run_summary(
         command="validate-after",
         record=record,
@@ -533,15 +653,24 @@ def run_validate_after(
         phases=result.phases,
         findings=result.findings,
         verdicts=result.verdicts,
+        run=result.run,
         cluster=cluster,
         health_nodes=selected,
         fabric_checked=result.fabric_checked,
         busbw=result.busbw,
-        gate_nodes=selected if gate else [],
+        gate_nodes=result.gated,
+        skipped=live.skipped,
+        extra={"admitted_unproven": result.admitted_unproven},
     )
     record.finish(summary, result.findings)
+    if junit is not None:
+        saved, findings = load_run(record.path)
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(
+            junit_xml(saved, findings, name="cluster-tool validate-after"), encoding="utf-8"
+        )
     _print(summary, record, json_out)
-    return result.exit_code
+    return int(summary["exit_code"])
 
 
 # --- report --------------------------------------------------------------------------------

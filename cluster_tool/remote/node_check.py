@@ -113,8 +113,14 @@ def slurm_health_action(node: str, findings: list[Finding], slurm: Slurm) -> Slu
     state = states.get(node)
     drained = state is not None and state.drained
     current = state.reason if state is not None else ""
+    from cluster_tool.verdicts import HEALTH, Proof, judge_nodes
+
+    # The probes ran (run_node_check raises otherwise): health is what node-check proves.
+    verdict = judge_nodes([node], findings, Proof(passed={node: {HEALTH}}), (HEALTH,))[node]
     reason = drain_reason(node, findings)
-    if reason is not None:
+    if verdict.verdict != "pass":
+        reason = reason or " ".join(f"{REASON_PREFIX}{verdict.verdict} {verdict.reason}".split())
+
         if drained and not is_own_reason(current):
             return SlurmAction("left", node, reason, current)
         if drained and current == reason:

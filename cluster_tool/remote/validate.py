@@ -84,7 +84,19 @@ FABRIC_CHECKS = (
     "fabric.unexpected",
     "fabric.errors",
     "fabric.spine",
+    "ib.counters-unread",
 )
+# What a check needs: when the probe behind it did not answer, the checks that read it did not
+# run (JUnit <skipped>), whatever else the node showed.
+_NEEDS = {
+    "gpu.driver": tuple(
+        c for c in NODE_CHECKS if c.startswith(("gpu.", "gdr.")) and c != "gpu.driver"
+    ),
+    "ib.driver": ("ib.count", "ib.state", "ib.rate", "ib.link-layer", "ib.affinity"),
+    "os.kernel-log": ("gpu.xid", "gpu.sxid"),
+    "fabric.discover": tuple(c for c in FABRIC_CHECKS if c != "fabric.discover"),
+    "ib.counters-unread": ("fabric.errors",),
+}
 
 
 @dataclass
@@ -96,6 +108,8 @@ class ValidateResult:
     nodes: list[str]
     fabric_host: str | None
     unreachable: list[str] = field(default_factory=list)
+    # Per JUnit suite (node or `fabric`): the checks that did not run, and why.
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -201,7 +215,47 @@ def run_validate(
         "replayed_from": str(replay) if replay is not None else None,
     }
     report = Report.from_findings(_worst_first(findings), summary)
-    return ValidateResult(report, results, selected, fabric_host, unreachable)
+    skipped = skipped_checks(
+        findings,
+        nodes=selected if health else [],
+        unreachable={n: results[n].error or "unreachable" for n in unreachable},
+        fabric_host=fabric_host,
+        dcgm=dcgm,
+    )
+    return ValidateResult(report, results, selected, fabric_host, unreachable, skipped)
+
+
+def skipped_checks(
+    findings: Sequence[Finding],
+    *,
+    nodes: Sequence[str],
+    unreachable: dict[str, str],
+    fabric_host: str | None,
+    dcgm: bool,
+) -> dict[str, dict[str, str]]:
+    """The checks that did not run, per suite, and why: everything on a host that did not
+    answer, `gpu.dcgm` without --dcgm, and the checks whose probe failed (`_NEEDS`)."""
+    skipped: dict[str, dict[str, str]] = {}
+    for node in nodes:
+        mine = skipped.setdefault(node, {})
+        if node in unreachable:
+            why = f"unreachable: {unreachable[node]}"
+            mine.update({c: why for c in NODE_CHECKS if c != "os.unreachable"})
+            continue
+        if not dcgm:
+            mine["gpu.dcgm"] = "--no-dcgm"
+        for f in findings:
+            if f.node == node and f.fails and f.check in _NEEDS:
+                mine.update({c: f"{f.check}: {f.message}" for c in _NEEDS[f.check]})
+    if fabric_host is not None:
+        fab: dict[str, str] = {}
+        if fabric_host in unreachable:
+            fab = {c: f"{fabric_host} unreachable" for c in FABRIC_CHECKS}
+        for f in findings:
+            if f.node == fabric_host and f.fails and f.check in _NEEDS:
+                fab.update({c: f"{f.check}: {f.message}" for c in _NEEDS[f.check]})
+        skipped["fabric"] = fab
+    return {suite: why for suite, why in skipped.items() if why}
 
 
 def _rendered_nccl_conf(cluster: Cluster) -> str | None:
@@ -251,23 +305,25 @@ def _fabric_findings(
         except ParseError as exc:
             findings.append(
                 Finding(
-                    check="fabric.discover",
-                    severity="warning",
+                    check="ib.counters-unread",
                     node=host,
                     component="ibqueryerrors",
-                    message=f"{host}: ibqueryerrors output not understood: {exc}",
+                    expected="port error counters read",
+                    observed="unreadable",
+                    message=f"{host}: ibqueryerrors output not understood, no port error "
+                    f"counter was checked: {exc}",
                 )
             )
-    elif errs is not None:
+    else:
+        observed = "not collected" if errs is None else f"printed nothing (exit {errs.rc})"
         findings.append(
             Finding(
-                check="fabric.discover",
-                severity="warning",
+                check="ib.counters-unread",
                 node=host,
                 component="ibqueryerrors",
-                observed=f"exit {errs.rc}",
-                message=f"{host}: ibqueryerrors printed nothing (exit {errs.rc}); port error "
-                "counters were not checked",
+                expected="port error counters read",
+                observed=observed,
+                message=f"{host}: ibqueryerrors {observed}; no port error counter was checked",
             )
         )
     findings += check_fabric(cluster, discovered, counters=counters, nodes=nodes)
@@ -290,4 +346,6 @@ def junit_xml(result: ValidateResult) -> str:
     if result.fabric_host is not None:
         checks["fabric"] = list(FABRIC_CHECKS)
     findings = [f.model_dump() for f in result.report.findings]
-    return render_junit({"checks": checks}, findings, name="cluster-tool validate")
+    return render_junit(
+        {"checks": checks, "skipped": result.skipped}, findings, name="cluster-tool validate"
+    )

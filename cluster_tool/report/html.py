@@ -222,10 +222,16 @@ def render_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]
     errors = sum(1 for f in findings if f.get("severity") == "error")
     warnings = sum(1 for f in findings if f.get("severity") == "warning")
     nodes: Mapping[str, Mapping[str, Any]] = summary.get("nodes") or {}
-    failed_nodes = [n for n, v in nodes.items() if v.get("verdict") == "fail"]
-    headline = f"{verdict.upper()}: {errors} error(s), {warnings} warning(s)"
-    if failed_nodes:
-        headline += f"; failing: {', '.join(failed_nodes)}"
+    # The run's headline is the one cluster_tool.verdicts wrote (the CLI printed the same).
+    headline = str(summary.get("headline") or verdict.upper())
+    headline += f" · {errors} error(s), {warnings} warning(s)"
+    for kind in ("fail", "held", "unknown"):
+        named = [n for n, v in nodes.items() if v.get("verdict") == kind]
+        if named:
+            headline += f"; {kind}: {', '.join(named)}"
+    unproven = summary.get("admitted_unproven") or []
+    if unproven:
+        headline += f"; admitted unproven (--admit-unproven): {', '.join(map(str, unproven))}"
     inputs = summary.get("inputs") or {}
     meta = " · ".join(
         escape(str(x))
@@ -249,8 +255,20 @@ def render_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]
         for p in phases
     ]
     node_rows = [
-        [n, str(v.get("verdict", "")), str(v.get("slurm") or ""), str(v.get("reason") or "")]
+        [
+            n,
+            str(v.get("verdict", "")),
+            "yes" if v.get("admitted") else "no" if "admitted" in v else "",
+            "; ".join(map(str, v.get("unproven") or [])),
+            str(v.get("slurm") or ""),
+            str(v.get("reason") or ""),
+        ]
         for n, v in nodes.items()
+    ]
+    not_run = [
+        [str(suite), str(check), str(why)]
+        for suite, checks in (summary.get("skipped") or {}).items()
+        for check, why in checks.items()
     ]
     command = escape(str(summary.get("command", "")))
     css = "pass" if verdict == "pass" else "fail"
@@ -270,9 +288,13 @@ def render_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]
             "<h2>Findings, worst first</h2>",
             _findings_table(findings),
             "<h2>Nodes</h2>",
-            _table(["node", "verdict", "slurm", "reason"], node_rows)
+            _table(["node", "verdict", "admitted", "unproven", "slurm", "reason"], node_rows)
             if node_rows
             else "<p>No nodes.</p>",
+            "<h2>Checks not run</h2>",
+            _table(["suite", "check", "why"], not_run)
+            if not_run
+            else "<p>Every planned check ran.</p>",
             "<h2>Phases</h2>",
             _table(["phase", "status", "seconds", "detail"], phase_rows)
             if phase_rows

@@ -1,5 +1,6 @@
 """JUnit XML from a run record: one test suite per node (and one for the fabric), one test case
-per check that ran there, failed by its error findings; for CI dashboards."""
+per check planned there: failed by its error findings, `<skipped>` with the reason when it did not
+run (a check that did not run is never a pass); for CI dashboards."""
 
 from __future__ import annotations
 
@@ -35,27 +36,47 @@ def junit_xml(
         if check not in cases:
             cases.append(check)
 
+    not_run: dict[str, dict[str, str]] = {
+        str(suite): {str(c): str(why) for c, why in checks.items()}
+        for suite, checks in (summary.get("skipped") or {}).items()
+    }
+
     def failing(suite: str, check: str) -> list[Mapping[str, Any]]:
         return [f for f in by_case.get((suite, check), []) if f.get("severity") == "error"]
 
+    def skipped(suite: str, check: str) -> str | None:
+        # A check that did not run is never a pass; one that failed says so even if skipped.
+        if failing(suite, check):
+            return None
+        return not_run.get(suite, {}).get(check)
+
     total = sum(len(ids) for ids in planned.values())
     failures = sum(1 for s, ids in planned.items() for c in ids if failing(s, c))
+    skips = sum(1 for s, ids in planned.items() for c in ids if skipped(s, c) is not None)
     lines = ['<?xml version="1.0" encoding="UTF-8"?>']
-    lines.append(f'<testsuites name={quoteattr(name)} tests="{total}" failures="{failures}">')
+    lines.append(
+        f'<testsuites name={quoteattr(name)} tests="{total}" failures="{failures}" '
+        f'skipped="{skips}">'
+    )
     for suite, ids in planned.items():
         failed = sum(1 for c in ids if failing(suite, c))
+        skip = sum(1 for c in ids if skipped(suite, c) is not None)
         lines.append(
-            f'  <testsuite name={quoteattr(suite)} tests="{len(ids)}" failures="{failed}">'
+            f'  <testsuite name={quoteattr(suite)} tests="{len(ids)}" failures="{failed}" '
+            f'skipped="{skip}">'
         )
         for check in ids:
             lines.append(f"    <testcase classname={quoteattr(suite)} name={quoteattr(check)}>")
             errors = failing(suite, check)
+            why = skipped(suite, check)
             if errors:
                 text = "\n".join(str(f.get("message", "")) for f in errors)
                 lines.append(
                     f"      <failure message={quoteattr(str(errors[0].get('message', '')))} "
                     f"type={quoteattr(check)}>{escape(text)}</failure>"
                 )
+            elif why is not None:
+                lines.append(f"      <skipped message={quoteattr(why)}/>")
             others = [f for f in by_case.get((suite, check), []) if f.get("severity") != "error"]
             if others:
                 text = "\n".join(f"{f.get('severity')}: {f.get('message')}" for f in others)

@@ -15,16 +15,35 @@ from typing import Any, Protocol
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
-from cluster_tool.findings import Finding, exit_code_for
+from cluster_tool.findings import Finding
 from cluster_tool.slurm import NodeState, SlurmError
+from cluster_tool.verdicts import (
+    CONVERGE,
+    FABRIC,
+    GATE_MULTI,
+    GATE_SINGLE,
+    HEALTH,
+    NodeVerdict,
+    Proof,
+    RunVerdict,
+    judge_nodes,
+    judge_run,
+    may_admit,
+    only_unproven,
+    settle,
+)
 from cluster_tool.workflows.common import (
     PENDING_REASON,
     REASON_PREFIX,
     drain_reason,
     guarded_gate,
+    keeping_out,
     node_verdicts,
     resume_held,
 )
+
+# What bring-up must prove of a node before it enters service.
+BRINGUP_PROOF = (CONVERGE, HEALTH, FABRIC, GATE_SINGLE, GATE_MULTI)
 
 # Converge failures tolerated per play batch: all of them, so healthy hosts carry on; the
 # recap says which failed and those are left out of admission.
@@ -76,6 +95,8 @@ class BringupOptions:
     check: bool = False
     diff: bool = False
     gate: bool = True
+    # The operator's explicit word: admit a node whose only gap is the gate's proof.
+    admit_unproven: bool = False
 
 
 @dataclass
@@ -102,10 +123,20 @@ class BringupResult:
     busbw: list[dict[str, Any]] = field(default_factory=list)
     fabric_checked: bool = False
     converge: PlaybookResult | None = None
+    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
+    admitted_unproven: list[str] = field(default_factory=list)
+    validated: list[str] = field(default_factory=list)
+    gated: list[str] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunVerdict:
+        return judge_run(
+            self.phases, self.findings, self.verdicts, admitted_unproven=self.admitted_unproven
+        )
 
     @property
     def exit_code(self) -> int:
-        return exit_code_for(self.findings, failed=any(p.status == "failed" for p in self.phases))
+        return self.run.exit_code
 
 
 class PhaseProgress:
@@ -248,8 +279,16 @@ def run_bringup(
         )
         phases.append(Phase("validate", "skipped", detail=why))
         states = {} if options.check or options.phase else _states(deps.slurm, scope)
-        verdicts = node_verdicts(scope, findings, states)
-        return BringupResult(phases, findings, verdicts, converge=result)
+        proof = Proof(not_run={HEALTH: why, FABRIC: why, GATE_SINGLE: why, GATE_MULTI: why})
+        proof.add(CONVERGE, [n for n in scope if n in result.hosts and n not in failed_hosts])
+        judged = judge_nodes(scope, findings, proof, BRINGUP_PROOF)
+        return BringupResult(
+            phases,
+            findings,
+            node_verdicts(judged, states),
+            converge=result,
+            verdicts=judged,
+        )
 
     # Admission starts drained: nodes not yet in service wait for validation.
     candidates = [n for n in scope if n not in failed_hosts]
@@ -270,6 +309,14 @@ def run_bringup(
         )
     )
 
+    proof = Proof()
+    proof.add(CONVERGE, reached)
+    proof.add(HEALTH, [n for n in candidates if n not in set(validation.unreachable)])
+    if validation.fabric_checked:
+        proof.add(FABRIC, candidates)
+    else:
+        proof.not_run[FABRIC] = "the fabric was not checked"
+
     busbw: list[dict[str, Any]] = []
     # Slurm starts no gate job on a node an operator holds drained: it is checked, not gated.
     held = {n for n in candidates if n in before and _operators(before[n])}
@@ -285,6 +332,7 @@ def run_bringup(
             deps.slurm.release(reservation)
         findings += outcome.findings
         busbw = outcome.busbw
+        proof.merge_gate(outcome.summary.get("proof") or {})
         gate_bad = {f.node for f in outcome.findings if f.fails and f.node}
         phases.append(
             Phase(
@@ -295,28 +343,48 @@ def run_bringup(
             )
         )
     else:
-        phases.append(Phase("gate", "skipped", detail="no node passed validation"))
+        why = "--no-gate" if not options.gate else "no node passed validation"
+        proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
+        phases.append(Phase("gate", "skipped", detail=why))
 
-    # Admission: a node passes when no error finding names it.
+    # Admission: only on proof (cluster_tool.verdicts); everything else stays drained with the
+    # finding that keeps it out.
     started = time.monotonic()
-    bad_nodes = {f.node for f in findings if f.fails and f.node in set(scope)}
-    admit = [n for n in candidates if n not in bad_nodes]
-    for node in sorted(bad_nodes - failed_hosts):  # converge failures are drained already
-        deps.slurm.drain([node], drain_reason([f for f in findings if f.node == node]))
+    verdicts, unproven = settle(scope, findings, proof, BRINGUP_PROOF)
+    findings += unproven
+    admit = [n for n in candidates if may_admit(verdicts[n], admit_unproven=options.admit_unproven)]
+    waived = [n for n in admit if verdicts[n].verdict != "pass"]
+    out = [n for n in scope if n not in admit]
+    for node in out:
+        if node in failed_hosts or node in held:
+            continue  # drained already: by the converge's verdict, or by an operator
+        if node not in new and only_unproven(verdicts[node]):
+            continue  # in service before this run and nothing against it: not ours to pull
+        deps.slurm.drain([node], drain_reason(keeping_out(node, findings, scope)))
     # Only nodes held back by cluster-tool (pending validation, an earlier run's verdict)
     # come back; one already in service or drained by an operator is left as it is.
     resume_held(deps.slurm, admit, ours_only=True)
     phases.append(
         Phase(
             "admit",
-            "failed" if bad_nodes else "passed",
+            "failed" if out else "passed",
             round(time.monotonic() - started, 1),
-            f"{len(admit)} resumed, {len(bad_nodes)} left drained",
+            f"{len(admit)} resumed, {len(out)} left drained"
+            + (f", {len(waived)} admitted unproven" if waived else ""),
         )
     )
-    verdicts = node_verdicts(scope, findings, _states(deps.slurm, scope))
+    states = _states(deps.slurm, scope)
     return BringupResult(
-        phases, findings, verdicts, busbw, validation.fabric_checked, converge=result
+        phases,
+        findings,
+        node_verdicts(verdicts, states, admitted=admit),
+        busbw,
+        validation.fabric_checked,
+        converge=result,
+        verdicts=verdicts,
+        admitted_unproven=waived,
+        validated=candidates,
+        gated=gate_nodes if options.gate else [],
     )
 
 

@@ -23,6 +23,7 @@ from cluster_tool.gate.thresholds import Thresholds
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.render.plan import CablingRow
 from cluster_tool.slurm import NodeState, SlurmCLI, SlurmError, run_command
+from cluster_tool.verdicts import NodeVerdict
 
 # Every drain reason cluster-tool writes starts so; a drain with another reason is not ours.
 REASON_PREFIX = "cluster-tool"
@@ -290,20 +291,32 @@ class RecordingRunner(SlurmRunner):
 
 
 def node_verdicts(
-    nodes: Iterable[str], findings: Sequence[Finding], states: Mapping[str, NodeState] | None = None
+    verdicts: Mapping[str, NodeVerdict],
+    states: Mapping[str, NodeState] | None = None,
+    admitted: Iterable[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """pass/fail per node from the error findings that name it; the first error is the reason."""
-    verdicts: dict[str, dict[str, Any]] = {}
-    for node in nodes:
-        errors = [f for f in findings if f.node == node and f.fails]
-        st = (states or {}).get(node)
-        verdicts[node] = {
-            "verdict": "fail" if errors else "pass",
-            "reason": errors[0].message if errors else None,
-            "checks_failed": sorted({f.check for f in errors}),
-            "slurm": _slurm_text(st),
-        }
-    return verdicts
+    """summary.json's per-node entries: the verdict (cluster_tool.verdicts decides it), why,
+    what is unproven, whether this run admitted it, and Slurm's view at the end."""
+    taken = set(admitted or ())
+    out: dict[str, dict[str, Any]] = {}
+    for node, v in verdicts.items():
+        entry = v.to_json()
+        if admitted is not None:
+            entry["admitted"] = node in taken
+        entry["slurm"] = _slurm_text((states or {}).get(node))
+        out[node] = entry
+    return out
+
+
+def keeping_out(node: str, findings: Sequence[Finding], scope: Sequence[str]) -> list[Finding]:
+    """The error findings that keep `node` out of service: its own first, then those that cover
+    it (a fleet stop, a full job, a path), so its drain reason names the right id."""
+    from cluster_tool.verdicts import covered_nodes
+
+    own = [f for f in findings if f.fails and f.node == node]
+    return own + [
+        f for f in findings if f.fails and f.node != node and node in covered_nodes(f, scope)
+    ]
 
 
 def _slurm_text(st: NodeState | None) -> str | None:

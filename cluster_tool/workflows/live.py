@@ -22,12 +22,14 @@ from cluster_tool.ansible.runner import (
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
-from cluster_tool.remote.fanout import OpenSshTransport, Transport
+from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
 from cluster_tool.remote.validate import FABRIC_CHECKS, NODE_CHECKS, run_validate
 from cluster_tool.render.plan import cabling_plan
 from cluster_tool.spec.models import Cluster
+from cluster_tool.verdicts import FABRIC, GATE_MULTI, GATE_SINGLE, HEALTH, Proof, RunVerdict, settle
 from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
 from cluster_tool.workflows.common import RecordingRunner, guarded_gate, link_matrix
+from cluster_tool.workflows.reimage import REIMAGE_REASON
 from cluster_tool.workflows.runs import RunRecord
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
@@ -57,7 +59,14 @@ class Live:
     rungs: tuple[str, ...] = ("single", "pairs", "full")
     extravars: dict[str, Any] | None = None
     gate_on: bool = True
+    admit_unproven: bool = False
+    replay: Path | None = None
+    save: Path | None = None
+    concurrency: int = 32
     busbw: list[dict[str, Any]] = field(default_factory=list)
+    proof: Proof = field(default_factory=Proof)
+    # Checks that did not run, per JUnit suite, and why (from every collection of this run).
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
     _captures: int = 0
 
     def _transport(self) -> Transport:
@@ -112,10 +121,16 @@ class Live:
             health=health,
             fabric=fabric,
             nodes=nodes,
-            transport=self._transport(),
-            save=self.record.raw_dir() / f"{self._captures:02d}-{label}",
+            transport=None if self.replay else self._transport(),
+            concurrency=self.concurrency,
+            save=None if self.replay else self.record.raw_dir() / f"{self._captures:02d}-{label}",
+            replay=self.replay,
             dcgm=self.dcgm,
         )
+        if self.save is not None:
+            # The operator's --save: the raw outputs in the capture layout `--from` replays.
+            save_capture(self.save, result.results)
+        self.skipped.update(result.skipped)
         return Validation(list(result.report.findings), list(result.unreachable), fabric)
 
     def validate(self, nodes: Sequence[str]) -> Validation:
@@ -153,29 +168,56 @@ class Live:
 
     def node_ladder(self, node: str, partner: str | None) -> list[Finding]:
         """Re-image's ladder: health and the node's cables, then single and a pair with a
-        known-good node, inside a maintenance reservation (the node is still drained)."""
+        known-good node, inside a maintenance reservation. The node is drained again before the
+        reservation ends, whatever the gate said: admission alone puts it back in service. A node
+        the ladder could not prove (no partner, no gate) gets `gate.unproven`, an error unless
+        the operator passed --admit-unproven (then a warning, shown in the record)."""
         found = self.validate([node])
-        if any(f.fails for f in found.findings) or not self.gate_on:
+        self.proof.add(HEALTH, [] if found.unreachable else [node])
+        if found.fabric_checked:
+            self.proof.add(FABRIC, [node])
+        if partner is not None:
+            self.proof.trusted.add(partner)
+        if any(f.fails for f in found.findings):
             return found.findings
-        nodes = [node] if partner is None else [node, partner]
-        name = f"cluster-tool-reimage-{node}"
-        self.slurm.reserve(name, nodes)
-        try:
-            self.slurm.resume([node])
-            rungs = ("single", "pairs") if partner else ("single",)
-            # As in bring-up: a Slurm that would not run the ladder's jobs fails the node
-            # (slurm.error / slurm.unavailable as errors); it is not admitted unproven.
-            outcome = guarded_gate(lambda ns: self.gate(ns, rungs), nodes)
-        finally:
-            self.slurm.release(name)
-        gate_findings = outcome.findings
-        # The partner is known good: a failing pair names the re-imaged node.
-        pinned = [
-            f.model_copy(update={"node": node}) if f.fails and f.node in (None, partner) else f
-            for f in gate_findings
-        ]
-        self.busbw += outcome.busbw
-        return found.findings + pinned
+        pinned: list[Finding] = []
+        if self.gate_on:
+            nodes = [node] if partner is None else [node, partner]
+            name = f"cluster-tool-reimage-{node}"
+            self.slurm.reserve(name, nodes)
+            try:
+                self.slurm.resume([node])
+                rungs = ("single", "pairs") if partner else ("single",)
+                # As in bring-up: a Slurm that would not run the ladder's jobs fails the node
+                # (slurm.error / slurm.unavailable as errors); it is not admitted unproven.
+                outcome = guarded_gate(lambda ns: self.gate(ns, rungs), nodes)
+            finally:
+                try:
+                    self.slurm.drain([node], REIMAGE_REASON)
+                finally:
+                    self.slurm.release(name)
+            self.proof.merge_gate(outcome.summary.get("proof") or {})
+            # The partner is known good: a failing pair names the re-imaged node.
+            pinned = [
+                f.model_copy(update={"node": node}) if f.fails and f.node in (None, partner) else f
+                for f in outcome.findings
+            ]
+            self.busbw += outcome.busbw
+        else:
+            self.proof.not_run[GATE_SINGLE] = self.proof.not_run[GATE_MULTI] = "--no-gate"
+        findings = found.findings + pinned
+        _, unproven = settle([node], findings, self.proof)
+        if self.admit_unproven:
+            unproven = [
+                f.model_copy(
+                    update={
+                        "severity": "warning",
+                        "message": f"{f.message}; admitted all the same (--admit-unproven)",
+                    }
+                )
+                for f in unproven
+            ]
+        return findings + unproven
 
 
 def run_summary(
@@ -186,23 +228,38 @@ def run_summary(
     phases: Sequence[Any],
     findings: Sequence[Finding],
     verdicts: dict[str, dict[str, Any]],
+    run: RunVerdict,
     cluster: Cluster | None,
     health_nodes: Sequence[str],
     fabric_checked: bool,
     busbw: Sequence[dict[str, Any]] = (),
     gate_nodes: Sequence[str] = (),
+    skipped: dict[str, dict[str, str]] | None = None,
     extra_checks: dict[str, list[str]] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """summary.json: inputs, phases, per-node verdicts, the checks that ran (for JUnit), the link
-    matrix and the busbw rows (for the report)."""
+    """summary.json: inputs, phases, per-node verdicts, the run's verdict (`run`, from
+    cluster_tool.verdicts: the exit code, this file, the CLI's last line and the report's
+    headline all read it), the checks planned per suite and those that did not run, and why
+    (for JUnit), the link matrix and the busbw rows (for the report)."""
     checks: dict[str, list[str]] = {}
-    for node in health_nodes:
+    not_run: dict[str, dict[str, str]] = {k: dict(v) for k, v in (skipped or {}).items()}
+    for node in verdicts:
         checks[node] = list(NODE_CHECKS)
-    for node in gate_nodes:
+        if node not in health_nodes:
+            not_run.setdefault(node, {}).update(
+                {c: "health was not checked in this run" for c in NODE_CHECKS}
+            )
+    gated = set(gate_nodes)
+    for node in verdicts:
         checks.setdefault(node, []).extend(GATE_CHECKS)
-    if fabric_checked:
-        checks["fabric"] = list(FABRIC_CHECKS)
+        if node not in gated:
+            not_run.setdefault(node, {}).update(
+                {c: "the node was not gated in this run" for c in GATE_CHECKS}
+            )
+    checks["fabric"] = list(FABRIC_CHECKS)
+    if not fabric_checked:
+        not_run["fabric"] = {c: "the fabric was not checked in this run" for c in FABRIC_CHECKS}
     for suite, ids in (extra_checks or {}).items():
         checks.setdefault(suite, [])
         checks[suite] = list(dict.fromkeys([*ids, *checks[suite]]))
@@ -218,9 +275,12 @@ def run_summary(
         "phases": [p.to_json() if hasattr(p, "to_json") else p for p in phases],
         "nodes": verdicts,
         "checks": checks,
+        "skipped": not_run,
         "links": links,
         "busbw": list(busbw),
-        "verdict": "fail" if any(f.fails for f in findings) else "pass",
+        "verdict": run.verdict,
+        "headline": run.headline,
+        "exit_code": run.exit_code,
     }
     summary.update(extra or {})
     return summary

@@ -14,12 +14,27 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from cluster_tool.checks.fabric import nodes_on_switch as fabric_nodes_on_switch
 from cluster_tool.checks.fabric import plan_for
 from cluster_tool.errors import UsageError
-from cluster_tool.findings import Finding, exit_code_for
+from cluster_tool.findings import Finding
+from cluster_tool.slurm import SlurmError
 from cluster_tool.spec.models import Cluster
+from cluster_tool.verdicts import (
+    FABRIC,
+    GATE_MULTI,
+    GATE_SINGLE,
+    HEALTH,
+    NodeVerdict,
+    Proof,
+    RunVerdict,
+    judge_run,
+    may_admit,
+    settle,
+)
 from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
 from cluster_tool.workflows.common import (
+    PENDING_REASON,
     drain_reason,
     guarded_gate,
+    keeping_out,
     node_verdicts,
     resume_held,
 )
@@ -72,10 +87,19 @@ class AfterMaintenanceResult:
     verdicts: dict[str, dict[str, Any]]
     busbw: list[dict[str, Any]] = field(default_factory=list)
     fabric_checked: bool = True
+    judged: dict[str, NodeVerdict] = field(default_factory=dict)
+    admitted_unproven: list[str] = field(default_factory=list)
+    gated: list[str] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunVerdict:
+        return judge_run(
+            self.phases, self.findings, self.judged, admitted_unproven=self.admitted_unproven
+        )
 
     @property
     def exit_code(self) -> int:
-        return exit_code_for(self.findings)
+        return self.run.exit_code
 
 
 def run_after_maintenance(
@@ -84,9 +108,10 @@ def run_after_maintenance(
     *,
     admit: bool = False,
     gate: bool = True,
+    admit_unproven: bool = False,
     reservation: str = "cluster-tool-validate",
 ) -> AfterMaintenanceResult:
-    """Fabric (all of it), then health and the gate on `nodes`; admit what passes if asked."""
+    """Fabric (all of it), then health and the gate on `nodes`; admit what is proven if asked."""
     phases: list[Phase] = []
     started = time.monotonic()
     fabric = deps.fabric()
@@ -111,6 +136,12 @@ def run_after_maintenance(
             f"{len(nodes)} node(s)",
         )
     )
+    proof = Proof()
+    proof.add(HEALTH, [n for n in nodes if n not in set(health.unreachable)])
+    if fabric.fabric_checked:
+        proof.add(FABRIC, nodes)
+    else:
+        proof.not_run[FABRIC] = "the fabric was not checked"
     busbw: list[dict[str, Any]] = []
     gate_nodes = [n for n in nodes if n not in bad]
     if gate and gate_nodes:
@@ -121,12 +152,15 @@ def run_after_maintenance(
             try:
                 resume_held(deps.slurm, gate_nodes, ours_only=False)
                 outcome = guarded_gate(deps.gate, gate_nodes)
+                # Out of service again until the verdict: admission below resumes the proven.
+                deps.slurm.drain(gate_nodes, PENDING_REASON)
             finally:
                 deps.slurm.release(reservation)
         else:
             outcome = guarded_gate(deps.gate, gate_nodes)
         findings += outcome.findings
         busbw = outcome.busbw
+        proof.merge_gate(outcome.summary.get("proof") or {})
         phases.append(
             Phase(
                 "gate",
@@ -136,25 +170,37 @@ def run_after_maintenance(
             )
         )
     else:
-        phases.append(Phase("gate", "skipped", detail="--no-gate" if not gate else "no node left"))
-    bad = {f.node for f in findings if f.fails and f.node in set(nodes)}
+        why = "--no-gate" if not gate else "no node left"
+        proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
+        phases.append(Phase("gate", "skipped", detail=why))
+    judged, unproven = settle(nodes, findings, proof)
+    findings += unproven
+    admitted: list[str] | None = None
+    waived: list[str] = []
     if admit:
-        for node in sorted(bad):
-            deps.slurm.drain([node], drain_reason([f for f in findings if f.node == node]))
-        passing = [n for n in nodes if n not in bad]
-        # --admit is the operator's word: what passes comes back, whoever drained it.
-        resume_held(deps.slurm, passing, ours_only=False)
-        phases.append(Phase("admit", "failed" if bad else "passed", 0.0, f"{len(passing)} resumed"))
+        admitted = [n for n in nodes if may_admit(judged[n], admit_unproven=admit_unproven)]
+        waived = [n for n in admitted if judged[n].verdict != "pass"]
+        kept = [n for n in nodes if n not in admitted]
+        for node in kept:
+            deps.slurm.drain([node], drain_reason(keeping_out(node, findings, nodes)))
+        # --admit is the operator's word: what is proven comes back, whoever drained it.
+        resume_held(deps.slurm, admitted, ours_only=False)
+        phases.append(
+            Phase("admit", "failed" if kept else "passed", 0.0, f"{len(admitted)} resumed")
+        )
     states = None
     try:
         states = {s.name: s for s in deps.slurm.node_states(list(nodes))}
-    except Exception:  # the verdicts stand without Slurm's view; the findings say why
+    except SlurmError:  # the verdicts stand without Slurm's view; the findings say why
         states = None
     return AfterMaintenanceResult(
         list(nodes),
         phases,
         findings,
-        node_verdicts(nodes, findings, states),
+        node_verdicts(judged, states, admitted=admitted),
         busbw,
         fabric.fabric_checked,
+        judged,
+        waived,
+        gate_nodes if gate else [],
     )

@@ -126,7 +126,7 @@ def test_html_is_self_contained_verdict_first_with_matrix_plots_and_worst_first_
     urls = set(re.findall(r"(?:https?:)?//[\w.-]+[^\s\"'<>]*", page))
     assert urls <= {"http://www.w3.org/2000/svg"}
     assert page.index('id="verdict"') < page.index('id="link-matrix"') < page.index("<svg")
-    assert "FAIL: 2 error(s), 1 warning(s); failing: gpu002" in page
+    assert "FAIL · 2 error(s), 1 warning(s); fail: gpu002" in page
     matrix = page[
         page.index('id="link-matrix"') : page.index("</table>", page.index('id="link-matrix"'))
     ]

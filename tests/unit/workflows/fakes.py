@@ -5,11 +5,13 @@ applies power actions on a later read, as the sushy-tools emulator's fake driver
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from dataclasses import dataclass, field
 
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.bmc.redfish import BmcError
+from cluster_tool.findings import Finding
 from cluster_tool.slurm import SlurmError
 from cluster_tool.workflows.common import AdminSlurm
 
@@ -149,3 +151,14 @@ class Clock:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+
+
+def gate_proof(nodes: Sequence[str], findings: Sequence[Finding], pairs: bool = True) -> dict:
+    """The `proof` a real gate run reports (cluster_tool.gate.ladder): the nodes whose single job
+    passed (none that an error finding names) and, when the pairs rung runs, the passing pair
+    jobs the localisation's first screen would run (neighbours in the list)."""
+    bad = {f.node for f in findings if f.fails and f.node}
+    held = any(f.fails and f.node is None for f in findings)
+    good = [n for n in nodes if n not in bad]
+    jobs = [] if held or not pairs else [[a, b] for a, b in pairwise(good)]
+    return {"single": good, "jobs": jobs}

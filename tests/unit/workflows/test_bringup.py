@@ -33,7 +33,7 @@ from cluster_tool.workflows.validate import (
     select_after_maintenance,
 )
 from tests.conftest import REPO
-from tests.unit.workflows.fakes import SlurmCluster, admin_slurm
+from tests.unit.workflows.fakes import SlurmCluster, admin_slurm, gate_proof
 
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]
 SWAP = Finding(
@@ -117,7 +117,7 @@ class Gate:
             }
             for n in nodes
         ]
-        return GateOutcome(findings, busbw)
+        return GateOutcome(findings, busbw, {"proof": gate_proof(nodes, findings)})
 
 
 def _deps(
@@ -184,10 +184,10 @@ def test_an_operators_drain_is_not_lifted_by_bringup_but_an_earlier_verdict_is()
         drained={"gpu003": "RMA ticket 4411", "gpu004": "cluster-tool: fabric.swapped: ..."},
     )
     deps, gate = _deps(slurm)
-    run_bringup(NODES, deps, BringupOptions(limit="gpu[003-004]"))
-    assert "gpu004" not in slurm.drained
+    run_bringup(NODES, deps, BringupOptions(limit="gpu[002-004]"))
+    assert "gpu004" not in slurm.drained, "proven again (with gpu002): our verdict is lifted"
     assert slurm.drained == {"gpu003": "RMA ticket 4411"}
-    assert gate.ran_on == ["gpu004"], "Slurm would start no gate job on a drained node"
+    assert gate.ran_on == ["gpu002", "gpu004"], "Slurm would start no gate job on a drained node"
 
 
 def test_a_node_the_gate_had_to_leave_out_is_not_admitted() -> None:
@@ -210,7 +210,7 @@ def test_a_node_the_gate_had_to_leave_out_is_not_admitted() -> None:
     assert result.exit_code == 1
     assert list(slurm.drained) == ["gpu002"]
     assert slurm.drained["gpu002"].startswith("cluster-tool: slurm.unavailable")
-    assert result.nodes["gpu002"]["verdict"] == "fail"
+    assert result.nodes["gpu002"]["verdict"] == "unknown"
 
 
 def test_a_cable_swap_leaves_that_node_drained_with_the_swap_named_and_exit_1() -> None:
@@ -243,7 +243,7 @@ def test_a_host_that_cannot_be_reached_exits_3_as_the_contract_says() -> None:
     deps, _ = _deps(slurm, validation=[lost])
     result = run_bringup(NODES, deps, BringupOptions())
     assert result.exit_code == 3
-    assert result.nodes["gpu003"]["verdict"] == "fail"
+    assert result.nodes["gpu003"]["verdict"] == "unknown"
     assert result.nodes["gpu001"]["verdict"] == "pass"
 
 
@@ -333,7 +333,7 @@ def test_no_secret_lands_in_a_run_record(tmp_path: Path) -> None:
     result = run_bringup(NODES, deps, BringupOptions())
     summary = run_summary(
         command="bringup", record=record, inputs={}, phases=result.phases,
-        findings=result.findings, verdicts=result.nodes, cluster=None,
+        findings=result.findings, verdicts=result.nodes, run=result.run, cluster=None,
         health_nodes=NODES, fabric_checked=True, busbw=result.busbw,
     )  # fmt: skip
     record.finish(summary, result.findings)
@@ -358,7 +358,7 @@ def test_the_nodes_of_a_leaf_come_from_the_cabling_plan() -> None:
 
 
 def test_after_maintenance_checks_the_whole_fabric_then_only_the_leaf_nodes_and_admits() -> None:
-    slurm = SlurmCluster(NODES, drained={"gpu001": "maintenance", "gpu002": "maintenance"})
+    slurm = SlurmCluster(NODES, drained={n: "maintenance" for n in ("gpu001", "gpu002", "gpu003")})
     gate = Gate(slurm, {"gpu002": "90 GB/s < 150 GB/s"})
     health_on: list[list[str]] = []
     fabric_calls: list[int] = []
@@ -372,12 +372,14 @@ def test_after_maintenance_checks_the_whole_fabric_then_only_the_leaf_nodes_and_
         return Validation([])
 
     deps = AfterMaintenanceDeps(fabric=fabric, health=health, gate=gate, slurm=admin_slurm(slurm))
-    result = run_after_maintenance(["gpu001", "gpu002"], deps, admit=True)
-    assert fabric_calls == [1] and health_on == [["gpu001", "gpu002"]]
-    assert gate.ran_on == ["gpu001", "gpu002"]
+    result = run_after_maintenance(["gpu001", "gpu002", "gpu003"], deps, admit=True)
+    assert fabric_calls == [1] and health_on == [["gpu001", "gpu002", "gpu003"]]
+    assert gate.ran_on == ["gpu001", "gpu002", "gpu003"]
     assert set(slurm.drained) == {"gpu002"} and "nccl.single" in slurm.drained["gpu002"]
     assert result.exit_code == 1
+    # gpu001 and gpu003 proved themselves together (single, and the pair between them).
     assert result.verdicts["gpu001"]["verdict"] == "pass"
+    assert result.verdicts["gpu003"]["verdict"] == "pass"
 
 
 def test_a_slurm_that_cannot_be_reached_fails_the_gate_as_findings_not_a_crash() -> None:
@@ -397,4 +399,5 @@ def test_a_slurm_that_cannot_be_reached_fails_the_gate_as_findings_not_a_crash()
     result = run_after_maintenance(["gpu001"], deps)
     assert result.exit_code == 1
     assert [f.check for f in result.findings] == ["slurm.error"]
-    assert result.verdicts["gpu001"]["verdict"] == "fail"
+    # The gate could not run: nothing was judged, so nothing is proven (not a fault found).
+    assert result.verdicts["gpu001"]["verdict"] == "unknown"

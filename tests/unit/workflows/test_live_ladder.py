@@ -15,7 +15,7 @@ from cluster_tool.spec import load_spec
 from cluster_tool.workflows.bringup import GateOutcome, Validation
 from cluster_tool.workflows.live import Live
 from cluster_tool.workflows.runs import RunRecord
-from tests.unit.workflows.fakes import SlurmCluster, admin_slurm
+from tests.unit.workflows.fakes import SlurmCluster, admin_slurm, gate_proof
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -31,7 +31,8 @@ class LadderOnly(Live):
     def gate(self, nodes: Sequence[str], rungs: tuple[str, ...] | None = None) -> GateOutcome:
         if isinstance(self.gate_answer, Exception):
             raise self.gate_answer
-        return GateOutcome(list(self.gate_answer))
+        found = list(self.gate_answer)
+        return GateOutcome(found, [], {"proof": gate_proof(nodes, found, "pairs" in (rungs or ()))})
 
 
 def ladder(tmp_path: Path, answer: Any) -> tuple[list[Finding], SlurmCluster]:
