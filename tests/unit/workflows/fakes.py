@@ -5,8 +5,8 @@ applies power actions on a later read, as the sushy-tools emulator's fake driver
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from ClusterShell.NodeSet import NodeSet
 
