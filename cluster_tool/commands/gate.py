@@ -174,43 +174,86 @@ def gate(
 @gate_app.command("simulate")
 def simulate_command(
     nodes: Annotated[int, typer.Option("--nodes", min=2, help="Fleet size.")],
-    bad: Annotated[int, typer.Option("--bad", min=0, help="Bad nodes to plant.")],
+    bad: Annotated[int, typer.Option("--bad", min=0, help="Faulty nodes to plant.")],
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    fault_model: Annotated[
+        str,
+        typer.Option(
+            "--fault-model",
+            help="ideal: bad nodes far under the floor, paths on screen pairs. adversarial: "
+            "hard, marginal (0.78-0.90x) and intermittent (30-70 % of jobs) nodes, a bad path "
+            "anywhere and two stragglers.",
+        ),
+    ] = "adversarial",
     bad_links: Annotated[
-        int, typer.Option("--bad-links", min=0, help="Bad paths between healthy nodes.")
-    ] = 0,
+        int | None,
+        typer.Option(
+            "--bad-links", min=0, help="Bad paths between healthy nodes (model's default)."
+        ),
+    ] = None,
+    stragglers: Annotated[
+        int | None,
+        typer.Option("--stragglers", min=0, help="Slow but healthy nodes (model's default)."),
+    ] = None,
+    rails: Annotated[bool, typer.Option("--rails", help="Also run the per-rail rung.")] = False,
     job_minutes: Annotated[
-        float, typer.Option("--job-minutes", min=0.1, help="Minutes one pair job takes.")
+        float, typer.Option("--job-minutes", min=0.1, help="Minutes one job takes.")
     ] = 5.0,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
-    """Localise planted bad nodes in a simulated fleet with the gate's own code; print the cost.
+    """Run the whole gate on a simulated fleet with planted faults; print its cost and whom
+    `cluster_tool.verdicts` would admit.
 
-    Exit 0 when the gate names exactly the planted nodes, 1 otherwise.
+    Exit 0 when no planted fault the gate must catch would be admitted and no healthy node is
+    blamed, 1 otherwise.
     """
     from ClusterShell.NodeSet import NodeSet
 
-    from cluster_tool.gate.simulate import plant_fleet, simulate
-    from cluster_tool.gate.verdict import localisation_findings
+    from cluster_tool.gate.simulate import FAULT_MODELS, plant_fleet, simulate
 
+    if fault_model not in FAULT_MODELS:
+        raise UsageError(f"--fault-model: {fault_model!r}; choose from {', '.join(FAULT_MODELS)}")
     if bad > nodes:
         raise UsageError(f"--bad {bad} is more than --nodes {nodes}")
     try:
-        fleet = plant_fleet(nodes, bad, seed=seed, bad_paths=bad_links, job_minutes=job_minutes)
-    except ValueError as exc:  # more bad links than clean pairs to put them on
+        fleet = plant_fleet(
+            nodes,
+            bad,
+            seed=seed,
+            bad_paths=bad_links,
+            stragglers=stragglers,
+            fault_model=fault_model,
+            job_minutes=job_minutes,
+        )
+    except ValueError as exc:  # more bad links than healthy pairs to put them on
         raise UsageError(f"--bad-links: {exc}") from exc
-    result, loc = simulate(fleet)
+    result, gate = simulate(fleet, rails=rails)
     if json_out:
         output.emit_json(result.to_json())
     else:
         out = output.stdout
-        out.print(f"rounds={result.rounds} jobs={result.jobs} gpu_hours={result.gpu_hours}")
-        out.print(f"bad_nodes: {NodeSet.fromlist(result.bad_nodes) if result.bad_nodes else '-'}")
-        out.print(f"found:     {NodeSet.fromlist(result.found) if result.found else '-'}")
-        findings, _ = localisation_findings(loc, fleet.expectation, fleet.topology())
-        for f in findings:
+
+        def hosts(names: list[str]) -> str:
+            return str(NodeSet.fromlist(names)) if names else "-"
+
+        out.print(
+            f"{result.fault_model}: rounds={result.rounds} jobs={result.jobs} "
+            f"gpu_hours={result.gpu_hours}"
+        )
+        for node, fault in result.faults.items():
+            out.print(f"planted {node}: " + " ".join(f"{k}={v}" for k, v in fault.items()))
+        for a, b in result.paths:
+            out.print(f"planted path {a} <-> {b}")
+        out.print(f"bad_nodes:    {hosts(result.bad_nodes)}")
+        out.print(f"found:        {hosts(result.found)}")
+        out.print(f"admitted_bad: {hosts(result.admitted_bad)}")
+        out.print(f"blamed_good:  {hosts(result.blamed_good)}")
+        out.print("recall: " + ", ".join(f"{k}={v}" for k, v in result.recall.items()))
+        for f in gate.report.findings:
+            if f.severity == "info":
+                continue
             out.print(f"{f.severity.upper():7} {f.check:16} {f.node or f.component}: {f.message}")
-    return 0 if sorted(result.found) == sorted(result.bad_nodes) else 1
+    return 0 if not result.admitted_bad and not result.blamed_good else 1
 
 
 def register(app: typer.Typer) -> None:

@@ -16,16 +16,22 @@ from tests.unit.gate.test_ladder import answers
 LAB_SPEC = Path(__file__).resolve().parents[3] / "examples" / "lab.yml"
 
 
-def test_simulate_json_has_exactly_the_contract_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["gate", "simulate", "--nodes", "1024", "--bad", "4", "--seed", "2", "--json"]) == 0
+def test_simulate_json_keeps_the_contract_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["gate", "simulate", "--nodes", "1024", "--bad", "4", "--seed", "2", "--json"]
+    assert main([*argv, "--fault-model", "ideal"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"rounds", "jobs", "gpu_hours", "bad_nodes", "found"}
+    assert {"rounds", "jobs", "gpu_hours", "bad_nodes", "found"} <= set(data)
+    assert {"fault_model", "admitted_bad", "blamed_good", "recall"} <= set(data)
+    assert data["fault_model"] == "ideal" and data["admitted_bad"] == data["blamed_good"] == []
     assert data["found"] == data["bad_nodes"] and len(data["bad_nodes"]) == 4
-    assert data["rounds"] <= 3 and data["jobs"] >= 512 and data["gpu_hours"] > 0
+    # every rung counted: single, screen, split, full; each node runs single, screen and full
+    assert data["rounds"] >= 4 and data["jobs"] >= 1024 + 512 + 1 and data["gpu_hours"] > 0
 
 
 def test_simulate_reports_bad_links_as_paths_not_nodes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["gate", "simulate", "--nodes", "64", "--bad", "1", "--bad-links", "1"]) == 0
+    argv = ["gate", "simulate", "--nodes", "64", "--bad", "1", "--bad-links", "1"]
+    # Named as a path; but the full job still runs both ends and fails, holding every node.
+    assert main([*argv, "--fault-model", "ideal"]) == 1
     out = capsys.readouterr().out
     assert "nccl.path" in out and "fail only together" in out
     assert "-leaf-r0 > spine[01-16] > " in out or "-leaf-r0 > gpu" in out

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_tool.gate.localize import Localizer, PairResult, stragglers
-from cluster_tool.gate.simulate import SimulatedFleet, plant_fleet, simulate
+from cluster_tool.gate.localize import Localisation, Localizer, PairResult, localize, stragglers
+from cluster_tool.gate.simulate import NodeFault, SimulatedFleet, plant_fleet, simulate
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds
 from cluster_tool.gate.topology import Topology
 from cluster_tool.gate.verdict import localisation_findings, plan_drains
@@ -14,12 +14,18 @@ from cluster_tool.gate.verdict import localisation_findings, plan_drains
 EXP = Thresholds(GateProfile(), min_fraction=0.9).expect(Rung.PAIRS)
 
 
+def localise(fleet: SimulatedFleet) -> Localisation:
+    """The pairs rung's localisation alone, on the simulated fleet."""
+    return localize(fleet.nodes, fleet.run_round, su_of=fleet.su_of)
+
+
 @pytest.mark.parametrize("n", [16, 128, 1024])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_one_bad_node_named_in_at_most_three_rounds(n: int, seed: int) -> None:
-    result, loc = simulate(plant_fleet(n, 1, seed=seed))
-    assert result.rounds <= 3
-    assert result.found == result.bad_nodes
+    fleet = plant_fleet(n, 1, seed=seed)
+    loc = localise(fleet)
+    assert loc.rounds <= 3
+    assert sorted(loc.bad) == fleet.bad_nodes
     assert not loc.paths and loc.stop_reason is None
 
 
@@ -31,17 +37,18 @@ def test_odd_fleet_still_names_the_node_that_sat_out(n: int) -> None:
 
     _, left_out = pair_rotation(fleet.nodes, 0, fleet.su_of)
     assert left_out is not None
-    fleet.bad[left_out] = 0.5
-    result, _ = simulate(fleet)
-    assert result.found == [left_out] and result.rounds <= 3
+    fleet.plant(left_out, NodeFault("hard", 0.5))
+    loc = localise(fleet)
+    assert sorted(loc.bad) == [left_out] and loc.rounds <= 3
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
 @pytest.mark.parametrize("seed", range(5))
 def test_several_bad_nodes_all_found_and_no_healthy_node_blamed(k: int, seed: int) -> None:
-    result, loc = simulate(plant_fleet(128, k, seed=seed))
-    assert result.found == result.bad_nodes
-    assert result.rounds <= 3
+    fleet = plant_fleet(128, k, seed=seed)
+    loc = localise(fleet)
+    assert sorted(loc.bad) == fleet.bad_nodes
+    assert loc.rounds <= 3
     assert not loc.stragglers and not loc.unresolved
 
 
@@ -50,18 +57,18 @@ def test_two_bad_nodes_paired_together_are_both_named() -> None:
     from cluster_tool.gate.plan import pair_rotation
 
     (a, b), *_ = pair_rotation(fleet.nodes, 0, fleet.su_of)[0]
-    fleet.bad.update({a: 0.4, b: 0.6})
-    result, _ = simulate(fleet)
-    assert result.found == sorted([a, b])
+    fleet.plant(a, NodeFault("hard", 0.4))
+    fleet.plant(b, NodeFault("hard", 0.6))
+    assert sorted(localise(fleet).bad) == sorted([a, b])
 
 
 def test_bad_link_between_healthy_nodes_is_a_path_not_a_node() -> None:
     fleet = plant_fleet(64, 0, seed=2, bad_paths=1)
     (path,) = fleet.bad_paths
-    result, loc = simulate(fleet)
-    assert result.found == []
+    loc = localise(fleet)
+    assert loc.bad == {}
     assert [frozenset(p.nodes) for p in loc.paths] == [path]
-    assert result.rounds == 3  # screen, split, confirm
+    assert loc.rounds == 3  # screen, split, confirm
     a, b = sorted(path)
     topo = Topology(
         su_of=fleet.su_of,
@@ -80,15 +87,15 @@ def test_bad_link_between_healthy_nodes_is_a_path_not_a_node() -> None:
 
 def test_bad_node_and_bad_path_together() -> None:
     fleet = plant_fleet(128, 2, seed=4, bad_paths=1)
-    result, loc = simulate(fleet)
-    assert result.found == result.bad_nodes
+    loc = localise(fleet)
+    assert sorted(loc.bad) == fleet.bad_nodes
     assert [frozenset(p.nodes) for p in loc.paths] == list(fleet.bad_paths)
 
 
 def test_more_than_a_quarter_failing_stops_and_drains_nothing() -> None:
-    result, loc = simulate(plant_fleet(100, 40, seed=0))
+    loc = localise(plant_fleet(100, 40, seed=0))
     assert loc.stop_reason and "suspect the fabric or the software" in loc.stop_reason
-    assert result.found == []
+    assert loc.bad == {}
     findings, guilty = localisation_findings(loc, EXP)
     assert findings[0].check == "nccl.fleet" and "nothing drained" in findings[0].message
     assert plan_drains(guilty, 100).drains == {}
@@ -96,15 +103,16 @@ def test_more_than_a_quarter_failing_stops_and_drains_nothing() -> None:
 
 def test_a_quarter_exactly_is_still_localised() -> None:
     # 4 of 16 fail: not more than 25%, so they are named, not blamed on the fabric.
-    result, loc = simulate(plant_fleet(16, 4, seed=3))
-    assert loc.stop_reason is None and result.found == result.bad_nodes
+    fleet = plant_fleet(16, 4, seed=3)
+    loc = localise(fleet)
+    assert loc.stop_reason is None and sorted(loc.bad) == fleet.bad_nodes
 
 
 def test_straggler_above_the_floor_is_a_warning_with_its_z_score() -> None:
     fleet = plant_fleet(64, 0, seed=7)
-    fleet.slow["gpu010"] = 0.93  # above the 0.9 floor, far below a 1.5% noise fleet
-    result, loc = simulate(fleet)
-    assert result.found == [] and list(loc.stragglers) == ["gpu010"]
+    fleet.plant("gpu010", NodeFault("straggler", 0.93))  # far below a 1.5% noise fleet
+    loc = localise(fleet)
+    assert loc.bad == {} and list(loc.stragglers) == ["gpu010"]
     z, evidence = loc.stragglers["gpu010"]
     assert z < -3.5 and len(evidence) == 2
     findings, guilty = localisation_findings(loc, EXP)
