@@ -643,8 +643,9 @@ def run_validate_after(
         concurrency=concurrency,
     )
     deps = AfterMaintenanceDeps(fabric=live.fabric, health=live.health, gate=live.gate, slurm=slurm)
+    others = [n.name for n in cluster.gpu_nodes() if n.name not in set(selected)]
     result = run_after_maintenance(
-        selected, deps, admit=admit, gate=gate, admit_unproven=admit_unproven
+        selected, deps, admit=admit, gate=gate, admit_unproven=admit_unproven, others=others
     )
     summary = run_summary(
         command="validate-after",

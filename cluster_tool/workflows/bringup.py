@@ -39,6 +39,8 @@ from cluster_tool.workflows.common import (
     guarded_gate,
     keeping_out,
     node_verdicts,
+    pick_partner,
+    pin_on,
     resume_held,
 )
 
@@ -323,13 +325,21 @@ def run_bringup(
     gate_nodes = [n for n in candidates if n not in health_bad and n not in held]
     if options.gate and gate_nodes:
         started = time.monotonic()
-        deps.slurm.reserve(reservation, gate_nodes)
+        # A lone node has nobody to prove a multi-node path with: a node in service joins it.
+        partner = None
+        if len(gate_nodes) == 1:
+            partner = pick_partner(deps.slurm, [n for n in gpu_nodes if n not in set(scope)])
+        ran = gate_nodes + ([partner] if partner else [])
+        deps.slurm.reserve(reservation, ran)
         try:
             # Inside the maintenance reservation only our gate jobs can reach these nodes.
             resume_held(deps.slurm, [n for n in gate_nodes if n in pending], ours_only=True)
-            outcome = guarded_gate(deps.gate, gate_nodes)
+            outcome = guarded_gate(deps.gate, ran)
         finally:
             deps.slurm.release(reservation)
+        if partner is not None:
+            proof.trusted.add(partner)
+            outcome.findings = pin_on(gate_nodes[0], partner, outcome.findings)
         findings += outcome.findings
         busbw = outcome.busbw
         proof.merge_gate(outcome.summary.get("proof") or {})

@@ -352,6 +352,26 @@ def resume_held(slurm: Any, nodes: Sequence[str], *, ours_only: bool) -> list[st
     return wanted
 
 
+def pick_partner(slurm: Any, outside: Sequence[str]) -> str | None:
+    """A known-good node for a lone node's pair job: the first of `outside` (GPU nodes this run
+    does not judge) that Slurm has in service; None when there is none or Slurm cannot say."""
+    if not outside:
+        return None
+    try:
+        states = {s.name: s for s in slurm.node_states(list(outside))}
+    except SlurmError:
+        return None
+    return next((n for n in outside if n in states and states[n].usable), None)
+
+
+def pin_on(node: str, partner: str, findings: Sequence[Finding]) -> list[Finding]:
+    """The partner is known good: what fails in a job with it is the judged node's."""
+    return [
+        f.model_copy(update={"node": node}) if f.fails and f.node in (None, partner) else f
+        for f in findings
+    ]
+
+
 def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> Any:
     """Run the gate; a Slurm that cannot be reached becomes a finding, so the run still ends
     with its record written and the nodes' verdicts (they cannot pass without their gate)."""

@@ -28,7 +28,7 @@ from cluster_tool.render.plan import cabling_plan
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import FABRIC, GATE_MULTI, GATE_SINGLE, HEALTH, Proof, RunVerdict, settle
 from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
-from cluster_tool.workflows.common import RecordingRunner, guarded_gate, link_matrix
+from cluster_tool.workflows.common import RecordingRunner, guarded_gate, link_matrix, pin_on
 from cluster_tool.workflows.reimage import REIMAGE_REASON
 from cluster_tool.workflows.runs import RunRecord
 
@@ -198,10 +198,7 @@ class Live:
                     self.slurm.release(name)
             self.proof.merge_gate(outcome.summary.get("proof") or {})
             # The partner is known good: a failing pair names the re-imaged node.
-            pinned = [
-                f.model_copy(update={"node": node}) if f.fails and f.node in (None, partner) else f
-                for f in outcome.findings
-            ]
+            pinned = pin_on(node, partner, outcome.findings) if partner else outcome.findings
             self.busbw += outcome.busbw
         else:
             self.proof.not_run[GATE_SINGLE] = self.proof.not_run[GATE_MULTI] = "--no-gate"

@@ -36,6 +36,8 @@ from cluster_tool.workflows.common import (
     guarded_gate,
     keeping_out,
     node_verdicts,
+    pick_partner,
+    pin_on,
     resume_held,
 )
 
@@ -109,9 +111,11 @@ def run_after_maintenance(
     admit: bool = False,
     gate: bool = True,
     admit_unproven: bool = False,
+    others: Sequence[str] = (),
     reservation: str = "cluster-tool-validate",
 ) -> AfterMaintenanceResult:
-    """Fabric (all of it), then health and the gate on `nodes`; admit what is proven if asked."""
+    """Fabric (all of it), then health and the gate on `nodes`; admit what is proven if asked.
+    `others` are the cluster's other GPU nodes: a lone node's pair partner comes from them."""
     phases: list[Phase] = []
     started = time.monotonic()
     fabric = deps.fabric()
@@ -146,18 +150,24 @@ def run_after_maintenance(
     gate_nodes = [n for n in nodes if n not in bad]
     if gate and gate_nodes:
         started = time.monotonic()
+        # A lone node has nobody to prove a multi-node path with: a node in service joins it.
+        partner = pick_partner(deps.slurm, others) if len(gate_nodes) == 1 else None
+        ran = gate_nodes + ([partner] if partner else [])
         if admit:
             # The nodes may still be drained from the maintenance: let only the gate in.
-            deps.slurm.reserve(reservation, gate_nodes)
+            deps.slurm.reserve(reservation, ran)
             try:
                 resume_held(deps.slurm, gate_nodes, ours_only=False)
-                outcome = guarded_gate(deps.gate, gate_nodes)
+                outcome = guarded_gate(deps.gate, ran)
                 # Out of service again until the verdict: admission below resumes the proven.
                 deps.slurm.drain(gate_nodes, PENDING_REASON)
             finally:
                 deps.slurm.release(reservation)
         else:
-            outcome = guarded_gate(deps.gate, gate_nodes)
+            outcome = guarded_gate(deps.gate, ran)
+        if partner is not None:
+            proof.trusted.add(partner)
+            outcome.findings = pin_on(gate_nodes[0], partner, outcome.findings)
         findings += outcome.findings
         busbw = outcome.busbw
         proof.merge_gate(outcome.summary.get("proof") or {})

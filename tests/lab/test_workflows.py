@@ -42,8 +42,10 @@ def bringup(c: Converged, *extra: str) -> tuple[int, dict[str, Any], str]:
 
 
 def reimage_args(c: Converged, *extra: str) -> list[str]:
+    """Re-image with its gate on (the default): single + a pair with a known-good node."""
     return [
-        "reimage", str(c.lab.spec), *c.common(), "--no-gate",
+        "reimage", str(c.lab.spec), *c.common(),
+        "--gate-workdir", str(c.gate_root / f"reimage-{time.monotonic_ns()}"),
         "--insecure-bmc", "--bmc-scheme", "http", "--ssh-timeout", "600", *extra,
     ]  # fmt: skip
 
@@ -178,6 +180,18 @@ def test_reimage_two_nodes_one_at_a_time_beside_running_jobs(converged: Converge
         assert states == ["RUNNING", "RUNNING"], states
         rc, summary, err = c.run_json(*reimage_args(c, "--nodes", "gpu[001-002]", "--batch", "1"))
         assert rc == 0, err[-3000:]
+        # The gate on: each node passed its single job and a pair with a proven partner.
+        run_dir = Path(summary["run_dir"])
+        for node in ("gpu001", "gpu002"):
+            assert summary["nodes"][node]["unproven"] == []
+            rungs = {r["rung"] for r in summary["busbw"] if node in r["nodes"]}
+            assert any(r.startswith("single") for r in rungs), rungs
+            assert any(len(r["nodes"]) == 2 for r in summary["busbw"] if node in r["nodes"])
+        assert summary["verdict"] == "pass" and summary["admitted_unproven"] == []
+        assert (run_dir / "junit.xml").is_file() and (run_dir / "report.html").is_file()
+        assert (run_dir / "summary.json").is_file()
+        admits = [e for e in journal(summary) if e["step"] == "admit" and e["status"] == "done"]
+        assert sorted(e["node"] for e in admits) == ["gpu001", "gpu002"], "admitted once each"
         squeue = lab.ssh("head", f"squeue -h -j {long_id} -o %T")
         assert squeue.stdout.strip() == "RUNNING", "the job on gpu004 survived"
         for node in ("gpu001", "gpu002"):
@@ -203,7 +217,7 @@ def test_sigkill_mid_batch_then_resume_finishes_without_reimaging_twice(
 ) -> None:
     c = converged
     proc = subprocess.Popen(
-        [*CLI, *reimage_args(c, "--nodes", "gpu003"), "--json"],
+        [*CLI, *reimage_args(c, "--nodes", "gpu003", "--no-gate", "--admit-unproven"), "--json"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=c.env(),
@@ -226,10 +240,14 @@ def test_sigkill_mid_batch_then_resume_finishes_without_reimaging_twice(
     assert path is not None
     rc, summary, err = c.run_json(*reimage_args(c, "--resume", path.parent.name))
     assert rc == 0, err[-3000:]
+    # The run started with --no-gate --admit-unproven: the operator's word, kept on resume.
+    assert summary["admitted_unproven"] == ["gpu003"]
     entries = journal(summary)
     pxe = [e["node"] for e in entries if e["step"] == "pxe-override" and e["status"] == "done"]
     assert pxe == ["gpu003"], "the node PXE-booted exactly once"
-    assert summary["nodes"]["gpu003"]["verdict"] == "pass"
+    # Unproven (no gate) but admitted on the operator's explicit word, and said so.
+    assert summary["nodes"]["gpu003"]["verdict"] == "unknown"
+    assert summary["nodes"]["gpu003"]["admitted"] is True
     assert c.sinfo()["gpu003"][0] == "idle"
 
 
@@ -258,6 +276,7 @@ def test_a_node_that_never_comes_back_stays_drained_and_stops_the_run(
     finally:
         c.heal(fault)
     # The hardware is repaired: validated after maintenance and admitted again.
+    # Alone: a node in service is its pair's partner, so it can be proven and admitted.
     rc, summary, err = c.run_json(
         "validate-after", str(lab.spec), "--nodes", "gpu001", "--admit",
         "--ssh-config", str(lab.ssh_config), "--slurm-via", "head",

@@ -93,6 +93,32 @@ def test_retry_failed_finds_the_held_nodes(tmp_path: Path) -> None:
     assert _last_failed(tmp_path, LAB) == NODES
 
 
+def test_a_lone_node_is_proven_with_a_partner_from_service_and_admitted() -> None:
+    slurm = SlurmCluster(NODES, drained={"gpu002": "cluster-tool: fabric.swapped: healed since"})
+    deps, gate = _deps(slurm)
+    result = run_bringup(NODES, deps, BringupOptions(limit="gpu002"))
+    assert gate.ran_on == ["gpu002", "gpu001"], "gpu001 is in service: the pair's partner"
+    assert result.nodes["gpu002"]["verdict"] == "pass" and "gpu002" not in slurm.drained
+    assert "gpu001" not in result.nodes, "the partner is not judged, only trusted"
+
+
+def test_a_lone_node_failing_with_its_partner_from_service_is_the_one_blamed() -> None:
+    slurm = SlurmCluster(NODES, drained={"gpu002": "cluster-tool: fabric.swapped: healed since"})
+
+    class PairFails(Gate):
+        def __call__(self, nodes: Sequence[str]) -> GateOutcome:
+            super().__call__(nodes)
+            pair = Finding(check="nccl.pair", node=None, component="job gpu002 + gpu001",
+                           message="gpu002 + gpu001: 90 GB/s < 150 GB/s")  # fmt: skip
+            return GateOutcome([pair], [], {"proof": {"single": list(nodes), "jobs": []}})
+
+    deps, _ = _deps(slurm, gate=PairFails(slurm))
+    result = run_bringup(NODES, deps, BringupOptions(limit="gpu002"))
+    assert result.nodes["gpu002"]["verdict"] == "fail"
+    assert slurm.drained["gpu002"].startswith("cluster-tool: nccl.pair")
+    assert "gpu001" not in slurm.drained
+
+
 # --- 2: the run verdict counts failed phases ---------------------------------------------------
 
 
