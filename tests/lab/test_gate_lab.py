@@ -3,7 +3,8 @@ in the lab's shared folder (same path on this machine and in every node), Slurm'
 on the head. A healthy lab passes single + pairs; a slow node is named alone, drained with the
 reason, and back after heal + resume; a degraded HCA is named by the rails rung as its rail; a
 hung collective ends as nccl.hang within the watchdog; a peermem node without nvidia_peermem
-is gdr.not-used. Each test heals what it injected.
+is gdr.not-used; a node that corrupts data is nccl.wrong, by its own run and by its pairs.
+Each test heals what it injected.
 
 The converged tests share the session's one bring-up (`converged` in conftest.py)."""
 
@@ -166,3 +167,38 @@ def test_a_peermem_node_without_nvidia_peermem_is_gdr_not_used(converged: Conver
         assert {f["node"] for f in failures(data) if f.get("node")} == {"gpu004"}
     finally:
         c.heal(*reversed(faults))
+
+
+@pytest.mark.converged
+def test_a_corrupting_node_is_nccl_wrong_by_its_own_run_and_by_its_pairs(
+    converged: Converged,
+) -> None:
+    c, lab = converged, converged.lab
+    fault = c.inject("nccl-corrupt", "gpu002")
+    try:
+        rc, status, err = c.run_json("lab", "status")
+        assert (rc, [(f["kind"], f["target"]) for f in status["faults"]]) == (
+            0,
+            [("nccl-corrupt", "gpu002")],
+        ), err[-2000:]
+        rc, data, err, _ = gate_only(
+            c, "corrupt-single", "--rungs", "single", "--drain", "--watchdog", "60"
+        )
+        assert rc == 1, (data.get("findings"), err[-3000:])
+        assert [(f["check"], f["node"]) for f in failures(data)] == [("nccl.wrong", "gpu002")]
+        assert "#wrong values (data corruption)" in failures(data)[0]["observed"]
+        state, reason = c.sinfo()["gpu002"]
+        assert state.startswith("drain") and "nccl.wrong" in reason, (state, reason)
+        assert reason == data["summary"]["drain"]["nodes"]["gpu002"]
+        out = lab.ssh("head", "scontrol update nodename=gpu002 state=resume")
+        assert out.returncode == 0, out.stderr
+        # Pairs alone: gpu002's screen partner fails with it too, and only the re-pairing
+        # with proven nodes says which of the two brings the wrong values.
+        rc, data, err, _ = gate_only(c, "corrupt-pairs", "--rungs", "pairs", "--watchdog", "60")
+        assert rc == 1, (data.get("findings"), err[-3000:])
+        assert [(f["check"], f["node"]) for f in failures(data)] == [("nccl.wrong", "gpu002")]
+        assert data["summary"]["rungs"]["pairs"]["bad"] == ["gpu002"]
+    finally:
+        c.heal(fault)
+        lab.ssh("head", "scontrol update nodename=gpu002 state=resume")
+    assert {c.sinfo()[n][0] for n in GPU_NODES} == {"idle"}
