@@ -243,6 +243,22 @@ def _integer(text: str, line_no: int, line: str, what: str) -> int:
         ) from None
 
 
+def _wrong_count(text: str, line_no: int, line: str) -> int:
+    """nccl-tests prints `#wrong` with `%5g` (common.cu): from a million on it reads
+    `1.04858e+06`, which is still a count of wrong elements, not a malformed row."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise ParseError(f"#wrong is not a count: {text!r}", line_no=line_no, line=line) from None
+    if value < 0 or value != value or value == float("inf"):
+        raise ParseError(f"#wrong is not a count: {text!r}", line_no=line_no, line=line)
+    return round(value)
+
+
 def _row(layout: _Layout, fields: list[str], line_no: int, line: str) -> NcclTestsRow:
     if len(fields) != layout.width:
         raise ParseError(
@@ -254,7 +270,7 @@ def _row(layout: _Layout, fields: list[str], line_no: int, line: str) -> NcclTes
     for t, a, b, w, e in layout.sides:
         wrong = None
         if w is not None and fields[w].upper() != "N/A":
-            wrong = _integer(fields[w], line_no, line, "#wrong")
+            wrong = _wrong_count(fields[w], line_no, line)
         error = None
         if e is not None and fields[e].upper() != "N/A":
             error = _number(fields[e], line_no, line, "error")

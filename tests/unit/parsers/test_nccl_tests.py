@@ -214,3 +214,18 @@ def test_text_that_is_not_nccl_tests_raises(text: str, where: int | None) -> Non
     with pytest.raises(ParseError) as err:
         parse_nccl_tests(text)
     assert err.value.line_no == where
+
+
+def test_a_million_wrong_elements_printed_with_g_are_still_a_count() -> None:
+    # common.cu prints #wrong with %5g: 2^20 wrong elements read "1.04858e+06". Built from the
+    # real two-node capture, with one row's counts replaced so.
+    text = read_real_output("all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt")
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["17179869184"])
+    fields = lines[at].split()
+    fields[8] = fields[12] = "1.04858e+06"  # out-of-place and in-place #wrong
+    lines[at] = "  ".join(fields)
+    run = parse_nccl_tests("\n".join(lines) + "\n")
+    last = run.rows[-1]
+    assert last.out_of_place is not None and last.out_of_place.wrong == 1048580
+    assert run.wrong_total >= 2 * 1048580
