@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -175,12 +176,21 @@ def test_an_unreachable_node_is_a_finding_and_exit_3(lab: LabHandle, tmp_path: P
     spec.write_text(text)
     proc = subprocess.run(
         [*CLI, "validate", "--spec", str(spec), "--ssh-config", str(lab.ssh_config), "--health",
-         "--nodes", "gpu005", "--no-dcgm", "--json"],
+         "--nodes", "gpu005", "--no-dcgm", "--json", "--junit", str(tmp_path / "junit.xml")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 3, proc.stderr
     report = json.loads(proc.stdout)
     assert [(f["check"], f["node"]) for f in report["findings"]] == [("os.unreachable", "gpu005")]
+    # Its checks never ran: JUnit says skipped, with why; none of them is a pass.
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite[@name='gpu005']")
+    assert suite is not None
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert cases["os.unreachable"].find("failure") is not None
+    ran = [n for n, c in cases.items() if c.find("failure") is None and c.find("skipped") is None]
+    assert ran == [], f"reported as passed though they never ran: {ran}"
+    skipped = cases["gpu.ecc"].find("skipped")
+    assert skipped is not None and "unreachable" in (skipped.get("message") or "")
 
 
 # --- health: needs the converged lab and `lab inject` ---------------------------------------
