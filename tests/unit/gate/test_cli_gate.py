@@ -85,16 +85,3 @@ def test_live_gate_on_the_lab_spec_dry_run(
 def test_live_gate_unknown_node_is_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gate", "--spec", str(LAB_SPEC), "--nodes", "gpu[001,009]"]) == 2
     assert "gpu009" in capsys.readouterr().err
-
-
-def test_simulate_screens_trades_cost_for_catching_intermittent_nodes(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    argv = ["gate", "simulate", "--nodes", "64", "--bad", "0", "--json", "--fault-model", "ideal"]
-    main([*argv, "--screens", "1"])
-    one = json.loads(capsys.readouterr().out)
-    main(argv)
-    default = json.loads(capsys.readouterr().out)
-    # single + screens + full on a healthy fleet: 64 + 32 per screen + 1 jobs
-    assert one["jobs"] == 64 + 32 + 1 and default["jobs"] == 64 + 12 * 32 + 1
-    assert one["rounds"] == 3 and default["rounds"] == 14
