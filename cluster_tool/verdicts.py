@@ -285,12 +285,12 @@ def judge_run(
     counts = dict.fromkeys(VERDICTS, 0)
     for name, nv in nodes.items():
         counts["pass" if name in waived else nv.verdict] += 1
-    # Findings about a node of the run are in its verdict; the others speak for the run.
-    loose = [f for f in items if f.fails and f.node not in nodes]
+    # Every error speaks for the run too, save the gate.unproven of a node the operator admitted.
+    errors = [f for f in items if f.fails and not (f.check == UNPROVEN and f.node in waived)]
     verdict: Verdict
-    if failed_phases or counts["fail"] or any(f.check not in NOT_RUN for f in loose):
+    if failed_phases or counts["fail"] or any(f.check not in NOT_RUN for f in errors):
         verdict = "fail"
-    elif counts["unknown"] or loose:
+    elif counts["unknown"] or errors:
         verdict = "unknown"
     elif counts["held"]:
         verdict = "held"

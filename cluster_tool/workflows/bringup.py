@@ -283,7 +283,10 @@ def run_bringup(
         states = {} if options.check or options.phase else _states(deps.slurm, scope)
         proof = Proof(not_run={HEALTH: why, FABRIC: why, GATE_SINGLE: why, GATE_MULTI: why})
         proof.add(CONVERGE, [n for n in scope if n in result.hosts and n not in failed_hosts])
-        judged = judge_nodes(scope, findings, proof, BRINGUP_PROOF)
+        # --check and --phase set out to prove the converge only (and admit nothing); a
+        # converge that reached no node leaves the full proof owed.
+        owed = (CONVERGE,) if options.check or options.phase else BRINGUP_PROOF
+        judged = judge_nodes(scope, findings, proof, owed)
         return BringupResult(
             phases,
             findings,

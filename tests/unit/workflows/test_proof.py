@@ -146,6 +146,14 @@ def test_a_converge_that_reached_no_host_is_no_pass_anywhere(tmp_path: Path) -> 
     assert shown is not None and shown.group(1).startswith(summary["verdict"].upper())
 
 
+def test_a_check_mode_run_that_changes_nothing_passes_and_admits_nothing() -> None:
+    slurm = SlurmCluster(NODES)
+    deps, gate = _deps(slurm)
+    result = run_bringup(NODES, deps, BringupOptions(check=True))
+    assert result.exit_code == 0, result.run.headline
+    assert gate.ran_on == [] and not any("state=resume" in c for c in slurm.calls)
+
+
 # --- 3: JUnit tells a check that did not run from one that passed -----------------------------
 
 
