@@ -8,8 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
-
 Severity = Literal["error", "warning", "info"]
 
 
@@ -30,15 +28,6 @@ class Finding(BaseModel):
     def fails(self) -> bool:
         """Only errors fail a report; warnings and info are there to be read."""
         return self.severity == "error"
-
-
-def exit_code_for(findings: Iterable[Finding], *, failed: bool = False) -> int:
-    """The CLI contract for a workflow's findings: 3 when a host could not be reached
-    (`os.unreachable`), else 1 on any error finding or when `failed`, else 0."""
-    items = list(findings)
-    if any(f.fails and f.check == "os.unreachable" for f in items):
-        return EXIT_UNREACHABLE
-    return EXIT_CHECKS_FAILED if failed or any(f.fails for f in items) else EXIT_OK
 
 
 class Report(BaseModel):

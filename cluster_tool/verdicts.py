@@ -32,6 +32,9 @@ GATE_MULTI = "gate-multi"
 GATE_STAGES = frozenset({GATE_SINGLE, GATE_MULTI})
 ADMISSION = (HEALTH, FABRIC, GATE_SINGLE, GATE_MULTI)
 
+# The finding settle() adds for a node nothing faults but the gate did not prove.
+UNPROVEN = "gate.unproven"
+
 # Error findings that say a check could not run (so nothing was judged), not that something was
 # found bad: the node they name is `unknown`, and a node-less one leaves every node it covers
 # unknown.
@@ -44,7 +47,7 @@ NOT_RUN = frozenset(
         "slurm.error",
         "slurm.unavailable",
         "slurm.pending",
-        "gate.unproven",  # UNPROVEN
+        UNPROVEN,
     }
 )
 
@@ -86,7 +89,8 @@ class NodeVerdict:
     verdict: Verdict
     reason: str | None = None
     checks_failed: tuple[str, ...] = ()
-    unproven: tuple[str, ...] = ()  # required stages with no proof (and why)
+    unproven: tuple[str, ...] = ()  # required stages with no proof, and why (for people)
+    missing: frozenset[str] = frozenset()  # those stages (for code)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -182,20 +186,18 @@ def judge_nodes(
             continue
         missing = gaps(node, partner_check=True)
         unproven = tuple(_why(stage, node, proof) for stage in missing)
+        gap = frozenset(missing)
         if node in not_run:
             f = not_run[node][0]
-            verdicts[node] = NodeVerdict(
-                "unknown", f.message, tuple(sorted({x.check for x in not_run[node]})), unproven
-            )
+            checks = tuple(sorted({x.check for x in not_run[node]}))
+            verdicts[node] = NodeVerdict("unknown", f.message, checks, unproven, gap)
         elif node in holding:
             f = holding[node][0]
-            verdicts[node] = NodeVerdict(
-                "held", f.message, tuple(sorted({x.check for x in holding[node]})), unproven
-            )
+            checks = tuple(sorted({x.check for x in holding[node]}))
+            verdicts[node] = NodeVerdict("held", f.message, checks, unproven, gap)
         elif missing:
-            verdicts[node] = NodeVerdict(
-                "unknown", "not proven: " + "; ".join(unproven), (), unproven
-            )
+            reason = "not proven: " + "; ".join(unproven)
+            verdicts[node] = NodeVerdict("unknown", reason, (), unproven, gap)
         else:
             verdicts[node] = NodeVerdict("pass")
     return verdicts
@@ -211,12 +213,13 @@ def _why(stage: str, node: str, proof: Proof) -> str:
     return f"{stage} not passed"
 
 
+def only_gate_missing(v: NodeVerdict) -> bool:
+    return bool(v.missing) and v.missing <= GATE_STAGES
+
+
 def only_unproven(v: NodeVerdict) -> bool:
     """Nothing failed, nothing is held and every check ran: only the gate's proof is missing."""
     return v.verdict == "unknown" and set(v.checks_failed) <= {UNPROVEN} and only_gate_missing(v)
-
-
-UNPROVEN = "gate.unproven"  # the finding id settle() emits
 
 
 def settle(
@@ -246,12 +249,6 @@ def settle(
     return judge_nodes(scope, [*findings, *added], proof, required), added
 
 
-def only_gate_missing(v: NodeVerdict) -> bool:
-    return bool(v.unproven) and all(
-        u.split(" ", 1)[0].rstrip(":") in GATE_STAGES for u in v.unproven
-    )
-
-
 def may_admit(v: NodeVerdict, *, admit_unproven: bool = False) -> bool:
     """Who may be admitted: a node that passed; with the operator's explicit
     `--admit-unproven`, also one whose only gap is the gate's proof (no partner, no gate)."""
@@ -275,10 +272,10 @@ def judge_run(
     *,
     admitted_unproven: Iterable[str] = (),
 ) -> RunVerdict:
-    """`fail` on a failed phase, a failed node, or an error finding about no node of the run
-    (the fleet, the full job); else `unknown` or `held` when a node is (a node the operator
-    admitted unproven counts as passed, and the headline says so); else `pass`. Exit 3 when a
-    host was unreachable, 0 only on `pass`, else 1."""
+    """`fail` on a failed phase, a failed node, or an error finding of a check that ran; else
+    `unknown` when a node is or a check could not run; else `held` when a node is (a node the
+    operator admitted unproven counts as passed, and the headline says so); else `pass`. Exit 3
+    when a host was unreachable, 0 only on `pass`, else 1."""
     items = list(findings)
     failed_phases = [p for p in phases if _status(p) == "failed"]
     waived = {n for n in admitted_unproven if n in nodes and only_unproven(nodes[n])}

@@ -211,7 +211,7 @@ def validate(
         )  # fmt: skip
     if not gate:
         raise UsageError("--no-gate goes with --after-maintenance (plain validate runs no gate)")
-    from cluster_tool.remote.fanout import OpenSshTransport, ParamikoTransport, Transport
+    from cluster_tool.remote.fanout import transport_named
     from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
 
     cluster = _spec(spec, spec_arg)
@@ -219,15 +219,7 @@ def validate(
         health = fabric = True
     if save is not None and replay is not None:
         raise UsageError("--save and --from exclude each other")
-    if ssh_config is not None and not ssh_config.is_file():
-        raise UsageError(f"--ssh-config {ssh_config}: no such file")
-    chosen: Transport
-    if transport == "paramiko":
-        chosen = ParamikoTransport(ssh_config)
-    elif transport == "openssh":
-        chosen = OpenSshTransport(ssh_config)
-    else:
-        raise UsageError("--transport: paramiko or openssh")
+    chosen = transport_named(transport, ssh_config)
     selected = select_nodes(cluster, nodes)
 
     def progress(result: object) -> None:
@@ -283,7 +275,7 @@ def node_check(
     from cluster_tool.remote.fanout import TransportError
     from cluster_tool.remote.node_check import (
         SlurmAction,
-        drain_reason,
+        health_drain_reason,
         local_node_name,
         run_node_check,
         slurm_health_action,
@@ -304,7 +296,7 @@ def node_check(
     extra: dict[str, object] = {}
     if slurm:
         if dry_run:
-            reason = drain_reason(expect.node, findings)
+            reason = health_drain_reason(expect.node, findings)
             action = SlurmAction("drain" if reason else "resume-if-own", expect.node, reason)
         else:
             action = slurm_health_action(expect.node, findings, SlurmCLI())

@@ -585,7 +585,7 @@ def run_validate_after(
     """The command's body, callable from `validate --after-maintenance` as well."""
     from ClusterShell.NodeSet import NodeSet
 
-    from cluster_tool.remote.fanout import OpenSshTransport, ParamikoTransport, Transport
+    from cluster_tool.remote.fanout import transport_named
     from cluster_tool.report import junit_xml, load_run
     from cluster_tool.spec import load_spec
     from cluster_tool.workflows.live import Live, run_summary
@@ -605,15 +605,7 @@ def run_validate_after(
         raise UsageError("--from replays a capture; --admit changes Slurm: drop one of them")
     if admit_unproven and not admit:
         raise UsageError("--admit-unproven goes with --admit")
-    if ssh_config is not None and not ssh_config.is_file():
-        raise UsageError(f"--ssh-config {ssh_config}: no such file")
-    chosen: Transport
-    if transport == "openssh":
-        chosen = OpenSshTransport(ssh_config)
-    elif transport == "paramiko":
-        chosen = ParamikoTransport(ssh_config)
-    else:
-        raise UsageError("--transport: openssh or paramiko")
+    chosen = transport_named(transport, ssh_config)
     cluster = load_spec(spec)
     selected = select_after_maintenance(cluster, switch, nodes)
     inputs = {

@@ -192,6 +192,18 @@ class OpenSshTransport:
         return proc.returncode, proc.stdout, proc.stderr
 
 
+def transport_named(name: str, ssh_config: Path | None) -> Transport:
+    """The transport an operator names with `--transport`, over `--ssh-config` (UsageError for
+    a config that is not there or a name that is not a transport)."""
+    if ssh_config is not None and not ssh_config.is_file():
+        raise UsageError(f"--ssh-config {ssh_config}: no such file")
+    if name == "paramiko":
+        return ParamikoTransport(ssh_config)
+    if name == "openssh":
+        return OpenSshTransport(ssh_config)
+    raise UsageError("--transport: paramiko or openssh")
+
+
 @dataclass
 class LocalTransport:
     """This machine itself (node-check runs the same probes without SSH)."""

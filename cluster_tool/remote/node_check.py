@@ -23,6 +23,7 @@ __all__ = [
     "REASON_PREFIX",
     "SlurmAction",
     "drain_reason",
+    "health_drain_reason",
     "is_own_reason",
     "probes_for_node_check",
     "run_node_check",
@@ -106,6 +107,16 @@ class SlurmAction:
         }
 
 
+def health_drain_reason(node: str, findings: list[Finding]) -> str | None:
+    """The drain reason when the node's verdict (cluster_tool.verdicts, on health, which is what
+    node-check proves: its probes ran, or run_node_check raised) is not `pass`; else None."""
+    from cluster_tool.verdicts import HEALTH, Proof, judge_nodes
+
+    verdict = judge_nodes([node], findings, Proof(passed={node: {HEALTH}}), (HEALTH,))[node]
+    # Not `pass` only on an error finding, so drain_reason has one to name.
+    return None if verdict.verdict == "pass" else drain_reason(node, findings)
+
+
 def slurm_health_action(node: str, findings: list[Finding], slurm: Slurm) -> SlurmAction:
     """Drain the node with a structured reason when a check failed; resume it when healthy
     and node-check's own reason is what holds it; leave anyone else's drain alone."""
@@ -113,14 +124,8 @@ def slurm_health_action(node: str, findings: list[Finding], slurm: Slurm) -> Slu
     state = states.get(node)
     drained = state is not None and state.drained
     current = state.reason if state is not None else ""
-    from cluster_tool.verdicts import HEALTH, Proof, judge_nodes
-
-    # The probes ran (run_node_check raises otherwise): health is what node-check proves.
-    verdict = judge_nodes([node], findings, Proof(passed={node: {HEALTH}}), (HEALTH,))[node]
-    reason = drain_reason(node, findings)
-    if verdict.verdict != "pass":
-        reason = reason or " ".join(f"{REASON_PREFIX}{verdict.verdict} {verdict.reason}".split())
-
+    reason = health_drain_reason(node, findings)
+    if reason is not None:
         if drained and not is_own_reason(current):
             return SlurmAction("left", node, reason, current)
         if drained and current == reason:

@@ -26,7 +26,16 @@ from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
 from cluster_tool.remote.validate import FABRIC_CHECKS, NODE_CHECKS, run_validate
 from cluster_tool.render.plan import cabling_plan
 from cluster_tool.spec.models import Cluster
-from cluster_tool.verdicts import FABRIC, GATE_MULTI, GATE_SINGLE, HEALTH, Proof, RunVerdict, settle
+from cluster_tool.verdicts import (
+    FABRIC,
+    GATE_MULTI,
+    GATE_SINGLE,
+    HEALTH,
+    Proof,
+    RunVerdict,
+    may_admit,
+    settle,
+)
 from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
 from cluster_tool.workflows.common import RecordingRunner, guarded_gate, link_matrix, pin_on
 from cluster_tool.workflows.reimage import REIMAGE_REASON
@@ -203,8 +212,9 @@ class Live:
         else:
             self.proof.not_run[GATE_SINGLE] = self.proof.not_run[GATE_MULTI] = "--no-gate"
         findings = found.findings + pinned
-        _, unproven = settle([node], findings, self.proof)
-        if self.admit_unproven:
+        verdicts, unproven = settle([node], findings, self.proof)
+        if unproven and may_admit(verdicts[node], admit_unproven=self.admit_unproven):
+            # The operator's --admit-unproven: said in the record, not holding the node out.
             unproven = [
                 f.model_copy(
                     update={
