@@ -1,5 +1,6 @@
 """`cluster-tool gate`: the nccl-tests ladder through Slurm, and `gate simulate` to see its cost."""
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -114,6 +115,15 @@ def gate(
         float, typer.Option("--pending-timeout", help="Cancel a job still queued after (s).")
     ] = 1800.0,
     poll_s: Annotated[float, typer.Option("--poll", help="Seconds between polls.")] = 10.0,
+    screens: Annotated[
+        int | None,
+        typer.Option(
+            "--screens",
+            min=1,
+            help="Pair screens, each node with a new partner (default: the spec's "
+            "thresholds.nccl_gate.screens).",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
     """Climb the ladder (single, pairs, full; --rails) and localise what fails.
@@ -165,6 +175,7 @@ def gate(
         dry_run=dry_run,
         max_fail_share=inputs.max_fail_share,
         straggler_z=inputs.straggler_z,
+        screens=screens if screens is not None else inputs.screens,
     )
     result = run_gate(selected, runner, inputs.thresholds, inputs.params, inputs.topology, options)
     _print_result(result, json_out)
@@ -196,6 +207,9 @@ def simulate_command(
         typer.Option("--stragglers", min=0, help="Slow but healthy nodes (model's default)."),
     ] = None,
     rails: Annotated[bool, typer.Option("--rails", help="Also run the per-rail rung.")] = False,
+    screens: Annotated[
+        int | None, typer.Option("--screens", min=1, help="Pair screens (the gate's default: 12).")
+    ] = None,
     job_minutes: Annotated[
         float, typer.Option("--job-minutes", min=0.1, help="Minutes one job takes.")
     ] = 5.0,
@@ -227,7 +241,12 @@ def simulate_command(
         )
     except ValueError as exc:  # more bad links than healthy pairs to put them on
         raise UsageError(f"--bad-links: {exc}") from exc
-    result, gate = simulate(fleet, rails=rails)
+    from cluster_tool.gate.ladder import GateOptions
+
+    options = GateOptions(rails=rails)
+    if screens is not None:
+        options = dataclasses.replace(options, screens=screens)
+    result, gate = simulate(fleet, options=options)
     if json_out:
         output.emit_json(result.to_json())
     else:

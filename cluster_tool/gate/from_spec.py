@@ -23,6 +23,7 @@ class GateInputs:
     watchdog_s: float
     max_fail_share: float
     straggler_z: float
+    screens: int
 
 
 def gate_inputs(cluster: Cluster) -> GateInputs:
@@ -64,4 +65,5 @@ def gate_inputs(cluster: Cluster) -> GateInputs:
         watchdog_s=float(limits.watchdog_s),
         max_fail_share=limits.max_failing_share,
         straggler_z=limits.straggler_zscore,
+        screens=limits.screens,
     )

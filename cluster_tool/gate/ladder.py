@@ -16,7 +16,10 @@ from cluster_tool.findings import Finding, Report
 from cluster_tool.gate.classify import GdrUse, gdr_findings
 from cluster_tool.gate.evaluate import JobOutcome, evaluate_job
 from cluster_tool.gate.localize import (
+    DEFAULT_RETESTS,
+    DEFAULT_SCREENS,
     DEFAULT_STRAGGLER_Z,
+    FullSplit,
     Localisation,
     Localizer,
     stragglers,
@@ -38,6 +41,7 @@ from cluster_tool.gate.verdict import (
     apply_drains,
     drain_reason,
     localisation_findings,
+    path_finding,
     plan_drains,
 )
 from cluster_tool.slurm import NodeState
@@ -54,6 +58,10 @@ class GateOptions:
     dry_run: bool = False
     max_fail_share: float = 0.25
     straggler_z: float = DEFAULT_STRAGGLER_Z
+    # Pair screens (each node with another partner each time) and the passes in a row that clear
+    # a node of a failure nobody explains: see cluster_tool.gate.localize.
+    screens: int = DEFAULT_SCREENS
+    retests: int = DEFAULT_RETESTS
     # A slurmd started moments ago is NOT_RESPONDING until it registers with slurmctld (a
     # bring-up gates right after the converge): wait this long for it before leaving it out.
     settle_s: float = 120.0
@@ -102,7 +110,7 @@ class _Ladder:
         self.findings: list[Finding] = []
         self.guilty: list[NodeVerdict] = []
         self.rungs: dict[str, dict[str, Any]] = {}
-        self._seen: set[tuple[str, str | None, str | None]] = set()
+        self._seen: set[tuple[str, str | None, str | None, str]] = set()
         self._round = 0
         self.node_seconds = 0.0
         self.jobs = 0
@@ -181,7 +189,9 @@ class _Ladder:
         return outcome
 
     def _add(self, f: Finding) -> None:
-        key = (f.check, f.node, f.component)
+        # Severity too: a job's info line naming a host (`nccl.ib` seen on gpu003) must not
+        # shadow the error localisation then raises against that host.
+        key = (f.check, f.node, f.component, f.severity)
         if key not in self._seen:
             self._seen.add(key)
             self.findings.append(f)
@@ -239,6 +249,9 @@ class _Ladder:
             rotation=rotation,
             max_fail_share=self.options.max_fail_share,
             straggler_z=self.options.straggler_z,
+            # The rails rung re-runs nodes the pairs rung already screened, to name the rail.
+            screens=1 if rung is Rung.RAILS else self.options.screens,
+            retests=self.options.retests,
         )
         profile = self.thresholds.profile
         while pairs := loc.next_round():
@@ -258,6 +271,7 @@ class _Ladder:
             "bad": sorted(result.bad),
             "paths": [list(p.nodes) for p in result.paths],
             "stragglers": sorted(result.stragglers),
+            "unresolved": sorted(result.suspect),
             "stopped": result.stop_reason,
         }
         return result
@@ -275,10 +289,18 @@ class _Ladder:
         self._round += 1
         (o,) = self._run([multi_node_job(f"r{self._round}-full", Rung.FULL, nodes, self.params)])
         bad = o.first_failure
-        if bad is not None:
+        split: FullSplit | None = None
+        if bad is not None and "pairs" in self.options.rungs and not o.hung:
+            split = self._split_full(nodes, o.as_pair_result(self.thresholds.profile))
+        if split is not None and split.path is not None:
+            exp = self.thresholds.expect(Rung.FULL, "all_reduce")
+            self._add(path_finding(split.path, exp, self.topology, split.evidence))
+        elif bad is not None:
             check = "nccl.hang" if o.hung else bad.check
-            # No one node is to blame when only the whole set fails: the finding names them all.
-            job_nodes = str(NodeSet.fromlist(nodes))
+            # No one node is to blame when only the set fails: the finding names them all (the
+            # smallest set that still failed, when the split got that far).
+            held = split.suspects if split is not None else nodes
+            job_nodes = str(NodeSet.fromlist(held))
             self._add(
                 Finding(
                     check=check,
@@ -288,7 +310,9 @@ class _Ladder:
                     expected=f">= {bad.expectation.floor_gbs:.0f} GB/s ({bad.expectation.basis})",
                     observed=bad.detail,
                     message=(
-                        f"the full job over {len(nodes)} nodes ({job_nodes}) fails ({bad.detail})"
+                        f"the full job over {len(nodes)} nodes ({NodeSet.fromlist(nodes)}) "
+                        f"fails ({bad.detail})"
+                        + (f", and so do {len(held)} of them ({job_nodes})" if split else "")
                         + (
                             " though every pair passed: suspect the spines or the routing"
                             if "pairs" in self.options.rungs
@@ -298,11 +322,34 @@ class _Ladder:
                 )
             )
         self.rungs["full"] = {
-            "jobs": 1,
+            "jobs": 1 + (split.jobs if split else 0),
             "nodes": len(nodes),
             "passed": o.passed,
             "busbw_gbs": o.busbw_gbs,
+            "split_rounds": split.rounds if split else 0,
+            "held": sorted(split.suspects if split else nodes) if bad is not None else [],
         }
+
+    def _split_full(self, nodes: list[str], first: Any) -> FullSplit:
+        """The full job failed though every node passed its pairs: split it to the two nodes
+        that fail only together (a path no pair crossed), or the smallest set that fails."""
+        split = FullSplit(nodes, first)
+        profile = self.thresholds.profile
+        while groups := split.next_round():
+            self._round += 1
+            jobs = [
+                multi_node_job(f"r{self._round}-split{i}", Rung.FULL, g, self.params)
+                for i, g in enumerate(groups)
+            ]
+            split.record([o.as_pair_result(profile) for o in self._run(jobs)])
+        return split
+
+
+def _kept_out(loc: Localisation) -> set[str]:
+    """Nodes the full job must not run: the bad, the ends of a bad path and the nodes never
+    cleared of a failure (their findings already hold them; in the full job they would only
+    fail it again and hold everyone)."""
+    return set(loc.bad) | {n for p in loc.paths for n in p.nodes} | set(loc.suspect)
 
 
 def _registering(state: NodeState | None) -> bool:
@@ -337,14 +384,14 @@ def run_gate(
     if "pairs" in opts.rungs and len(admitted) >= 2:
         loc = ladder.localise("pairs", Rung.PAIRS, admitted, opts.rotation)
         stopped = stopped or loc.stop_reason
-        named |= set(loc.bad)
+        named |= _kept_out(loc)
     if opts.rails and len(admitted) >= 2 and not stopped:
         # The nodes the pairs rung named run again here: a degraded HCA slows the whole
         # ring, and only the per-rail runs say which rail. Another rotation than the pairs
         # rung, so the rails see other partners.
         loc = ladder.localise("rails", Rung.RAILS, admitted, opts.rotation + 1)
         stopped = stopped or loc.stop_reason
-        named |= set(loc.bad)
+        named |= _kept_out(loc)
     admitted = [n for n in admitted if n not in named]
     if "full" in opts.rungs and not stopped:
         ladder.full(admitted)

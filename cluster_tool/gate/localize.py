@@ -1,19 +1,30 @@
-"""Localisation: from failed pairs to the bad node, the bad path, or the straggler. Pure.
+"""Localisation: from failed jobs to the bad node, the bad path, or the straggler. Pure.
 
-Round 1 screens the fleet in disjoint pairs. Round 2 splits every failed pair and
-re-pairs each member with a *different* node already proven good: a node that fails
-with two partners is the bad node; a pair whose members both pass with new partners
-points at the path between them, which round 3 confirms by running the pair again.
-So one bad node is named in two rounds (three when N is odd and it sat out round 1)
-whatever the size of the cluster, and K bad nodes cost K split jobs more, not K rounds.
+The screen runs the fleet in disjoint pairs, `screens` times with another partner each time
+(successive rotations of the circle schedule): an intermittent node that fails 30 % of its jobs
+slips through one screen 70 % of the time, through twelve 1.4 % of the time. Every failure is
+then explained or re-tested:
 
-The caller drives it: `while pairs := loc.next_round(): loc.record(run(pairs))`.
+- a node that fails with two different partners is bad, once the failures that a bad partner
+  explains are set aside (the node with most failures is judged first);
+- a node that fails once and is far below the fleet in its other jobs is bad too (a marginal
+  node near the floor passes some jobs and fails others);
+- a node with a failure no bad partner explains is re-tested `retests` times in a row with
+  proven-good partners: one more failure names it, all passing clears it;
+- a failed pair whose members are both cleared is run again: failing again, it is the path
+  between them; passing, a transient (`nccl.flaky`).
+
+A node that is never cleared of a failure is `unresolved`, which the findings make an error.
+`FullSplit` localises a full job that fails though every node passed its pairs (a bad path
+between two nodes the screens never paired): it halves the job until the pair is left.
+
+The caller drives both: `while jobs := loc.next_round(): loc.record(run(jobs))`.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tool.gate.plan import pair_rotation, sort_by_su
@@ -101,13 +112,36 @@ class Localisation:
     paths: list[PairResult] = field(default_factory=list)
     flaky: list[PairResult] = field(default_factory=list)
     unresolved: dict[str, str] = field(default_factory=dict)
+    # Nodes with a failure nobody explained that could not be cleared: they must not pass.
+    suspect: dict[str, list[PairResult]] = field(default_factory=dict)
     good: set[str] = field(default_factory=set)
     stop_reason: str | None = None
     stats: FleetStats | None = None
 
 
+# Screens of the pairs rung: a node failing 30 % of its jobs slips through twelve screens and the
+# full job with probability 0.7^13 ~ 1 %.
+DEFAULT_SCREENS = 12
+# Consecutive passes with proven partners that clear a node of a failure nobody explains: a node
+# failing 30 % of its jobs passes eight in a row 6 % of the time, and it had to slip through
+# the screens (and will still meet the full job) first.
+DEFAULT_RETESTS = 8
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """One job as one of its members saw it."""
+
+    round: int
+    kind: str  # ok | slow | fail
+    res: PairResult
+
+    def others(self, node: str) -> frozenset[str]:
+        return frozenset(n for n in self.res.nodes if n != node)
+
+
 class Localizer:
-    """The pair ladder's state machine: plans each round from what the previous one said."""
+    """The pair ladder's state machine: plans each round from what the previous ones said."""
 
     def __init__(
         self,
@@ -118,26 +152,34 @@ class Localizer:
         max_fail_share: float = 0.25,
         straggler_z: float = DEFAULT_STRAGGLER_Z,
         min_drop: float = 0.05,
+        screens: int = 1,
+        retests: int = DEFAULT_RETESTS,
     ) -> None:
         if len(set(nodes)) != len(nodes):
             raise ValueError("duplicate node names")
+        if screens < 1 or retests < 1:
+            raise ValueError("screens and retests must be at least 1")
         self._su = dict(su_of or {})
         self._nodes = sort_by_su(nodes, self._su)
         self._rotation = rotation
         self._max_share = max_fail_share
         self._z = straggler_z
         self._drop = min_drop
+        self._screens = screens
+        self._retests = retests
         self.result = Localisation(nodes=len(self._nodes))
         self._planned: list[tuple[str, ...]] = []
+        self._phase = "screen"
         self._done = len(self._nodes) < 2
-        self._left_out: str | None = None
-        self._first: dict[str, PairResult] = {}  # suspect -> the round-1 job it failed in
-        self._hard_pairs: list[PairResult] = []
+        self._seen: dict[str, list[_Seen]] = {n: [] for n in self._nodes}
         self._tested: dict[str, set[str]] = {}  # node -> partners it ran with
-        self._cleared: set[str] = set()
-        self._solo_failed: dict[str, PairResult] = {}  # left-out node failed with one partner
-        self._confirm_paths: list[PairResult] = []
-        self._score: dict[str, float] = {}  # proven-good node -> its best busbw
+        self._score: dict[str, float] = {}  # node -> its best busbw with a clean job
+        self._bad: dict[str, list[PairResult]] = {}
+        self._slow: dict[str, list[PairResult]] = {}
+        self._needs: dict[str, int] = {}  # suspect -> passes in a row still needed
+        self._retest_rounds = 0
+        self._confirming: dict[frozenset[str], PairResult] = {}
+        self._confirmed: set[frozenset[str]] = set()
 
         if len(self._nodes) == 1:
             self.result.unresolved[self._nodes[0]] = "a single node has no partner"
@@ -146,19 +188,28 @@ class Localizer:
 
     def next_round(self) -> list[tuple[str, ...]]:
         """The jobs of the next round (each a tuple of nodes run together); [] when done."""
-        if self._done:
-            return []
-        r = self.result.rounds
-        if r == 0:
-            pairs, self._left_out = pair_rotation(self._nodes, self._rotation, self._su)
-            planned: list[tuple[str, ...]] = list(pairs)
-        elif r == 1:
-            planned = self._plan_split()
-        else:
-            planned = self._plan_confirm()
-        if not planned:
-            self._finish()
-            return []
+        planned: list[tuple[str, ...]] = []
+        while not self._done and not planned:
+            if self._phase == "screen":
+                if self.result.rounds < self._screens:
+                    pairs, _ = pair_rotation(
+                        [n for n in self._nodes if n not in self._bad],
+                        self._rotation + self.result.rounds,
+                        self._su,
+                    )
+                    planned = list(pairs)
+                    if not planned:
+                        self._phase = "retest"
+                else:
+                    self._phase = "retest"
+            elif self._phase == "retest":
+                planned = self._plan_retests()
+                if not planned:
+                    self._phase = "confirm"
+            elif self._phase == "confirm":
+                planned = self._plan_confirm()
+                if not planned:
+                    self._finish()
         self._planned = planned
         return list(planned)
 
@@ -171,22 +222,45 @@ class Localizer:
         self.result.rounds += 1
         self.result.jobs += len(self._planned)
         ordered = [by_nodes[frozenset(p)] for p in self._planned]
+        if self.result.rounds == 1:
+            passed = [r.busbw_gbs for r in ordered if r.passed and r.busbw_gbs is not None]
+            self.result.stats = fleet_stats(passed)
         for res in ordered:
+            kind = self._kind(res)
+            key = frozenset(res.nodes)
+            if self._phase == "confirm" and key in self._confirming:
+                first = self._confirming.pop(key)
+                self._confirmed.add(key)
+                # Failing again together, after both passed with others: the path. Passing
+                # now: the first failure was transient, worth a warning, not a drain.
+                (self.result.paths if kind == "fail" else self.result.flaky).append(first)
+                continue
             for n in res.nodes:
                 self._tested.setdefault(n, set()).update(m for m in res.nodes if m != n)
-        if self.result.rounds == 1:
-            self._record_screen(ordered)
-        elif self.result.rounds == 2:
-            self._record_split(ordered)
-        else:
-            self._record_confirm(ordered)
+                self._seen.setdefault(n, []).append(_Seen(self.result.rounds, kind, res))
+                if kind == "ok" and res.busbw_gbs is not None:
+                    self._score[n] = max(self._score.get(n, 0.0), res.busbw_gbs)
         self._planned = []
+        if self.result.rounds == 1:
+            failed = sum(1 for r in ordered if not r.passed)
+            if failed > self._max_share * len(self._nodes):
+                # Every failed pair holds at least one failing node (or path): this many is
+                # already more than the share a healthy fabric and software stack explain.
+                self._stop(
+                    f"{failed} of {len(ordered)} pairs failed in the screen, so at least "
+                    f"{failed} of {len(self._nodes)} nodes fail (more than "
+                    f"{self._max_share:.0%}): suspect the fabric or the software, not the nodes"
+                )
+                return
+        self._judge()
+        if self._phase == "retest":
+            self._retest_rounds += 1
 
     def verdict(self) -> Localisation:
         """Drive to the end first; asking early returns what is known so far."""
         return self.result
 
-    # -- rounds ----------------------------------------------------------------------------
+    # -- judging ---------------------------------------------------------------------------
 
     def _kind(self, res: PairResult) -> str:
         if not res.passed:
@@ -197,115 +271,167 @@ class Localizer:
             return "slow"
         return "ok"
 
-    def _mark_good(self, res: PairResult, node: str) -> None:
-        self.result.good.add(node)
-        if res.busbw_gbs is not None:
-            self._score[node] = max(self._score.get(node, 0.0), res.busbw_gbs)
+    def _edges(self, node: str, kind: str, blame: Container[str]) -> dict[str, list[PairResult]]:
+        """The partners `node` ran a `kind` job with, and those jobs, leaving out partners in
+        `blame` (a bad or slow partner explains the job)."""
+        out: dict[str, list[PairResult]] = {}
+        for s in self._seen.get(node, ()):
+            partner = s.res.partner_of(node)
+            if s.kind == kind and partner not in blame:
+                out.setdefault(partner, []).append(s.res)
+        return out
 
-    def _record_screen(self, results: list[PairResult]) -> None:
-        passed = [r.busbw_gbs for r in results if r.passed and r.busbw_gbs is not None]
-        self.result.stats = fleet_stats(passed)
-        for res in results:
-            kind = self._kind(res)
-            if kind == "ok":
-                for n in res.nodes:
-                    self._mark_good(res, n)
+    def _unexplained(self, node: str, kind: str, blame: Container[str]) -> list[_Seen]:
+        return [
+            s
+            for s in self._seen.get(node, ())
+            if s.kind == kind and s.res.partner_of(node) not in blame
+        ]
+
+    def _judge(self) -> None:
+        """Who is bad, who is slow, who is still a suspect, from every job so far.
+
+        Each failed pair holds at least one culprit, so the bad nodes are a small cover of the
+        failed pairs: the node failing with most partners is taken first (on a tie, the one
+        whose partners failed with no one else: a partner that fails only with it is cleared by
+        it), and the pairs it explains are set aside; a node named in an earlier round is
+        taken before any other. A node is bad only with two partners
+        left: with one, it or its partner or the path between them is re-tested.
+        """
+        bad: dict[str, list[PairResult]] = {}
+        while True:
+            best: tuple[tuple[bool, int, int, int], str] | None = None
+            for n in self._nodes:
+                if n in bad:
+                    continue
+                fails = self._edges(n, "fail", bad)
+                if not fails:
+                    continue
+                # Failing once and far below the fleet with another partner: a marginal node.
+                slows = self._edges(n, "slow", bad)
+                partners = set(fails) | set(slows)
+                if len(partners) < 2:
+                    continue
+                leaves = sum(1 for p in fails if len(self._edges(p, "fail", bad)) == 1)
+                # Named before, judged first: more evidence must not turn two bad nodes that
+                # failed together into one explaining the other.
+                score = (n in self._bad, len(fails), leaves, len(partners))
+                if best is None or score > best[0]:
+                    best = (score, n)
+            if best is None:
+                break
+            n = best[1]
+            evidence = [
+                s for s in self._seen[n] if s.kind != "ok" and s.res.partner_of(n) not in bad
+            ]
+            bad[n] = [s.res for s in evidence]
+        slow: dict[str, list[PairResult]] = {}
+        while True:
+            pick: tuple[tuple[int, int], str] | None = None
+            for n in self._nodes:
+                if n in bad or n in slow:
+                    continue
+                slows = self._edges(n, "slow", {**bad, **slow})
+                if len(slows) < 2:
+                    continue
+                leaves = sum(1 for p in slows if len(self._edges(p, "slow", bad)) == 1)
+                if pick is None or (len(slows), leaves) > pick[0]:
+                    pick = ((len(slows), leaves), n)
+            if pick is None:
+                break
+            n = pick[1]
+            slow[n] = [r for rs in self._edges(n, "slow", {**bad, **slow}).values() for r in rs]
+        self._bad = bad
+        self._slow = slow
+        self.result.bad = dict(bad)
+        self._needs = {}
+        screens_done = self._screens
+        for n in self._nodes:
+            if n in bad or n in slow:
                 continue
-            if kind == "fail":
-                self._hard_pairs.append(res)
-            for n in res.nodes:
-                self._first[n] = res
-        failed_pairs = len(self._hard_pairs)
-        if failed_pairs > self._max_share * len(self._nodes):
-            # Every failed pair holds at least one failing node (or path): this many is
-            # already more than the share a healthy fabric and software stack explain.
-            self._stop(
-                f"{failed_pairs} of {len(results)} pairs failed in the screen, so at least "
-                f"{failed_pairs} of {len(self._nodes)} nodes fail (more than "
-                f"{self._max_share:.0%}): suspect the fabric or the software, not the nodes"
-            )
+            seen = self._seen.get(n, [])
+            failed = self._unexplained(n, "fail", bad)
+            slowed = self._unexplained(n, "slow", {**bad, **slow})
+            if failed:
+                last = max(s.round for s in failed)
+                streak = sum(
+                    1 for s in seen if s.round > max(last, screens_done) and s.kind == "ok"
+                )
+                need = self._retests - streak
+            elif slowed:
+                last = max(s.round for s in slowed)
+                need = 1 - sum(1 for s in seen if s.round > last and s.kind == "ok")
+            else:
+                need = 0 if any(s.kind == "ok" for s in seen) else 1
+            if need > 0:
+                self._needs[n] = need
 
-    def _plan_split(self) -> list[tuple[str, ...]]:
-        suspects = list(self._first)
-        if self._left_out is not None:
-            suspects.append(self._left_out)
-        return self._pair_with_good(suspects)
+    def _plan_retests(self) -> list[tuple[str, ...]]:
+        if not self._needs:
+            return []
+        if self._retest_rounds >= 2 * self._retests + 1:
+            for n in self._needs:
+                self.result.unresolved[n] = (
+                    f"not cleared after {self._retest_rounds} rounds of re-tests"
+                )
+            return []
+        suspects = sorted(self._needs, key=lambda n: (-self._needs[n], n))
+        planned = self._pair_with_good(suspects)
+        if not planned:
+            for n in suspects:
+                self.result.unresolved.setdefault(
+                    n, "no proven-good partner left to re-test it with"
+                )
+        return planned
+
+    def _clean(self) -> list[str]:
+        return [
+            n
+            for n in self._nodes
+            if n not in self._bad
+            and n not in self._slow
+            and n not in self._needs
+            and n not in self.result.unresolved
+        ]
 
     def _pair_with_good(self, suspects: list[str]) -> list[tuple[str, ...]]:
-        # Best-proven partners first, and from another SU when there is one, so the
-        # re-test also crosses the spines.
-        pool = sorted(self.result.good, key=lambda n: (-self._score.get(n, 0.0), n))
+        # Best-proven partners first, and from another SU when there is one, so the re-test
+        # also crosses the spines; a partner it has not run with before when there is one.
+        pool = sorted(self._clean(), key=lambda n: (-self._score.get(n, 0.0), n))
         used: set[str] = set()
         planned: list[tuple[str, ...]] = []
         for s in suspects:
+            if s in used:
+                continue
             tried = self._tested.get(s, set())
-            options = [g for g in pool if g not in used and g not in tried and g != s]
+            options = [g for g in pool if g not in used and g != s]
+            fresh = [g for g in options if g not in tried]
             if not options:
-                self.result.unresolved[s] = "no proven-good partner left to re-test it with"
                 continue
             su = self._su.get(s)
-            other_su = [g for g in options if su is None or self._su.get(g) != su]
-            partner = (other_su or options)[0]
-            used.add(partner)
+            choice = fresh or options
+            other_su = [g for g in choice if su is None or self._su.get(g) != su]
+            partner = (other_su or choice)[0]
+            used |= {partner, s}
             planned.append((s, partner))
         return planned
 
-    def _suspect_of(self, res: PairResult) -> str:
-        return next(n for n in res.nodes if n not in self.result.good)
-
-    def _record_split(self, results: list[PairResult]) -> None:
-        for res in results:
-            s = self._suspect_of(res)
-            kind = self._kind(res)
-            first = self._first.get(s)
-            if kind == "ok":
-                self._cleared.add(s)
-                self._mark_good(res, s)
-            elif first is None:  # the node that sat out round 1: one partner is not enough
-                self._solo_failed[s] = res
-            elif kind == "fail":
-                self.result.bad[s] = [first, res]
-            else:
-                self._add_straggler(s, [first, res])
-        for pair in self._hard_pairs:
-            if all(n in self._cleared for n in pair.nodes):
-                self._confirm_paths.append(pair)
-
     def _plan_confirm(self) -> list[tuple[str, ...]]:
-        planned: list[tuple[str, ...]] = [p.nodes for p in self._confirm_paths]
-        planned += self._pair_with_good(list(self._solo_failed))
+        # Failed jobs no bad node explains, whose members are all cleared: run each once more.
+        cleared = set(self._clean())
+        planned: list[tuple[str, ...]] = []
+        busy: set[str] = set()
+        for n in self._nodes:
+            for s in self._unexplained(n, "fail", self._bad):
+                key = frozenset(s.res.nodes)
+                if key in self._confirmed or key in self._confirming:
+                    continue
+                if not key <= cleared or key & busy:
+                    continue
+                self._confirming[key] = s.res
+                busy |= key
+                planned.append(s.res.nodes)
         return planned
-
-    def _record_confirm(self, results: list[PairResult]) -> None:
-        paths = {frozenset(p.nodes): p for p in self._confirm_paths}
-        for res in results:
-            first_path = paths.get(frozenset(res.nodes))
-            if first_path is not None:
-                # Failing again together, after both passed with others: the path. Passing
-                # now: the first failure was transient, worth a warning, not a drain.
-                if self._kind(res) == "fail":
-                    self.result.paths.append(first_path)
-                else:
-                    self.result.flaky.append(first_path)
-                continue
-            s = self._suspect_of(res)
-            kind = self._kind(res)
-            earlier = self._solo_failed[s]
-            if kind == "fail" and not earlier.passed:
-                self.result.bad[s] = [earlier, res]
-            elif kind == "ok":
-                self._mark_good(res, s)
-                if not earlier.passed:
-                    self.result.flaky.append(earlier)
-            else:
-                self._add_straggler(s, [earlier, res])
-        self._finish()
-
-    def _add_straggler(self, node: str, evidence: list[PairResult]) -> None:
-        stats = self.result.stats
-        worst = min((r.busbw_gbs for r in evidence if r.busbw_gbs is not None), default=None)
-        z = round(stats.z(worst), 2) if stats is not None and worst is not None else float("nan")
-        self.result.stragglers[node] = (z, evidence)
 
     def _stop(self, reason: str) -> None:
         self.result.stop_reason = reason
@@ -314,12 +440,105 @@ class Localizer:
 
     def _finish(self) -> None:
         self._done = True
-        n_bad = len(self.result.bad)
-        if self.result.stop_reason is None and n_bad > self._max_share * len(self._nodes):
+        res = self.result
+        res.bad = dict(self._bad)
+        stats = res.stats
+        for node, evidence in self._slow.items():
+            worst = min((r.busbw_gbs for r in evidence if r.busbw_gbs is not None), default=None)
+            z = (
+                round(stats.z(worst), 2)
+                if stats is not None and worst is not None
+                else float("nan")
+            )
+            res.stragglers[node] = (z, evidence)
+        for node in self._needs:
+            fails = self._unexplained(node, "fail", self._bad)
+            if fails:
+                res.suspect[node] = [s.res for s in fails]
+        res.good = set(self._clean())
+        n_bad = len(res.bad)
+        if res.stop_reason is None and n_bad > self._max_share * len(self._nodes):
             self._stop(
                 f"{n_bad} of {len(self._nodes)} nodes failed (more than {self._max_share:.0%}): "
                 "suspect the fabric or the software, not the nodes"
             )
+
+
+class FullSplit:
+    """A job over many nodes failed though each passed its pairs: find the two nodes that fail
+    only together (a bad path the screens never crossed), or else the smallest set that fails.
+
+    Each step halves the set known to fail: its halves run side by side; if neither fails, the
+    two ends sit in different halves, and the quarters are crossed (Q1+Q3 beside Q2+Q4, then
+    Q1+Q4 beside Q2+Q3). Every job of a round is disjoint, so a round costs the set once. A
+    set that then never fails again was entered on a fluke (a node just above the floor
+    dipping under it once): the split goes back to the set before it, at most `backtracks`
+    times. The last pair is run once more before it is named.
+    """
+
+    def __init__(self, nodes: Sequence[str], first: PairResult, backtracks: int = 2) -> None:
+        self.suspects: list[str] = list(nodes)
+        self.evidence: list[PairResult] = [first]
+        self.path: PairResult | None = None
+        self.rounds = 0
+        self.jobs = 0
+        self.done = len(self.suspects) < 2
+        self._step = 0
+        self._stack: list[list[str]] = []
+        self._backtracks = backtracks
+        self._planned: list[tuple[str, ...]] = []
+
+    def _quarters(self) -> list[list[str]]:
+        n = self.suspects
+        q = [len(n) * i // 4 for i in range(5)]
+        return [n[q[i] : q[i + 1]] for i in range(4)]
+
+    def next_round(self) -> list[tuple[str, ...]]:
+        if self.done:
+            return []
+        if len(self.suspects) == 2:
+            self._planned = [tuple(self.suspects)]
+            return list(self._planned)
+        a, b, c, d = self._quarters()
+        crossings = ([a + b, c + d], [a + c, b + d], [a + d, b + c])
+        self._planned = [tuple(g) for g in crossings[self._step] if len(g) >= 2]
+        return list(self._planned)
+
+    def record(self, results: Sequence[PairResult]) -> None:
+        self.rounds += 1
+        self.jobs += len(results)
+        failed = [r for r in results if not r.passed]
+        if len(self.suspects) == 2:
+            if failed:
+                self.evidence.append(failed[0])
+                self.path = failed[0]
+                self.done = True
+            else:
+                self._back()
+            return
+        if len(failed) == 1:
+            (res,) = failed
+            self.evidence.append(res)
+            self._stack.append(self.suspects)
+            members = set(res.nodes)
+            self.suspects = [n for n in self.suspects if n in members]
+            self._step = 0
+            return
+        if failed:
+            # Both halves fail: two faults, and the set as it stands is all that can be said.
+            self.done = True
+        elif self._step == 2:
+            self._back()
+        else:
+            self._step += 1
+
+    def _back(self) -> None:
+        if self._stack and self._backtracks > 0:
+            self._backtracks -= 1
+            self.suspects = self._stack.pop()
+            self._step = 0
+        else:
+            self.done = True
 
 
 def localize(
@@ -331,6 +550,8 @@ def localize(
     max_fail_share: float = 0.25,
     straggler_z: float = DEFAULT_STRAGGLER_Z,
     min_drop: float = 0.05,
+    screens: int = 1,
+    retests: int = DEFAULT_RETESTS,
 ) -> Localisation:
     """Run the whole localisation with `run_round(jobs) -> results`, one call per round."""
     loc = Localizer(
@@ -340,6 +561,8 @@ def localize(
         max_fail_share=max_fail_share,
         straggler_z=straggler_z,
         min_drop=min_drop,
+        screens=screens,
+        retests=retests,
     )
     while jobs := loc.next_round():
         loc.record(run_round(jobs))

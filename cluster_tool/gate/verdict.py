@@ -7,7 +7,7 @@ measured with, so `sinfo -R` alone tells the next person why the node is out:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tool.findings import Finding
@@ -26,8 +26,26 @@ def _gbs(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} GB/s"
 
 
+# Jobs quoted in a finding: a node failing every one of twelve screens has twelve.
+_SHOWN = 3
+
+
+def _count(n: int) -> str:
+    return {2: "two", 3: "three"}.get(n, str(n))
+
+
+def _with(res: PairResult, node: str, floor: float) -> str:
+    return f"{_what(res, floor)} with {res.partner_of(node)}"
+
+
+def _more(evidence: Sequence[PairResult]) -> str:
+    return f" (and {len(evidence) - _SHOWN} more)" if len(evidence) > _SHOWN else ""
+
+
 def _what(res: PairResult, floor: float) -> str:
     # The job's own words ("212 GB/s < 333 GB/s", "no output for 300 s"), else the numbers.
+    if res.passed:
+        return f"{_gbs(res.busbw_gbs)} (passed, far below the fleet)"
     return res.detail or f"{_gbs(res.busbw_gbs)} < {_gbs(floor)}"
 
 
@@ -73,7 +91,7 @@ def localisation_findings(
             )
         )
     for node, evidence in sorted(loc.bad.items()):
-        partners = [r.partner_of(node) for r in evidence]
+        partners = list(dict.fromkeys(r.partner_of(node) for r in evidence))
         # The worst job that ran names the fault; one Slurm never started has no busbw to rank.
         ran = [r for r in evidence if r.check != "slurm.pending"] or evidence
         worst = min(ran, key=lambda r: r.busbw_gbs if r.busbw_gbs is not None else -1.0)
@@ -88,33 +106,20 @@ def localisation_findings(
             node=node,
             component=", ".join(comps) or None,
             expected=f">= {_gbs(floor)} ({expectation.basis}, {_gbs(expected)} expected)",
-            observed="; ".join(f"{_what(r, floor)} with {r.partner_of(node)}" for r in evidence),
+            observed="; ".join(_with(r, node, floor) for r in evidence[:_SHOWN]) + _more(evidence),
             message=(
-                f"{node} fails with two partners ({' and '.join(partners)}): "
-                + "; ".join(f"{_what(r, floor)} with {r.partner_of(node)}" for r in evidence)
+                f"{node} fails with {_count(len(partners))} partners "
+                f"({' and '.join(partners[:_SHOWN])}{', ...' if len(partners) > _SHOWN else ''}): "
+                + "; ".join(_with(r, node, floor) for r in evidence[:_SHOWN])
+                + _more(evidence)
             ),
         )
         findings.append(f)
         if not unscheduled:
-            reason = drain_reason(res_check, what, partners, f.component)
+            reason = drain_reason(res_check, what, partners[:2], f.component)
             guilty.append(NodeVerdict(node, f, reason))
     for res in loc.paths:
-        a, b = sorted(res.nodes)[:2]
-        hops = topology.path(a, b) if topology is not None else []
-        findings.append(
-            Finding(
-                check="nccl.path",
-                severity="error",
-                node=None,
-                component=f"path {a} <-> {b}",
-                expected=f">= {_gbs(floor)}",
-                observed=f"{_what(res, floor)}, twice; both pass with other partners",
-                message=(
-                    f"{a} and {b} fail only together: suspect the cables/switches between them"
-                    + (": " + " | ".join(hops) if hops else "")
-                ),
-            )
-        )
+        findings.append(path_finding(res, expectation, topology))
     for node, (z, evidence) in sorted(loc.stragglers.items()):
         median = loc.stats.median if loc.stats else None
         findings.append(
@@ -143,7 +148,24 @@ def localisation_findings(
                 message=f"{' + '.join(res.nodes)} failed once and passed on re-run",
             )
         )
+    for node, evidence in sorted(loc.suspect.items()):
+        # It failed a job no bad partner explains and was not cleared: never admitted on that.
+        findings.append(
+            Finding(
+                check="nccl.unresolved",
+                severity="error",
+                node=node,
+                expected=f"{_gbs(floor)} or more, or a failure a bad partner explains",
+                observed="; ".join(_with(r, node, floor) for r in evidence[:_SHOWN]),
+                message=(
+                    f"{node} failed a job no bad partner explains and could not be cleared: "
+                    + loc.unresolved.get(node, "not re-tested enough")
+                ),
+            )
+        )
     for node, why in sorted(loc.unresolved.items()):
+        if node in loc.suspect:
+            continue
         findings.append(
             Finding(
                 check="nccl.unresolved",
@@ -153,6 +175,37 @@ def localisation_findings(
             )
         )
     return findings, guilty
+
+
+def path_finding(
+    res: PairResult,
+    expectation: Expectation,
+    topology: Topology | None = None,
+    evidence: Sequence[PairResult] = (),
+) -> Finding:
+    """`nccl.path`: two nodes that fail only together; it holds those two and no other."""
+    floor = expectation.floor_gbs
+    a, b = sorted(res.nodes)[:2]
+    hops = topology.path(a, b) if topology is not None else []
+    observed = f"{_what(res, floor)}, twice; both pass with other partners"
+    if len(evidence) > 1:
+        observed = (
+            f"{_what(res, floor)}; every job holding both of them failed "
+            f"({len(evidence)} jobs, the first over {len(evidence[0].nodes)} nodes); "
+            "both pass with other partners"
+        )
+    return Finding(
+        check="nccl.path",
+        severity="error",
+        node=None,
+        component=f"path {a} <-> {b}",
+        expected=f">= {_gbs(floor)}",
+        observed=observed,
+        message=(
+            f"{a} and {b} fail only together: suspect the cables/switches between them"
+            + (": " + " | ".join(hops) if hops else "")
+        ),
+    )
 
 
 @dataclass

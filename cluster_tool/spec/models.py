@@ -495,6 +495,15 @@ class NcclGateThresholds(StrictModel):
         description="Above this share of failing nodes, stop and suspect the fabric, not "
         "the nodes (default 0.25).",
     )
+    screens: int = Field(
+        12,
+        ge=1,
+        le=64,
+        description="Pair screens the gate runs, each node with a new partner each time "
+        "(default 12: a node failing 30% of its jobs slips through all of them and the full "
+        "job about 1% of the time; fewer screens cost fewer GPU-hours and catch fewer "
+        "intermittent nodes, see `gate simulate --screens`).",
+    )
 
 
 class Thresholds(StrictModel):

@@ -169,6 +169,7 @@ class Live:
             rungs=rungs or self.rungs,
             max_fail_share=inputs.max_fail_share,
             straggler_z=inputs.straggler_z,
+            screens=inputs.screens,
         )
         result = run_gate(
             list(nodes), runner, inputs.thresholds, inputs.params, inputs.topology, options

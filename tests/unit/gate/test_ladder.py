@@ -83,6 +83,9 @@ def gate(
         clock=clock,
         sleep=clock.sleep,
     )
+    # One screen unless a test asks for more: these tests are about what the ladder does with
+    # a verdict (drains, reasons, hangs), which the number of screens does not change.
+    options.setdefault("screens", 1)
     result = run_gate(nodes, runner, THRESHOLDS, PARAMS, options=GateOptions(**options))  # type: ignore[arg-type]
     return result, replay, clock
 
