@@ -11,6 +11,7 @@ import string
 from collections import Counter
 from typing import Any
 
+from cluster_tool.redact import is_secret_name
 from cluster_tool.spec.models import (
     LANE_RATE_GBPS,
     SUPERPOD_SPINES,
@@ -33,11 +34,34 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     problems += _check_fabric(cluster)
     problems += _check_slurm_and_limits(cluster)
     problems += _check_no_secrets(cluster.ansible_vars, ("ansible_vars",))
+    problems += _check_no_secrets(cluster.ansible_connection_vars, ("ansible_connection_vars",))
+    problems += _check_ansible_vars(cluster)
     return problems
 
 
-# Names that hold a secret themselves (`*_password`), not a path to one (`*_key_file`).
-_SECRET_NAME = re.compile(r"(^|_)(password|passwd|pass|secret|token|api_key)$", re.IGNORECASE)
+def _check_ansible_vars(cluster: Cluster) -> list[Problem]:
+    """Ansible's own variables decide how, and as whom, every host is reached and what runs
+    there (`ansible_ssh_common_args` can carry a ProxyCommand): never by the way, only through
+    `ansible_connection_vars`, which says so."""
+    problems: list[Problem] = []
+    for key in cluster.ansible_vars:
+        if key.lower().startswith("ansible_"):
+            problems.append(
+                (
+                    ("ansible_vars", key),
+                    f"{key} is one of Ansible's connection, privilege or interpreter "
+                    "variables; set it under `ansible_connection_vars` if you mean it",
+                )
+            )
+    for key in cluster.ansible_connection_vars:
+        if not key.lower().startswith("ansible_"):
+            problems.append(
+                (
+                    ("ansible_connection_vars", key),
+                    f"{key} is not an `ansible_*` variable; put it under `ansible_vars`",
+                )
+            )
+    return problems
 
 
 def _check_no_secrets(value: Any, loc: Loc) -> list[Problem]:
@@ -47,7 +71,7 @@ def _check_no_secrets(value: Any, loc: Loc) -> list[Problem]:
         for key, item in value.items():
             sub = (*loc, str(key))
             if (
-                _SECRET_NAME.search(str(key))
+                is_secret_name(str(key))
                 and isinstance(item, str | int | float)
                 and "{{" not in str(item)
             ):

@@ -40,6 +40,10 @@ class StrictModel(BaseModel):
 
 
 def _check_hostlist(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9\[\],._-]*", value):
+        raise ValueError(
+            f"not a valid hostlist {value!r}: only letters, digits, `[`, `]`, `,`, `.`, `_`, `-`"
+        )
     try:
         NodeSet(value)
     except NodeSetException as exc:
@@ -63,9 +67,186 @@ PciAddress = Annotated[
     ),
 ]
 
+# RFC 3986 characters less the ones a shell or a template acts on (`$ ; ' ( ) * !` and braces).
 Url = Annotated[
     str,
-    Field(pattern=r"^(https?|file|ftp)://\S+$", description="Repository or download URL."),
+    Field(
+        pattern=r"^(https?|file|ftp)://[A-Za-z0-9._~:/?#\[\]@&+,=%-]+$",
+        max_length=2048,
+        description="Repository or download URL.",
+    ),
+]
+
+
+# --- what a spec string may hold ---------------------------------------------------------
+# Every string lands somewhere with a grammar of its own (slurm.conf, nccl.conf, a bash
+# script, YAML that Ansible templates, a path on the controller), so each says what it may
+# hold and a newline, a template marker, `$(`, a backtick, `;` or `../` is a located spec
+# error. Only descriptions are free text.
+
+
+def _matching(what: str, regex: str, max_length: int) -> Any:
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if len(value) > max_length:
+            raise ValueError(f"{what} of at most {max_length} characters, not {len(value)}")
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _schema(regex: str, max_length: int, description: str) -> Any:
+    return Field(
+        description=description, json_schema_extra={"pattern": regex, "maxLength": max_length}
+    )
+
+
+_HOST_RE = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
+HostName = Annotated[
+    str,
+    _matching("a host name (lower-case letters, digits, inner `-`)", _HOST_RE, 63),
+    _schema(f"^{_HOST_RE}$", 63, "A host name, e.g. `head01`."),
+]
+
+_DOMAIN_RE = (
+    r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+DomainName = Annotated[
+    str,
+    _matching(
+        "a DNS domain (labels of letters, digits, inner `-`, joined by `.`)", _DOMAIN_RE, 253
+    ),
+    _schema(f"^{_DOMAIN_RE}$", 253, "A DNS domain, e.g. `cluster.example.net`."),
+]
+
+# Linux interface names: at most 15 bytes (IFNAMSIZ - 1), no `/`, no whitespace.
+_IFNAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}"
+InterfaceName = Annotated[
+    str,
+    _matching("an interface name (letters, digits, `_`, `.`, `-`; 15 at most)", _IFNAME_RE, 15),
+    _schema(f"^{_IFNAME_RE}$", 15, "A network interface name, e.g. `eno1` or `ibp24s0`."),
+]
+
+# Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
+_DURATION_RE = (
+    r"INFINITE|UNLIMITED|[0-9]{1,9}(:[0-9]{1,2}){0,2}|[0-9]{1,5}-[0-9]{1,2}(:[0-9]{1,2}){0,2}"
+)
+SlurmDuration = Annotated[
+    str,
+    _matching("a Slurm time (`INFINITE`, minutes, `HH:MM:SS`, `D-HH:MM:SS`)", _DURATION_RE, 20),
+    _schema(f"^({_DURATION_RE})$", 20, "A Slurm time limit, e.g. `INFINITE` or `7-00:00:00`."),
+]
+
+_SLURM_NAME_RE = r"[a-z0-9][a-z0-9_-]*"
+SlurmClusterName = Annotated[
+    str,
+    # Slurm folds ClusterName to lower case and keeps 40 characters of it; the munge key
+    # is stored under it on the controller, so it is a path part as well.
+    _matching("a Slurm cluster name (lower-case letters, digits, `_`, `-`)", _SLURM_NAME_RE, 40),
+    _schema(f"^{_SLURM_NAME_RE}$", 40, "A Slurm `ClusterName`, e.g. `h100-1su`."),
+]
+
+# nccl-tests sizes (`-b`, `-e`): a count of bytes with an optional K, M or G.
+_BYTES_RE = r"[0-9]{1,15}[KMGkmg]?"
+ByteSize = Annotated[
+    str,
+    _matching("a byte size (digits with an optional K, M or G)", _BYTES_RE, 16),
+    _schema(f"^{_BYTES_RE}$", 16, "A size in bytes with an optional K/M/G suffix, e.g. `16G`."),
+]
+
+_PATH_RE = r"/([A-Za-z0-9._+-]+/?)*"
+
+
+def _no_dot_dot(value: str) -> str:
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} has a `..` part; give the path without it")
+    return value
+
+
+AbsolutePath = Annotated[
+    str,
+    _matching("an absolute path (`/` then letters, digits, `.`, `_`, `+`, `-`)", _PATH_RE, 255),
+    AfterValidator(_no_dot_dot),
+    _schema(f"^{_PATH_RE}$", 255, "An absolute path without `..`, e.g. `/opt/nccl-tests`."),
+]
+
+# Environment names NCCL and the SHARP/UCX plugins read; nothing a loader or shell acts on.
+_ENV_NAME_RE = r"(NCCL|SHARP|UCX|HCOLL)_[A-Z0-9_]+"
+# A mapping key: pydantic's own pattern check, so the error names what a key must match.
+NcclEnvKey = Annotated[str, Field(pattern=f"^{_ENV_NAME_RE}$", max_length=64)]
+AnsibleVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)]
+# Values as NCCL takes them: `=mlx5_0:1,mlx5_3:1`, `^docker,lo`, `/etc/nccl/topo.xml`, `%h.%p`.
+_ENV_VALUE_RE = r"[A-Za-z0-9_.,:=/^+@%-]*"
+EnvValue = Annotated[
+    str,
+    _matching("an environment value (letters, digits, `_.,:=/^+@%-`)", _ENV_VALUE_RE, 255),
+    AfterValidator(_no_dot_dot),
+    _schema(f"^{_ENV_VALUE_RE}$", 255, "An environment value without spaces or quotes."),
+]
+
+# Package versions as apt and git tags write them (`2.21.5-1+cuda12.4`, `v2.13.11`).
+_VERSION_RE = r"[A-Za-z0-9][A-Za-z0-9._+~-]*"
+Version = Annotated[
+    str,
+    _matching("a version (letters, digits, `.`, `_`, `+`, `~`, `-`)", _VERSION_RE, 64),
+    _schema(f"^{_VERSION_RE}$", 64, "A package version or git tag."),
+]
+
+# A name the tool shows or matches (switch model, GPU product as nvidia-smi prints it).
+_LABEL_RE = r"[A-Za-z0-9][A-Za-z0-9 ._/+()-]*"
+Label = Annotated[
+    str,
+    _matching("a name (letters, digits, spaces, `._/+()-`)", _LABEL_RE, 128),
+    _schema(f"^{_LABEL_RE}$", 128, "A product or model name."),
+]
+
+# Python format strings that become switch names or BMC addresses: fields in single braces.
+_NAME_PATTERN_RE = r"[A-Za-z0-9_.:-]*(\{[a-z_]+(:[0-9]{0,3}d)?\}[A-Za-z0-9_.:-]*)*"
+NamePattern = Annotated[
+    str,
+    _matching(
+        "a name pattern (letters, digits, `_.:-` and fields like `{su}` or `{n:02d}`)",
+        _NAME_PATTERN_RE,
+        128,
+    ),
+    _schema(f"^{_NAME_PATTERN_RE}$", 128, "A name over format fields, e.g. `su{su}-leaf-r{rail}`."),
+]
+_BMC_PATTERN_RE = r"(https?://)?" + _NAME_PATTERN_RE
+BmcAddressPattern = Annotated[
+    str,
+    _matching(
+        "a BMC address pattern (an optional `https://`, then letters, digits, `_.:-` and "
+        "fields like `{number}` or `{number:03d}`)",
+        _BMC_PATTERN_RE,
+        255,
+    ),
+    _schema(f"^{_BMC_PATTERN_RE}$", 255, "A BMC address over format fields."),
+]
+
+
+ProfileName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64)]
+
+
+def _regex(value: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("a control character (newline, tab, ...) in a regular expression")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regex: {exc}") from None
+    return value
+
+
+Regex = Annotated[str, AfterValidator(_regex), Field(max_length=512)]
+
+_NDD_FORMAT_RE = r"[A-Za-z0-9 %._:-]+"
+NodeDescriptionFormat = Annotated[
+    str,
+    _matching("an rdma-ndd format (letters, digits, spaces, `%._:-`)", _NDD_FORMAT_RE, 64),
+    _schema(f"^{_NDD_FORMAT_RE}$", 64, "An rdma-ndd node description format."),
 ]
 
 
@@ -84,22 +265,22 @@ class Hca(StrictModel):
     pci: PciAddress
     gpu: int = Field(ge=0, description="Index of the GPU this HCA is closest to (PIX).")
     rail: int = Field(ge=0, description="Rail (0-based) this HCA is cabled to.")
-    netdev: str | None = Field(None, description="IPoIB interface name, e.g. `ibp24s0`.")
+    netdev: InterfaceName | None = Field(None, description="IPoIB interface name, e.g. `ibp24s0`.")
 
 
 class Nic(StrictModel):
     """A storage or management NIC: present on the node, never on a compute rail."""
 
-    device: str = Field(description="Device name, e.g. `mlx5_1` or `eno1`.")
+    device: InterfaceName = Field(description="Device name, e.g. `mlx5_1` or `eno1`.")
     pci: PciAddress
     purpose: Literal["storage", "management", "inband"] = Field(description="What it carries.")
-    netdev: str | None = Field(None, description="Network interface name.")
+    netdev: InterfaceName | None = Field(None, description="Network interface name.")
 
 
 class NodeProfile(StrictModel):
     """A kind of GPU server: GPUs, CPUs, memory, compute HCAs and expected link rate."""
 
-    extends: str | None = Field(
+    extends: ProfileName | None = Field(
         None,
         description="Start from this profile (built-in or defined earlier) and override "
         "the keys given here.",
@@ -108,7 +289,7 @@ class NodeProfile(StrictModel):
     gpu_model: str = Field(
         pattern=r"^[a-z0-9_]+$", description="GPU type as Slurm GRES names it (`h100`)."
     )
-    gpu_product: str = Field(description="Product name as nvidia-smi reports it.")
+    gpu_product: Label = Field(description="Product name as nvidia-smi reports it.")
     gpu_count: int = Field(ge=1, le=16, description="GPUs per node.")
     gpu_memory_gib: int = Field(ge=1, description="Memory per GPU in GiB (80 for H100).")
     gpu_pci: list[PciAddress] = Field(
@@ -190,10 +371,10 @@ class NodeGroup(StrictModel):
     address: ipaddress.IPv4Address = Field(
         description="Management address of the first host; the others follow in hostlist order."
     )
-    profile: str | None = Field(
+    profile: ProfileName | None = Field(
         None, description="Node profile of GPU nodes; leave out for head/login/service hosts."
     )
-    bmc_address_pattern: str | None = Field(
+    bmc_address_pattern: BmcAddressPattern | None = Field(
         None,
         description="BMC address for this group's hosts; default: `bmc.address_pattern` "
         "for GPU nodes, none for the others.",
@@ -204,12 +385,12 @@ class Management(StrictModel):
     """The management (Ethernet) network every host is reached on."""
 
     network: ipaddress.IPv4Network = Field(description="CIDR, e.g. `10.10.0.0/16`.")
-    interface: str = Field(
+    interface: InterfaceName = Field(
         "eno1",
         description="Interface on the management network; NCCL bootstraps over it "
         "(`NCCL_SOCKET_IFNAME`). Default `eno1`.",
     )
-    domain: str | None = Field(None, description="DNS domain of the hosts, if any.")
+    domain: DomainName | None = Field(None, description="DNS domain of the hosts, if any.")
 
 
 class SecretRef(StrictModel):
@@ -253,7 +434,7 @@ class BmcCredentials(StrictModel):
 class Bmc(StrictModel):
     """The nodes' BMCs (Redfish), used to re-image: one-time PXE boot + power cycle."""
 
-    address_pattern: str = Field(
+    address_pattern: BmcAddressPattern = Field(
         description="BMC address of a GPU node, a Python format string over {name}, "
         "{number} (the numeric part of the hostname), {index} (1-based in its group), "
         "{su}, {index_in_su}; e.g. `10.11.0.{number}` or `{name}-bmc`."
@@ -292,25 +473,25 @@ class Fabric(StrictModel):
         description="Spine switches; default from the SuperPOD reference "
         "(1 SU: 4, 2 SU: 8, 3 SU: 16, 4 SU: 16). Required beyond 4 SU.",
     )
-    switch_model: str = Field("MQM9700", description="Switch model, for reports.")
-    leaf_name_pattern: str = Field(
+    switch_model: Label = Field("MQM9700", description="Switch model, for reports.")
+    leaf_name_pattern: NamePattern = Field(
         "su{su}-leaf-r{rail}",
         description="Leaf switch name over {su} (1-based) and {rail} (0-based). "
         "Default `su{su}-leaf-r{rail}`.",
     )
-    spine_name_pattern: str = Field(
+    spine_name_pattern: NamePattern = Field(
         "spine{n:02d}", description="Spine switch name over {n} (1-based). Default `spine{n:02d}`."
     )
-    switch_name_pattern: str = Field(
+    switch_name_pattern: Regex = Field(
         DEFAULT_SWITCH_NAME_PATTERN,
         description="Regex with a `name` group that extracts the switch name from its node "
         "description; the default accepts Quantum-2 `MF0;su1-leaf-r0:MQM9700/U1` and a plain "
         "`su1-leaf-r0`.",
     )
-    node_description_format: str = Field(
+    node_description_format: NodeDescriptionFormat = Field(
         "%h %d", description="rdma-ndd node description format (default `%h %d`: `gpu001 mlx5_0`)."
     )
-    subnet_manager: str = Field(description="Host that runs the subnet manager (OpenSM/UFM).")
+    subnet_manager: HostName = Field(description="Host that runs the subnet manager (OpenSM/UFM).")
     expected_speed: Literal["EDR", "HDR", "NDR", "XDR"] = Field(
         "NDR", description="Generation of every fabric link (default NDR)."
     )
@@ -355,15 +536,17 @@ class Partition(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
     nodes: Hostlist | None = Field(None, description="Hosts of the partition; default all GPUs.")
     default: bool = Field(False, description="The default partition.")
-    max_time: str = Field("INFINITE", description="Slurm `MaxTime`.")
+    max_time: SlurmDuration = Field("INFINITE", description="Slurm `MaxTime`.")
 
 
 class Slurm(StrictModel):
     """Slurm roles and partitions."""
 
-    cluster_name: str | None = Field(None, description="`ClusterName`; default: cluster name.")
-    controller: str = Field(description="Host running slurmctld.")
-    accounting_host: str | None = Field(None, description="Host running slurmdbd, if any.")
+    cluster_name: SlurmClusterName | None = Field(
+        None, description="`ClusterName`; default: cluster name."
+    )
+    controller: HostName = Field(description="Host running slurmctld.")
+    accounting_host: HostName | None = Field(None, description="Host running slurmdbd, if any.")
     login_nodes: Hostlist | None = Field(None, description="Login hosts, if any.")
     partitions: list[Partition] = Field(
         default_factory=lambda: [Partition.model_validate({"name": "gpu", "default": True})],
@@ -389,16 +572,16 @@ class Repositories(StrictModel):
 class Software(StrictModel):
     """Pinned versions of the node stack (defaults: a tested 2024 H100/H200 stack)."""
 
-    nvidia_driver_branch: str = Field("550", description="Driver branch (default 550).")
-    nvidia_driver_version: str = Field("550.127.08", description="Driver version.")
-    cuda_version: str = Field("12.4", description="CUDA toolkit (default 12.4).")
-    doca_ofed_version: str = Field("2.9.1", description="DOCA-OFED (default 2.9.1 LTS).")
-    nccl_version: str = Field("2.21.5-1+cuda12.4", description="NCCL package version.")
-    hpcx_version: str = Field("2.20", description="HPC-X, which carries the SHARP plugin.")
-    sharp_plugin_version: str = Field("3.9.0", description="NCCL RDMA SHARP plugin version.")
-    slurm_version: str = Field("24.05.5", description="Slurm (default 24.05.5).")
-    dcgm_version: str = Field("3.3.9", description="DCGM (default 3.3.9).")
-    nccl_tests_version: str = Field("v2.13.11", description="nccl-tests git tag.")
+    nvidia_driver_branch: Version = Field("550", description="Driver branch (default 550).")
+    nvidia_driver_version: Version = Field("550.127.08", description="Driver version.")
+    cuda_version: Version = Field("12.4", description="CUDA toolkit (default 12.4).")
+    doca_ofed_version: Version = Field("2.9.1", description="DOCA-OFED (default 2.9.1 LTS).")
+    nccl_version: Version = Field("2.21.5-1+cuda12.4", description="NCCL package version.")
+    hpcx_version: Version = Field("2.20", description="HPC-X, which carries the SHARP plugin.")
+    sharp_plugin_version: Version = Field("3.9.0", description="NCCL RDMA SHARP plugin version.")
+    slurm_version: Version = Field("24.05.5", description="Slurm (default 24.05.5).")
+    dcgm_version: Version = Field("3.3.9", description="DCGM (default 3.3.9).")
+    nccl_tests_version: Version = Field("v2.13.11", description="nccl-tests git tag.")
     repositories: Repositories = Field(default_factory=lambda: Repositories.model_validate({}))
 
 
@@ -417,12 +600,12 @@ class NcclTests(StrictModel):
     collectives: list[Collective] = Field(
         default_factory=_default_collectives, description="Which *_perf binaries to run."
     )
-    min_bytes: str = Field("8", description="nccl-tests `-b` (default 8).")
-    max_bytes: str = Field("16G", description="nccl-tests `-e` (default 16G).")
+    min_bytes: ByteSize = Field("8", description="nccl-tests `-b` (default 8).")
+    max_bytes: ByteSize = Field("16G", description="nccl-tests `-e` (default 16G).")
     step_factor: int = Field(2, ge=2, description="nccl-tests `-f` (default 2).")
     iters: int = Field(20, ge=1, description="nccl-tests `-n` (default 20).")
     warmup_iters: int = Field(5, ge=0, description="nccl-tests `-w` (default 5).")
-    binary_dir: str = Field(
+    binary_dir: AbsolutePath = Field(
         "/opt/nccl-tests/build", description="Where the nccl-tests role installs the binaries."
     )
 
@@ -430,10 +613,10 @@ class NcclTests(StrictModel):
 class Nccl(StrictModel):
     """The NCCL environment rendered into nccl.conf."""
 
-    socket_ifname: str | None = Field(
+    socket_ifname: InterfaceName | None = Field(
         None, description="`NCCL_SOCKET_IFNAME`; default `management.interface`."
     )
-    extra_env: dict[str, str] = Field(
+    extra_env: dict[NcclEnvKey, EnvValue] = Field(
         default_factory=dict, description="More NCCL_* variables, written as given."
     )
     tests: NcclTests = Field(default_factory=lambda: NcclTests.model_validate({}))
@@ -546,9 +729,6 @@ ROLE_LOGIN = "login"
 ROLE_SUBNET_MANAGER = "subnet_manager"
 
 
-ProfileName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-
-
 class Cluster(StrictModel):
     """A whole cluster: the one file an SRE writes."""
 
@@ -567,10 +747,20 @@ class Cluster(StrictModel):
     software: Software = Field(default_factory=lambda: Software.model_validate({}))
     nccl: Nccl = Field(default_factory=lambda: Nccl.model_validate({}))
     thresholds: Thresholds = Field(default_factory=lambda: Thresholds.model_validate({}))
-    ansible_vars: dict[str, Any] = Field(
+    ansible_vars: dict[AnsibleVarName, Any] = Field(
         default_factory=dict,
         description="Extra Ansible variables merged last into group_vars/all.yml (e.g. a "
-        "lab pointing repository URLs at a local mirror).",
+        "lab pointing repository URLs at a local mirror). Written as given: Ansible templates "
+        "these values, the one place in the spec meant for templates (a vault reference such "
+        "as `'{{ vault_dbd_pass }}'`). Ansible's own `ansible_*` variables are refused here.",
+    )
+    ansible_connection_vars: dict[AnsibleVarName, str | int | bool] = Field(
+        default_factory=dict,
+        description="Ansible's connection, privilege and interpreter variables "
+        "(`ansible_ssh_common_args`, `ansible_become_*`, `ansible_connection`, "
+        "`ansible_python_interpreter`, ...), set on purpose: they decide how and as whom "
+        "Ansible reaches every host and what it runs there, so they are never taken from "
+        "`ansible_vars`. Written into group_vars/all.yml as given.",
     )
 
     _hosts: list[Node] | None = PrivateAttr(default=None)

@@ -236,6 +236,7 @@ def test_literal_secret_in_ansible_vars_is_refused() -> None:
         "ansible_vars:\n"
         "  slurmdbd_db_password: hunter2\n"
         "  munge_key_token: '{{ vault_munge }}'\n"
+        "ansible_connection_vars:\n"
         "  ansible_ssh_private_key_file: /root/.ssh/id_ed25519\n"
     )
     (problem,) = problems_of(text)
