@@ -34,12 +34,11 @@ from cluster_tool.errors import (
     ClusterToolError,
     UsageError,
 )
+from cluster_tool.fileio import PRIVATE_FILE, atomic_write
+from cluster_tool.redact import is_secret_name
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
-
-# Environment names that look like they carry a secret; their values never reach an artifact.
-_SECRET_NAME = re.compile(r"PASS|SECRET|TOKEN|KEY|CRED|VAULT", re.IGNORECASE)
 
 # Events worth keeping in the result: task outcomes and play boundaries.
 _KEPT_EVENTS = frozenset(
@@ -225,7 +224,7 @@ def _safe_env(env: Mapping[str, str], keep: Iterable[str]) -> dict[str, str]:
     return {
         k: v
         for k, v in env.items()
-        if (k.startswith("ANSIBLE_") or k in wanted) and not _SECRET_NAME.search(k)
+        if (k.startswith("ANSIBLE_") or k in wanted) and not is_secret_name(k)
     }
 
 
@@ -240,10 +239,7 @@ def _scrub_command_artifact(artifact_dir: Path, keep_env: Iterable[str]) -> None
         command_file.unlink(missing_ok=True)
         return
     recorded["env"] = _safe_env(recorded.get("env") or {}, keep_env)
-    tmp = command_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(recorded), encoding="utf-8")
-    tmp.chmod(0o600)
-    tmp.replace(command_file)
+    atomic_write(command_file, json.dumps(recorded), mode=PRIVATE_FILE)
 
 
 def _owner_alive(pid: int) -> bool:

@@ -54,21 +54,13 @@ GateWorkdirOpt = Annotated[
 
 
 def _secrets(cluster: "Cluster") -> "Secrets":
-    """Every secret this run could meet: env passwords (dbd, BMC), the cluster's munge key where
-    the slurm role keeps it (~/.cluster-tool/secrets/<cluster>/, or runs/secrets/<cluster>/)."""
-    import contextlib
-
+    """Every secret this run could meet (`cluster_secrets`); the munge key is looked for where
+    the slurm role keeps it, ~/.cluster-tool/secrets/<slurm_cluster_name>/, or runs/secrets/."""
     from cluster_tool.ansible.runner import REPO_ROOT
-    from cluster_tool.workflows.runs import known_secrets
+    from cluster_tool.workflows.runs import cluster_secrets
 
-    found = known_secrets()
-    for folder in (Path.home() / ".cluster-tool" / "secrets", REPO_ROOT / "runs" / "secrets"):
-        with contextlib.suppress(OSError):
-            found.add((folder / cluster.name / "munge.key").read_text(encoding="utf-8"))
-    for ref in (cluster.bmc.credentials.password,):
-        if ref.env:
-            found.add(os.environ.get(ref.env))
-    return found
+    dirs = [Path.home() / ".cluster-tool" / "secrets", REPO_ROOT / "runs" / "secrets"]
+    return cluster_secrets(cluster, secret_dirs=dirs)
 
 
 def _slurm(slurm_via: str | None, ssh_config: Path | None) -> Any:

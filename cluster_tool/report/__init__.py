@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_tool.errors import UsageError
+from cluster_tool.fileio import PRIVATE_FILE, atomic_write, read_input_text
 from cluster_tool.report.html import render_html
 from cluster_tool.report.junit import junit_xml
 
@@ -15,16 +16,21 @@ __all__ = ["junit_xml", "load_run", "render_html", "write_report"]
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A run's summary and findings (UsageError when the run has not written them)."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-        findings = json.loads((run_dir / "findings.json").read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise UsageError(
-            f"{run_dir}: no {Path(exc.filename).name}; the run did not finish"
-        ) from exc
-    except ValueError as exc:
-        raise UsageError(f"{run_dir}: unreadable run record: {exc}") from exc
+    loaded: list[Any] = []
+    for name in ("summary.json", "findings.json"):
+        path = run_dir / name
+        if not path.exists():
+            raise UsageError(f"{run_dir}: no {name}; the run did not finish")
+        try:
+            loaded.append(json.loads(read_input_text(path)))
+        except ValueError as exc:
+            raise UsageError(f"{path}: unreadable run record: {exc}") from None
+    summary, findings = loaded
+    if not isinstance(summary, dict):
+        raise UsageError(f"{run_dir / 'summary.json'}: unreadable run record: not a JSON object")
     items = findings.get("findings", []) if isinstance(findings, dict) else []
+    if not isinstance(items, list) or not all(isinstance(f, dict) for f in items):
+        raise UsageError(f"{run_dir / 'findings.json'}: unreadable run record: bad findings")
     return summary, items
 
 
@@ -39,9 +45,5 @@ def write_report(run_dir: Path) -> list[Path]:
         ),
         ("report.html", render_html(summary, findings)),
     ):
-        target = run_dir / name
-        tmp = target.with_name(name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(target)
-        written.append(target)
+        written.append(atomic_write(run_dir / name, text, mode=PRIVATE_FILE))
     return written

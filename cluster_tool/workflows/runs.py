@@ -11,28 +11,37 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets as _random
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cluster_tool.errors import UsageError
+from cluster_tool.fileio import (
+    PRIVATE_DIR,
+    PRIVATE_FILE,
+    atomic_write,
+    private_dir,
+    read_input_text,
+)
 from cluster_tool.findings import Finding, Report
+from cluster_tool.redact import REDACTED, Secrets, is_secret_name
+
+if TYPE_CHECKING:
+    from cluster_tool.spec import Cluster
+
+__all__ = ["REDACTED", "RunRecord", "Secrets", "cluster_secrets", "find_runs", "known_secrets"]
 
 SUMMARY = "summary.json"
 FINDINGS = "findings.json"
 JOURNAL = "journal.jsonl"
 JUNIT = "junit.xml"
 REPORT = "report.html"
-REDACTED = "[redacted]"
 RECORD_VERSION = 1
-
-# A secret shorter than this would match ordinary text; such values are refused upstream
-# (the roles want a 32-byte munge key and a 12-character dbd password).
-_MIN_SECRET_LEN = 6
 
 
 def default_runs_dir() -> Path:
@@ -44,32 +53,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-@dataclass
-class Secrets:
-    """Values that must never be written: added as they are learnt, never stored themselves."""
-
-    values: set[str] = field(default_factory=set)
-
-    def add(self, value: str | None) -> None:
-        if value and len(value.strip()) >= _MIN_SECRET_LEN:
-            self.values.add(value)
-            self.values.add(value.strip())
-
-    def redact(self, text: str) -> str:
-        # Longest first, so a secret that contains another is replaced whole.
-        for value in sorted(self.values, key=len, reverse=True):
-            if value in text:
-                text = text.replace(value, REDACTED)
-        return text
-
-    def redact_bytes(self, data: bytes) -> bytes:
-        for value in sorted(self.values, key=len, reverse=True):
-            raw = value.encode()
-            if raw in data:
-                data = data.replace(raw, REDACTED.encode())
-        return data
-
-
 def known_secrets(
     environ: Mapping[str, str] | None = None, munge_key_file: Path | None = None
 ) -> Secrets:
@@ -78,14 +61,58 @@ def known_secrets(
     env = os.environ if environ is None else environ
     found = Secrets()
     for name, value in env.items():
-        upper = name.upper()
-        if "PASSWORD" in upper or "SECRET" in upper or upper.endswith(("_KEY", "_TOKEN")):
+        if is_secret_name(name):
             found.add(value)
     if munge_key_file is not None:
         # Not generated yet, or not readable by this user: nothing to hide then.
         with contextlib.suppress(OSError):
             found.add(munge_key_file.read_text(encoding="utf-8", errors="replace"))
     return found
+
+
+# `lookup('env', 'NAME')` / `lookup('ansible.builtin.env', "NAME")` in an ansible_vars value.
+_ENV_LOOKUP = re.compile(
+    r"""lookup\(\s*['"](?:ansible\.builtin\.)?env['"]\s*,\s*['"]([^'"]+)['"]"""
+)
+
+
+def cluster_secrets(
+    cluster: Cluster,
+    environ: Mapping[str, str] | None = None,
+    secret_dirs: Iterable[Path] | None = None,
+) -> Secrets:
+    """Every secret a run on this cluster could meet, all in one registry: passwords and keys
+    in the environment (`known_secrets`), the BMC user name and password wherever the spec
+    points, the munge key where the slurm role keeps it (`<dir>/<slurm_cluster_name>/munge.key`
+    for each of `secret_dirs`, default `~/.cluster-tool/secrets`, or the `slurm_munge_key_file`
+    given), and every value `ansible_vars` holds under a secret name (`is_secret_name`), or the
+    environment variable such a value looks up."""
+    env = os.environ if environ is None else environ
+    found = known_secrets(env)
+    for ref in (cluster.bmc.credentials.username, cluster.bmc.credentials.password):
+        if ref.env:
+            found.add(env.get(ref.env))
+    named = Secrets()
+    named.add_named(cluster.ansible_vars)
+    for value in named.values:
+        found.update(_looked_up(value, env) if "{{" in value else Secrets({value}))
+    dirs = [Path.home() / ".cluster-tool" / "secrets"] if secret_dirs is None else secret_dirs
+    key_files = [folder / cluster.slurm_cluster_name / "munge.key" for folder in dirs]
+    given = cluster.ansible_vars.get("slurm_munge_key_file")
+    if isinstance(given, str) and "{{" not in given:
+        key_files.append(Path(given))
+    for key_file in key_files:
+        # Not generated yet, or not readable by this user: nothing to hide then.
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            found.add(key_file.read_text(encoding="utf-8"))
+    return found
+
+
+def _looked_up(template: str, env: Mapping[str, str]) -> Secrets:
+    looked = Secrets()
+    for name in _ENV_LOOKUP.findall(template):
+        looked.add(env.get(name))
+    return looked
 
 
 @dataclass
@@ -131,7 +158,8 @@ class RunRecord:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         run_id = f"{stamp}-{_random.token_hex(3)}"
         path = runs_dir / run_id
-        path.mkdir(parents=True, exist_ok=False, mode=0o750)
+        private_dir(runs_dir)
+        path.mkdir(exist_ok=False, mode=PRIVATE_DIR)
         record = cls(path, secrets)
         record.write_json(
             "inputs.json",
@@ -157,28 +185,37 @@ class RunRecord:
         return self.path.name
 
     def inputs(self) -> dict[str, Any]:
-        data = json.loads((self.path / "inputs.json").read_text(encoding="utf-8"))
+        """The run's inputs.json; a record from elsewhere that is not JSON is a UsageError."""
+        path = self.path / "inputs.json"
+        try:
+            data = json.loads(read_input_text(path))
+        except ValueError as exc:
+            raise UsageError(f"{path}: not a run record: {exc}") from None
         return data if isinstance(data, dict) else {}
 
     # --- writing -------------------------------------------------------------------------
 
     def write_text(self, rel: str, text: str) -> Path:
-        """Write a file inside the run (secrets replaced), atomically: a reader never sees half."""
+        """Write a file inside the run (secrets replaced), atomically: a reader never sees half,
+        and only the owner may read it (a record holds site data)."""
         target = self.path / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(self.secrets.redact(text), encoding="utf-8")
-        tmp.replace(target)
-        return target
+        private_dir(target.parent)
+        return atomic_write(target, self.secrets.redact(text), mode=PRIVATE_FILE)
 
     def write_json(self, rel: str, data: Any) -> Path:
-        return self.write_text(rel, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        """Write JSON with the secrets replaced in the values, before encoding: a secret holding
+        a quote, a backslash or a non-ASCII letter is escaped in the file and still caught."""
+        # Through JSON once first, so any object (dates, paths) is a plain string to redact.
+        plain = json.loads(json.dumps(data, default=str))
+        clean = self.secrets.redact_value(plain)
+        target = self.path / rel
+        private_dir(target.parent)
+        text = json.dumps(clean, indent=2, sort_keys=True) + "\n"
+        return atomic_write(target, text, mode=PRIVATE_FILE)
 
     def raw_dir(self) -> Path:
         """Where raw captured outputs go (fan-out captures, gate job outputs)."""
-        raw = self.path / "raw"
-        raw.mkdir(parents=True, exist_ok=True)
-        return raw
+        return private_dir(self.path / "raw")
 
     # --- journal -------------------------------------------------------------------------
 
@@ -197,7 +234,8 @@ class RunRecord:
             step, status, node, batch, self.secrets.redact(detail) if detail else None
         )
         line = json.dumps(entry.to_json(), sort_keys=True) + "\n"
-        fd = os.open(self.path / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.path / JOURNAL, flags, PRIVATE_FILE)
         try:
             os.write(fd, line.encode())
             os.fsync(fd)
@@ -210,7 +248,7 @@ class RunRecord:
         if not path.is_file():
             return []
         entries: list[JournalEntry] = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in read_input_text(path).splitlines():
             try:
                 data = json.loads(line)
             except ValueError:
@@ -258,8 +296,9 @@ class RunRecord:
         return report
 
     def scrub(self) -> list[Path]:
-        """Replace every known secret in every file of the run (ansible-runner artifacts too);
-        returns the files that held one."""
+        """Replace every known secret in every file of the run (ansible-runner artifacts too),
+        in any encoding, each file rewritten beside itself and renamed over (a kill or a full disk
+        leaves the old file whole); returns the files that held one."""
         touched: list[Path] = []
         if not self.secrets.values:
             return touched
@@ -268,9 +307,9 @@ class RunRecord:
                 data = path.read_bytes()
             except OSError:
                 continue
-            clean = self.secrets.redact_bytes(data)
+            clean = self.secrets.redact_file_content(path, data)
             if clean != data:
-                path.write_bytes(clean)
+                atomic_write(path, clean, mode=PRIVATE_FILE)
                 touched.append(path)
         return touched
 

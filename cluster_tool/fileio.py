@@ -1,0 +1,145 @@
+"""Files in and out, safely: every file the tool writes goes through `atomic_write` (a reader
+never sees half a file, a planted symlink is never written through), and every input file
+through `read_input_bytes`/`read_input_text` (regular files only, bounded in size)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from cluster_tool.errors import UsageError
+
+# Files that can hold site data (host names, addresses, findings, rendered configs) are readable
+# by their owner only; the folders that hold them likewise.
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+MAX_INPUT_ENV = "CLUSTER_TOOL_MAX_INPUT_BYTES"
+# The largest capture the tool reads in practice is a fleet's dmesg/Xid log or an
+# ibnetdiscover of a few thousand ports: tens of MB. Anything past this is a mistake or an attack.
+DEFAULT_MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+_TMP_SUFFIX = ".tmp"
+
+
+def max_input_bytes() -> int:
+    """The size cap on one input file: `$CLUSTER_TOOL_MAX_INPUT_BYTES`, else 64 MiB."""
+    given = os.environ.get(MAX_INPUT_ENV, "").strip()
+    if not given:
+        return DEFAULT_MAX_INPUT_BYTES
+    try:
+        value = int(given)
+    except ValueError:
+        raise UsageError(f"{MAX_INPUT_ENV}={given!r}: not a whole number of bytes") from None
+    if value < 1:
+        raise UsageError(f"{MAX_INPUT_ENV}={given!r}: must be at least 1")
+    return value
+
+
+def read_input_bytes(path: Path | str, limit: int | None = None) -> bytes:
+    """The bytes of an input file. UsageError (one line) when it is missing, not a regular file
+    (a FIFO would block forever, a device never ends) or larger than the cap."""
+    cap = max_input_bytes() if limit is None else limit
+    # O_NONBLOCK: opening a FIFO for reading must not wait for a writer before we can refuse it.
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{path}: not a regular file")
+        if info.st_size > cap:
+            raise UsageError(
+                f"{path}: {info.st_size} bytes, over the input limit of {cap} ({MAX_INPUT_ENV})"
+            )
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        size = 0
+        # Read no more than the cap even if the file grows while we read it.
+        while size <= cap:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > cap:
+            raise UsageError(f"{path}: over the input limit of {cap} bytes ({MAX_INPUT_ENV})")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_input_text(path: Path | str, limit: int | None = None) -> str:
+    """An input file as UTF-8 text (see `read_input_bytes`); binary content is a one-line
+    UsageError naming the first bad byte, never a UnicodeDecodeError."""
+    data = read_input_bytes(path, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def atomic_write(path: Path | str, data: str | bytes, *, mode: int = PRIVATE_FILE) -> Path:
+    """Write `data` to `path` so that a reader sees the old file or the new one, never half:
+    a temporary file with a random name is created beside it (O_EXCL, O_NOFOLLOW: a planted
+    file or symlink is never written through), fsynced, renamed over `path` (which replaces a
+    symlink there rather than following it), and the folder fsynced. UsageError on failure."""
+    target = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(tmp, flags, mode)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    try:
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UsageError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(target.parent)
+    return target
+
+
+def fsync_dir(folder: Path | str) -> None:
+    """Make a rename or a new entry in `folder` durable (best effort: some filesystems refuse)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def private_dir(path: Path | str) -> Path:
+    """Create `path` (and missing parents) as a folder only its owner can read; refuses a
+    symlink where the folder should be."""
+    folder = Path(path)
+    try:
+        # Level by level: `mkdir(parents=True)` would give the parents the umask's mode.
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]
+        for level in reversed(missing):
+            level.mkdir(mode=PRIVATE_DIR, exist_ok=True)
+        if folder.is_symlink():
+            raise UsageError(f"{folder}: is a symlink; refusing to write through it")
+    except OSError as exc:
+        raise UsageError(f"{folder}: cannot create: {exc.strerror or exc}") from None
+    return folder
