@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cluster_tool.errors import UsageError
 from cluster_tool.lab import bmc, fabric, nodes, repo
 from cluster_tool.lab import model as hw
@@ -464,9 +462,9 @@ def _write_ssh_files(config: LabConfig, plan: LabPlan) -> None:
 def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
     """Re-render the inventory with lab group_vars: repositories at the lab's, SSH via the lab."""
     from cluster_tool.render import render
-    from cluster_tool.render.engine import render_files
+    from cluster_tool.render.engine import load_rendered_yaml, render_files
 
-    current = yaml.safe_load(render_files(plan.cluster).get("group_vars/all.yml", "")) or {}
+    current = load_rendered_yaml(render_files(plan.cluster).get("group_vars/all.yml", "")) or {}
     lab_vars: dict[str, Any] = {}
     for key in current:
         if key.endswith(("_repo_url", "_repo_uri")):

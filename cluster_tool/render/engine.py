@@ -6,6 +6,7 @@ import difflib
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -206,6 +207,51 @@ def _changed(files: dict[str, str], out: Path) -> list[str]:
     return sorted(changed + removed)
 
 
+# --- quoting per format --------------------------------------------------------------------
+# Spec strings are typed, so none of these should ever meet a hostile value; each filter still
+# writes a value so that its file's own grammar reads it back as that value and nothing else,
+# and refuses one it cannot write that way.
+
+# Variables whose value is meant as an Ansible template: everything else rendered from the spec
+# reaches Ansible marked `!unsafe`, so Jinja in a spec value is data, never code.
+TEMPLATED_VARS = frozenset(
+    {
+        "cluster_cabling_csv",
+        "cluster_switch_links_csv",
+        "nccl_conf_file",
+        "nccl_tests_jobs_dir",
+        "slurm_nodes_conf_file",
+        "slurm_gres_conf_file",
+        "slurm_topology_conf_file",
+    }
+)
+
+UNSAFE_TAG = "!unsafe"
+_STR_TAG = "tag:yaml.org,2002:str"
+_RESOLVER = yaml.resolver.Resolver()
+
+
+class Unsafe(str):
+    """A string Ansible must take as data: written as `!unsafe "..."`."""
+
+
+def _resolves_to_str(text: str) -> bool:
+    # Ansible resolves an `!unsafe` scalar's type as if it were plain (`!unsafe '12.4'` is a
+    # float): only strings that stay strings are tagged; the others hold no template anyway.
+    return _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == _STR_TAG
+
+
+def mark_unsafe(data: Any) -> Any:
+    """`data` with every string (not mapping keys) wrapped in `Unsafe`."""
+    if isinstance(data, dict):
+        return {key: mark_unsafe(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [mark_unsafe(value) for value in data]
+    if isinstance(data, str) and not isinstance(data, Unsafe) and _resolves_to_str(data):
+        return Unsafe(data)
+    return data
+
+
 class _IndentedDumper(yaml.SafeDumper):
     """Indents list items under their key, as yamllint's default style wants."""
 
@@ -213,29 +259,115 @@ class _IndentedDumper(yaml.SafeDumper):
         super().increase_indent(flow, False)
 
 
+def _represent_unsafe(dumper: yaml.SafeDumper, value: Unsafe) -> yaml.ScalarNode:
+    return dumper.represent_scalar(UNSAFE_TAG, str(value), style='"')
+
+
+_IndentedDumper.add_representer(Unsafe, _represent_unsafe)
+
+
+class RenderedYamlLoader(yaml.SafeLoader):
+    """Reads rendered YAML back as plain data (`!unsafe` strings as strings), for the tool's
+    own readers and tests; Ansible reads the same files with its own loader."""
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    raise yaml.constructor.ConstructorError(None, None, "bad !unsafe node", node.start_mark)
+
+
+RenderedYamlLoader.add_constructor(UNSAFE_TAG, _construct_unsafe)
+
+
+def load_rendered_yaml(text: str) -> Any:
+    """A rendered YAML file (hosts.yml, group_vars/all.yml) as plain data."""
+    return yaml.load(text, Loader=RenderedYamlLoader)
+
+
+_LINE_MAX = 120  # the project's yamllint line-length
+
+
 def _to_yaml(data: Any) -> str:
     text = yaml.dump(
         data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=110
     )
-    return text.rstrip("\n")
+    # PyYAML cannot fold a long string without spaces (a URL behind its `!unsafe` tag).
+    lines = []
+    for line in text.rstrip("\n").split("\n"):
+        if len(line) > _LINE_MAX:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.append(f"{indent}# yamllint disable-line rule:line-length")
+        lines.append(line)
+    return "\n".join(lines)
 
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$")
-_RESOLVER = yaml.resolver.Resolver()
 
 
 def _yaml_scalar(value: Any) -> str:
-    """One YAML scalar: ints and bools as such, strings plain when safe, else quoted."""
+    """One YAML scalar: ints and bools as such, strings plain when safe, else quoted;
+    `Unsafe` strings tagged for Ansible."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     text = str(value)
+    if isinstance(value, Unsafe):
+        return f"{UNSAFE_TAG} {json.dumps(text)}"
     # PyYAML's own implicit resolver says whether a plain scalar would stay a string.
-    str_tag = "tag:yaml.org,2002:str"
-    if _PLAIN.match(text) and _RESOLVER.resolve(yaml.ScalarNode, text, (True, False)) == str_tag:
+    if _PLAIN.match(text) and _resolves_to_str(text):
         return text
     return json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
+
+
+# slurm.conf and its includes: `Key=Value` words split on whitespace, `#` starts a comment
+# anywhere, double quotes group a value with spaces and have no escape of their own.
+_SLURM_PLAIN = re.compile(r"[A-Za-z0-9_.,:/\[\]+@%-]+")
+
+
+def _slurm_value(value: Any) -> str:
+    text = str(value)
+    if _SLURM_PLAIN.fullmatch(text):
+        return text
+    if not text or any(c in text for c in '"#=\\') or not text.isprintable():
+        raise RenderError(f"{text!r} cannot be written as a Slurm config value")
+    return f'"{text}"'
+
+
+# nccl.conf: NCCL reads `NAME=VALUE` up to the end of the line, with no quoting at all, and
+# sets each as an environment variable; a value can hold anything but a line break.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_line(name: str, value: Any) -> str:
+    text = str(value)
+    if not _ENV_NAME.fullmatch(name):
+        raise RenderError(f"{name!r} cannot be written as an environment variable name")
+    if not text.isprintable() or len(text) > 1023:
+        raise RenderError(f"{name}: {text!r} cannot be written into nccl.conf")
+    return f"{name}={text}"
+
+
+def _sh_quote(value: Any) -> str:
+    """One shell word, whatever it holds (`shlex.quote`: single quotes when needed)."""
+    return shlex.quote(str(value))
+
+
+_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_.,:/\[\]+@%=-]+")
+
+
+def _sbatch_value(value: Any) -> str:
+    # `#SBATCH` lines are read by sbatch, not bash: one word per option, no quoting needed
+    # for the values the spec can hold, and none that needs it is written.
+    text = str(value)
+    if not _SBATCH_PLAIN.fullmatch(text):
+        raise RenderError(f"{text!r} cannot be written as an #SBATCH option value")
+    return text
 
 
 def _environment() -> jinja2.Environment:
@@ -251,6 +383,10 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["to_yaml"] = _to_yaml
     env.filters["yaml_scalar"] = _yaml_scalar
+    env.filters["slurm"] = _slurm_value
+    env.filters["env_line"] = _env_line
+    env.filters["sh"] = _sh_quote
+    env.filters["sbatch"] = _sbatch_value
     env.filters["fold"] = _fold
     return env
 
@@ -313,12 +449,12 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     for node in hosts:
         entry: dict[str, Any] = {"ansible_host": node.address}
         if node.bmc_address is not None:
-            entry["bmc_address"] = node.bmc_address
+            entry["bmc_address"] = mark_unsafe(node.bmc_address)
         if node.su is not None:
             entry["su"] = node.su
             entry["index_in_su"] = node.index_in_su
         if node.profile_name is not None:
-            entry["node_profile"] = node.profile_name
+            entry["node_profile"] = mark_unsafe(node.profile_name)
         inventory_hosts.append({"name": node.name, "vars": entry})
     inventory_groups: dict[str, list[str]] = {}
     for role, group in GROUPS.items():
@@ -422,8 +558,15 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "enroot_download_url": repos.enroot,
         "pyxis_repo_url": repos.pyxis,
     }
-    # The spec's free-form variables win: a lab points repository URLs at its mirror.
+    # Spec values reach Ansible as data; only the paths below the inventory are templates.
+    group_vars = {
+        key: value if key in TEMPLATED_VARS else mark_unsafe(value)
+        for key, value in group_vars.items()
+    }
+    # The spec's free-form variables win, as written (Ansible templates them): a lab points
+    # repository URLs at its mirror, a site refers to its vault.
     group_vars.update(cluster.ansible_vars)
+    group_vars.update(cluster.ansible_connection_vars)
 
     node_lines = []
     for name, run in _runs(gpu_nodes, lambda n: n.profile_name):

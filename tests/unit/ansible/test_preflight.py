@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from cluster_tool.ansible import run_playbook
+from cluster_tool.render.engine import load_rendered_yaml
 from tests.conftest import REPO
 
 SITE = REPO / "playbooks" / "site.yml"
@@ -20,7 +21,7 @@ def _inventory(tmp_path: Path, **changes: object) -> Path:
     folder = tmp_path / "inventory"
     shutil.copytree(REPO / "inventory" / "example", folder)
     group_vars = folder / "group_vars" / "all.yml"
-    data = yaml.safe_load(group_vars.read_text())
+    data = load_rendered_yaml(group_vars.read_text())
     for key, value in changes.items():
         if value is None:
             data.pop(key, None)

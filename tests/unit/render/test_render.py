@@ -6,11 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cluster_tool.cli import main
 from cluster_tool.render import diff_rendered, render, render_files
-from cluster_tool.render.engine import RenderError
+from cluster_tool.render.engine import RenderError, load_rendered_yaml
 from cluster_tool.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -54,7 +53,7 @@ def test_same_spec_same_bytes() -> None:
 
 
 def test_inventory_groups_and_host_vars(h100_files: dict[str, str]) -> None:
-    inventory = yaml.safe_load(h100_files["hosts.yml"])["all"]
+    inventory = load_rendered_yaml(h100_files["hosts.yml"])["all"]
     host = inventory["hosts"]["gpu017"]
     assert host == {
         "ansible_host": "10.10.1.17",
@@ -70,7 +69,7 @@ def test_inventory_groups_and_host_vars(h100_files: dict[str, str]) -> None:
     assert list(groups["login"]["hosts"]) == ["login01", "login02"]
     assert len(groups["gpu"]["hosts"]) == 31
     assert len(groups["su1"]["hosts"]) == 31
-    group_vars = yaml.safe_load(h100_files["group_vars/all.yml"])
+    group_vars = load_rendered_yaml(h100_files["group_vars/all.yml"])
     # Roles take group names from here instead of hard-coding them.
     assert group_vars["cluster_groups"]["gpu"] == "gpu"
     assert group_vars["cluster_groups"]["su"] == ["su1"]
@@ -79,7 +78,7 @@ def test_inventory_groups_and_host_vars(h100_files: dict[str, str]) -> None:
 
 
 def test_secrets_are_references_only(h100_files: dict[str, str]) -> None:
-    group_vars = yaml.safe_load(h100_files["group_vars/all.yml"])
+    group_vars = load_rendered_yaml(h100_files["group_vars/all.yml"])
     assert group_vars["cluster_bmc_credentials"] == {
         "username": "env:CLUSTER_BMC_USERNAME",
         "password": "vault:vault_bmc_password",
@@ -138,7 +137,7 @@ def test_ansible_vars_are_merged_last(tmp_path: Path) -> None:
     text += "ansible_vars:\n  cuda_repo_url: http://10.77.0.1/repo/\n  lab_extra: 1\n"
     spec = tmp_path / "lab.yml"
     spec.write_text(text)
-    group_vars = yaml.safe_load(render_files(load_spec(spec))["group_vars/all.yml"])
+    group_vars = load_rendered_yaml(render_files(load_spec(spec))["group_vars/all.yml"])
     assert group_vars["cuda_repo_url"] == "http://10.77.0.1/repo/"
     assert group_vars["lab_extra"] == 1
 
