@@ -7,7 +7,7 @@ import typer
 
 from cluster_tool import output
 from cluster_tool.commands._listing import help_with_listing
-from cluster_tool.errors import ParseError, UsageError
+from cluster_tool.errors import EXIT_CHECKS_FAILED, ParseError, UsageError
 
 _SUMMARY = "Parse a captured tool output."
 
@@ -25,11 +25,19 @@ def parse(
     file: Annotated[Path, typer.Argument(help="The captured output; '-' reads stdin.")],
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
-    """Parse a captured tool output and print the records the toolkit sees."""
+    """Parse a captured tool output and print the records the toolkit sees.
+
+    Captures may carry a prompt line, colour codes, CRLF, pdsh/clush `host: ` or Open MPI
+    `[1,0]<stdout>:` prefixes. A capture of several hosts prints one record set per host
+    (Xid events: one list, each event naming its host). Exit 1: read, with errors (the
+    records read are printed, each unreadable line is named on stderr); exit 2: not this
+    tool's output at all.
+    """
     from cluster_tool.parsers import KINDS, to_jsonable
 
     if kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; one of: {', '.join(sorted(KINDS))}")
+    source = "<stdin>" if str(file) == "-" else str(file)
     if str(file) == "-":
         import sys
 
@@ -39,15 +47,37 @@ def parse(
             text = file.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             raise UsageError(f"{file}: {exc.strerror or exc}") from exc
+    parser_kind = KINDS[kind]
     try:
-        records = to_jsonable(KINDS[kind].parse(text))
+        reading = parser_kind.read(text)
     except ParseError as exc:
-        raise exc.with_source("<stdin>" if str(file) == "-" else str(file)) from exc
-    if json_out:
-        output.emit_json(records)
+        raise exc.with_source(source) from exc
+    hosts = reading.hosts
+    if len(hosts) == 1 and hosts[0].host is None:
+        records = hosts[0].records
+    elif parser_kind.merge is not None:
+        records = parser_kind.merge([(h.host, h.records) for h in hosts if h.records is not None])
     else:
-        output.stdout.print_json(data=records)
-    return 0
+        records = {h.host: h.records for h in hosts}
+    data = to_jsonable(records)
+    if json_out:
+        output.emit_json(data)
+    else:
+        output.stdout.print_json(data=data)
+    for host in hosts:
+        skipped = host.skipped_lines
+        if skipped is not None:
+            output.error_line(
+                f"{source}:{skipped.first_line_no}: note: {skipped.count} line(s) before the "
+                f"{kind} output not read, the first: {skipped.first_line!r}"
+            )
+    errors = [(None, e) for e in reading.errors] + [(h.host, e) for h in hosts for e in h.errors]
+    for name, error in errors:
+        where = f"{source}:{error.line_no}" if error.line_no is not None else source
+        on = f" ({name})" if name is not None else ""
+        shown = f": {error.line!r}" if error.line is not None else ""
+        output.error_line(f"{where}:{on} {error.message}{shown}")
+    return EXIT_CHECKS_FAILED if errors else 0
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ from cluster_tool.parsers.base import ParseError, parser, to_jsonable
 
 if TYPE_CHECKING:
     from cluster_tool.parsers.base import KINDS
+    from cluster_tool.parsers.normalise import Reading
 
 # Every parser module; a new one goes here to be listed by `cluster-tool parse` (keep sorted).
 MODULES = (
@@ -29,7 +30,18 @@ MODULES = (
     "nvlink",
 )
 
-__all__ = ["KINDS", "MODULES", "ParseError", "parser", "to_jsonable"]
+__all__ = ["KINDS", "MODULES", "ParseError", "parser", "read", "to_jsonable"]
+
+
+def read(kind: str, text: str) -> Reading:
+    """A capture as operators make it, read by parser `kind` (see `base.read`): every host's
+    records with the lines that could not be read, rather than one error for the file."""
+    from cluster_tool.parsers import base
+
+    kinds = __getattr__("KINDS")
+    if kind not in kinds:
+        raise KeyError(kind)
+    return base.read(kind, text)
 
 
 def __getattr__(name: str) -> Any:

@@ -28,6 +28,8 @@ _ENTITY = re.compile(r"^(?P<kind>GPU|CPU)(?P<index>\d+): (?P<verdict>Pass|Fail|S
 _EUD_CODE = re.compile(r"^Code: \((?P<code>\d+)\)$")
 _MESSAGE_KINDS = ("Warning", "Error", "Info")
 _GPU_IN_TEXT = re.compile(r"\bGPU ?(\d+)\b")
+# Every GPU a message names: "GPU 3", "GPU3", "GPUs 0, 1 and 2", "GPU(s) 0,1".
+_GPU_LIST_IN_TEXT = re.compile(r"\bGPU(?:s|\(s\))?:? ?(\d+(?:(?:\s*,\s*|\s+and\s+)\d+)*)\b")
 # The info column is 46 wide and DCGM wraps messages every 45 characters.
 _CHUNK = 45
 _PREAMBLE = ("Successfully ran diagnostic for group.",)
@@ -35,12 +37,13 @@ _PREAMBLE = ("Successfully ran diagnostic for group.",)
 
 @dataclass(frozen=True)
 class DcgmMessage:
-    """A Warning / Error / Info text, unwrapped; `gpu` is the first GPU it names."""
+    """A Warning / Error / Info text, unwrapped; `gpu` is the first GPU it names, `gpus` all."""
 
     kind: str
     text: str
     gpu: int | None
     line_no: int
+    gpus: tuple[int, ...] = ()  # every GPU the text names, in order (wrapped text included)
 
 
 @dataclass(frozen=True)
@@ -97,27 +100,49 @@ class _Test:
         self.messages: list[tuple[str, list[str], int]] = []
         self.eud_code: int | None = None
 
-    def freeze(self) -> DcgmTest:
-        if self.printed is not None:
-            verdict = self.printed
-        else:
-            verdict = max(self.groups, key=_SEVERITY.__getitem__)
+    def messages_read(self) -> list[DcgmMessage]:
         messages = []
         for kind, chunks, line_no in self.messages:
             text = " ".join("".join(chunks).split())
             gpu = _GPU_IN_TEXT.search(text)
-            messages.append(DcgmMessage(kind, text, int(gpu[1]) if gpu else None, line_no))
+            named = _gpus_named(text)
+            messages.append(DcgmMessage(kind, text, int(gpu[1]) if gpu else None, line_no, named))
+        return messages
+
+    def freeze(self, run_gpus: frozenset[int]) -> DcgmTest:
+        if self.printed is not None:
+            verdict = self.printed
+        else:
+            verdict = max(self.groups, key=_SEVERITY.__getitem__)
+        messages = self.messages_read()
+        gpus = dict(self.gpus)
+        if self.all_gpus:
+            # "Pass - All" / "Fail - All": DCGM's verdict for every GPU of the run.
+            gpus = dict.fromkeys(sorted(run_gpus), self.groups[0])
+        elif self.printed in ("Fail", "Warn") and not gpus and not self.cpus:
+            # A bare 3.x verdict names no GPU: its Warning/Error text does, wrapped or not.
+            named = (g for m in messages if m.kind != "Info" for g in m.gpus)
+            gpus = dict.fromkeys(sorted(set(named)), self.printed)
         return DcgmTest(
             category=self.category,
             name=self.name,
             verdict=verdict,
             all_gpus=self.all_gpus,
-            gpus=dict(self.gpus),
+            gpus=gpus,
             cpus=dict(self.cpus),
             messages=tuple(messages),
             eud_code=self.eud_code,
             line_no=self.line_no,
         )
+
+
+def _gpus_named(text: str) -> tuple[int, ...]:
+    named: list[int] = []
+    for match in _GPU_LIST_IN_TEXT.finditer(text):
+        for part in re.split(r"\s*,\s*|\s+and\s+", match[1]):
+            if int(part) not in named:
+                named.append(int(part))
+    return tuple(named)
 
 
 def _cells(line: str, line_no: int) -> tuple[str, str]:
@@ -130,7 +155,11 @@ def _cells(line: str, line_no: int) -> tuple[str, str]:
     return name.strip(), info[1:] if info.startswith(" ") else info
 
 
-@parser("dcgmi-diag", "dcgmi diag -r N: per-test and per-GPU verdicts, warning messages")
+@parser(
+    "dcgmi-diag",
+    "dcgmi diag -r N: per-test and per-GPU verdicts, warning messages",
+    start=r"^(?:Successfully ran diagnostic|\+-{5,}\+-{5,}\+\s*$)",
+)
 def parse_dcgmi_diag(text: str) -> DcgmDiag:
     """Parse the table `dcgmi diag -r N` prints (DCGM 3.x or 4.x)."""
     lines = [line.rstrip() for line in text.splitlines()]
@@ -260,10 +289,18 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
     if seen_3x and seen_4x:
         raise ParseError("mixes DCGM 3.x 'Pass - GPUs:' rows with 4.x 'GPU0: Pass' rows")
 
-    frozen = tuple(t.freeze() for t in tests)
+    ids = metadata.get("GPU Device IDs Detected", "")
+    device_ids = [part.strip() for part in ids.split(",") if part.strip()]
+    # The GPUs of the run, for "- All": those any row or message names, and one per device
+    # id in the metadata (DCGM numbers them from 0).
+    run_gpus = frozenset(
+        [g for t in tests for g in t.gpus]
+        + [g for t in tests for m in t.messages_read() for g in m.gpus]
+        + list(range(len(device_ids)))
+    )
+    frozen = tuple(t.freeze(run_gpus) for t in tests)
     failed = sorted({g for t in frozen for g, v in t.gpus.items() if v == "Fail"})
     verdict = max((t.verdict for t in frozen), key=_SEVERITY.__getitem__, default="Skip")
-    ids = metadata.get("GPU Device IDs Detected", "")
     return DcgmDiag(
         layout="4.x" if seen_4x else "3.x",
         dcgm_version=metadata.get("DCGM Version"),

@@ -63,7 +63,11 @@ _PQ_HEAD = re.compile(
 _PQ_FIELD = re.compile(r"^(\w+):\.*(\S+)\s*$")
 
 
-@parser("perfquery", "perfquery [-x]: port counters (PortXmitData, SymbolErrorCounter, ...)")
+@parser(
+    "perfquery",
+    "perfquery [-x]: port counters (PortXmitData, SymbolErrorCounter, ...)",
+    start=r"^#\s*Port (?:extended )?counters:",
+)
 def parse_perfquery(text: str) -> list[PerfCounters]:
     """Every counter block of `perfquery` output (one per port queried)."""
     blocks: list[PerfCounters] = []
@@ -151,7 +155,11 @@ _IQE_PORTS = re.compile(
 _IQE_PMA = re.compile(r"^##\s+(\d{1,20}) PMA query failures\s*$")
 
 
-@parser("ibqueryerrors", "ibqueryerrors: ports with error counters over threshold, and the summary")
+@parser(
+    "ibqueryerrors",
+    "ibqueryerrors: ports with error counters over threshold, and the summary",
+    start=r"^(?:(?:Errors|Data Counters) for\s|## Summary:|Suppressing:)",
+)
 def parse_ibqueryerrors(text: str) -> IbQueryErrors:
     """The per-port error lines and the `## Summary` of `ibqueryerrors`."""
     ports: list[PortErrors] = []

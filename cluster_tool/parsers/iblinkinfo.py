@@ -72,7 +72,11 @@ _PORT = re.compile(
 _LINK = re.compile(r"^(?:(\d{1,20})X\s+([\d.]+)\s*Gbps(?:\s+\(\w+\))?\s+)?([A-Za-z]+)/\s*(\w+)$")
 
 
-@parser("iblinkinfo", "iblinkinfo: per-port width, per-lane speed, state and peer")
+@parser(
+    "iblinkinfo",
+    "iblinkinfo: per-port width, per-lane speed, state and peer",
+    start=r'^(?:Switch:\s+0x|CA:\s|0x[0-9A-Fa-f]+\s+")',
+)
 def parse_iblinkinfo(text: str) -> list[IbLinkInfoPort]:
     """Every port line of `iblinkinfo` (grouped by node, or `-l`)."""
     ports: list[IbLinkInfoPort] = []

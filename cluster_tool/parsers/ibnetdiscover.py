@@ -354,7 +354,14 @@ def _build(b: _NodeBuilder, line: str) -> FabricNode:
     )
 
 
-@parser("ibnetdiscover", "ibnetdiscover: switches, CAs, every cabled port and its peer")
+@parser(
+    "ibnetdiscover",
+    "ibnetdiscover: switches, CAs, every cabled port and its peer",
+    start=(
+        r"^(?:#\s*Topology file|vendid=|devid=|sysimgguid=|switchguid=|caguid="
+        r"|(?:Switch|Ca|Hca|Rt)\s+\d)"
+    ),
+)
 def parse_ibnetdiscover(text: str) -> Fabric:
     """A fabric from `ibnetdiscover` output (also reads ibsim net files, which share the format)."""
     nodes: list[FabricNode] = []

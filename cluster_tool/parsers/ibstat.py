@@ -173,7 +173,11 @@ def _port_value(key: str, value: str, line_no: int, line: str) -> object:
     return value
 
 
-@parser("ibstat", "ibstat: HCAs with type, firmware, GUIDs and ports (state, rate, link layer)")
+@parser(
+    "ibstat",
+    "ibstat: HCAs with type, firmware, GUIDs and ports (state, rate, link layer)",
+    start=r"^CA '",
+)
 def parse_ibstat(text: str) -> list[IbstatCa]:
     """Every CA in `ibstat` output, in the order printed."""
     cas: list[IbstatCa] = []
@@ -220,7 +224,11 @@ def parse_ibstat(text: str) -> list[IbstatCa]:
 _GUID_LINE = re.compile(r"^\s*(0x[0-9A-Fa-f]{1,16})\s*$")
 
 
-@parser("ibstat-p", "ibstat -p: the port GUIDs of this host, one a line")
+@parser(
+    "ibstat-p",
+    "ibstat -p: the port GUIDs of this host, one a line",
+    start=r"^\s*0x[0-9A-Fa-f]{16}\s*$",
+)
 def parse_ibstat_p(text: str) -> list[str]:
     """The port GUIDs `ibstat -p` lists, as `0x` + 16 hex digits."""
     guids: list[str] = []
@@ -276,7 +284,11 @@ class _IbstatusDraft:
     link_layer: str | None = None
 
 
-@parser("ibstatus", "ibstatus: per-port state, rate with width and speed name, link layer")
+@parser(
+    "ibstatus",
+    "ibstatus: per-port state, rate with width and speed name, link layer",
+    start=r"^Infiniband device '",
+)
 def parse_ibstatus(text: str) -> list[IbstatusPort]:
     """Every port section of `ibstatus` output."""
     ports: list[IbstatusPort] = []

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cluster_tool.parsers.base import ParseError, parser
 from cluster_tool.parsers.pci import normalize_pci_bus_id
@@ -100,7 +103,21 @@ def _prefix(prefix: str, line_no: int, line: str) -> tuple[str | None, float | N
     )
 
 
-@parser("xid", "GPU Xid / NVSwitch SXid events from dmesg, journalctl -k or syslog")
+def _events_of_hosts(results: Sequence[tuple[str | None, Any]]) -> list[XidEvent]:
+    """A fleet sweep (`pdsh -w gpu[001-512] dmesg`): every host's events, each naming the
+    host the collector named unless its syslog prefix already did."""
+    return [
+        event if event.host is not None or host is None else dataclasses.replace(event, host=host)
+        for host, events in results
+        for event in events
+    ]
+
+
+@parser(
+    "xid",
+    "GPU Xid / NVSwitch SXid events from dmesg, journalctl -k or syslog",
+    merge=_events_of_hosts,
+)
 def parse_xids(text: str) -> list[XidEvent]:
     """Every Xid and SXid line of a kernel log, in log order; other lines are skipped."""
     events: list[XidEvent] = []

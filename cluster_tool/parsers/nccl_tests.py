@@ -99,6 +99,10 @@ class NcclTestsRun:
     reduced_max_bytes: int | None  # `# Reducing maxBytes to N due to memory limitation`
     # len(ranks), or what busbw/algbw implies when the device list was elided; None if unknown.
     rank_count: int | None = None
+    # nccl-tests >= 2.14: `# nccl-tests version 2.17.9 nccl-headers=22902 nccl-library=22902`;
+    # the library's code also gives `nccl_version` (22902 -> 2.29.2) when NCCL printed none.
+    tests_version: str | None = None
+    nccl_headers_version: str | None = None
 
     @property
     def max_busbw(self) -> float | None:
@@ -166,6 +170,14 @@ _NCCL_VERSION = re.compile(r"^(?:#\s*)?(?:NCCL version|NCCL Tests compiled with 
 # and the oldest `NCCL failure all_reduce.cu:95 '...'`: always a source file:line after.
 _FAILURE = re.compile(r"\b(?:Test (?:NCCL |CUDA )?failure|NCCL failure|CUDA failure)\s+\S+:\d+")
 _DATA_ROW = re.compile(r"^\s*\d+\s+\d+\s+\S+")
+_TESTS_VERSION = re.compile(
+    r"^#\s*nccl-tests version\s+(\S+)(?:\s+\([^)]*\))?"
+    r"(?:\s+nccl-headers=(\d{1,9}))?(?:\s+nccl-library=(\d{1,9}))?"
+)
+# A line that starts with a message size and carries several more figures is a result row
+# whatever else is on it: it is read or it is an error, never skipped as chatter.
+_NEAR_ROW = re.compile(r"^\s*\d{1,20}\s")
+_FIGURE = re.compile(r"^(?:\d+(?:\.\d*)?(?:e[+-]?\d+)?|N/A|-1)$")
 
 _SIZE_NAMES = ("size", "bytes")
 _COUNT_NAMES = ("count", "n", "elements")
@@ -314,6 +326,19 @@ _HEADER_INTS = {
 _TWO_WORD_KEYS = frozenset({"warmup", "agg"})
 
 
+def nccl_version_of_code(code: int) -> str:
+    """NCCL_VERSION_CODE as a version: 22902 -> 2.29.2 (NCCL >= 2.9); 2804 -> 2.8.4 before."""
+    if code >= 20900:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
+def _is_near_row(stripped: str) -> bool:
+    if not _NEAR_ROW.match(stripped + " "):
+        return False
+    return sum(1 for token in stripped.split() if _FIGURE.match(token)) >= 4
+
+
 def _settings(line: str, line_no: int) -> NcclTestsHeader:
     tokens = line.lstrip("#").split()
     values: dict[str, int | str | None] = dict.fromkeys(_HEADER_INTS.values())
@@ -401,6 +426,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
     complete = False
     recognised = False
     cut_short: tuple[int, str, str] | None = None
+    tests_version = headers_version = library_version = None
     for line_no, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped:
@@ -449,6 +475,11 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             if m:
                 nccl_version = nccl_version or m.group(1)
                 continue
+            m = _TESTS_VERSION.match(stripped)
+            if m:
+                tests_version, headers_version, library_version = m.groups()
+                recognised = True
+                continue
             m = _COLLECTIVE_LINE.match(stripped)
             if m and collective is None:
                 collective = m.group(1)
@@ -486,6 +517,14 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
                 continue
             rows.append(_row(layout, fields, line_no, line))
             continue
+        if _is_near_row(stripped):
+            where = "before the column header" if layout is None else "not in the table's layout"
+            raise ParseError(
+                f"a result row {where}: read, it would change the results; skipped, it would "
+                "lose a row",
+                line_no=line_no,
+                line=line,
+            )
         # Anything else is interleaved launcher/NCCL chatter (Open MPI help text, NCCL INFO/WARN,
         # srun messages): it belongs to the run's log, not to its results.
     if not recognised:
@@ -505,7 +544,12 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
         errors=tuple(errors),
         out_of_bounds=out_of_bounds,
         header=header,
-        nccl_version=nccl_version,
+        nccl_version=nccl_version
+        or (nccl_version_of_code(int(library_version)) if library_version else None),
         reduced_max_bytes=reduced,
+        tests_version=tests_version,
+        nccl_headers_version=nccl_version_of_code(int(headers_version))
+        if headers_version
+        else None,
     )
     return dataclasses.replace(run, rank_count=run.inferred_rank_count())

@@ -172,6 +172,9 @@ class GpuInfo:
     performance_state: str | None = None
     reset_required: bool | None = None
     drain_and_reset_recommended: bool | None = None
+    # Driver >= 565: what the driver says must happen before the GPU is used again (None,
+    # Reset, Reboot, Drain P2P, Drain and Reset), e.g. after an Xid 154.
+    recovery_action: str | None = None
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None
     pcie_gen_device_max: int | None = None
@@ -566,6 +569,7 @@ def _gpu_info(nodes: list[_Node], pci_bus_id: str | None) -> GpuInfo:
     power = gpu.section("GPU Power Readings", "Power Readings")
     mig = gpu.section("MIG Mode")
     reset = gpu.section("GPU Reset Status")
+    platform = gpu.section("Platform Info")
     bus_in_section = pci.text("Bus Id") if pci else None
     if pci_bus_id is None:
         pci_bus_id = bus_in_section
@@ -587,7 +591,10 @@ def _gpu_info(nodes: list[_Node], pci_bus_id: str | None) -> GpuInfo:
         serial=gpu.text("Serial Number"),
         uuid=gpu.text("GPU UUID"),
         minor_number=gpu.integer("Minor Number"),
-        module_id=gpu.integer("Module ID"),
+        # Driver >= 565 moved `Module ID` under `Platform Info` as `Module Id`.
+        module_id=gpu.integer("Module ID")
+        if platform is None or gpu.node("Module ID") is not None
+        else platform.integer("Module Id", "Module ID"),
         vbios_version=gpu.text("VBIOS Version"),
         board_part_number=gpu.text("Board Part Number"),
         persistence_mode=gpu.flag("Persistence Mode"),
@@ -595,6 +602,7 @@ def _gpu_info(nodes: list[_Node], pci_bus_id: str | None) -> GpuInfo:
         performance_state=gpu.text("Performance State"),
         reset_required=reset.flag("Reset Required") if reset else None,
         drain_and_reset_recommended=reset.flag("Drain and Reset Recommended") if reset else None,
+        recovery_action=gpu.text("GPU Recovery Action"),
         pcie_gen_current=gen.integer("Current") if gen else None,
         pcie_gen_max=gen.integer("Max") if gen else None,
         pcie_gen_device_max=gen.integer("Device Max") if gen else None,
@@ -631,7 +639,11 @@ def _gpu_info(nodes: list[_Node], pci_bus_id: str | None) -> GpuInfo:
 _GPU_HEADER = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
 
 
-@parser("nvidia-smi-q", "nvidia-smi -q: per-GPU identity, ECC, remapped rows, clocks, PCIe, fabric")
+@parser(
+    "nvidia-smi-q",
+    "nvidia-smi -q: per-GPU identity, ECC, remapped rows, clocks, PCIe, fabric",
+    start=r"^\s*(?:=+NVSMI LOG=+|No devices were found)\s*$",
+)
 def parse_nvidia_smi_q(text: str) -> NvidiaSmiReport:
     """Parse the full `nvidia-smi -q` output (optionally `-d ...` subsets of it)."""
     lines = list(enumerate(text.splitlines(), start=1))

@@ -110,7 +110,11 @@ def _ranges(text: str | None, what: str, line_no: int, line: str) -> tuple[int, 
     return tuple(numbers)
 
 
-@parser("nvidia-smi-topo", "nvidia-smi topo -m: GPU/NIC distance matrix, NIC legend, affinity")
+@parser(
+    "nvidia-smi-topo",
+    "nvidia-smi topo -m: GPU/NIC distance matrix, NIC legend, affinity",
+    start=r"^\s+GPU0\s",
+)
 def parse_topo_matrix(text: str) -> TopoMatrix:
     """Parse `nvidia-smi topo -m`, tab-separated as printed or with tabs turned to spaces."""
     lines = text.splitlines()

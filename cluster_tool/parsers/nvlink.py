@@ -41,7 +41,11 @@ class NvlinkGpu:
     inactive_links: int = 0
 
 
-@parser("nvidia-smi-nvlink", "nvidia-smi nvlink -s: per-GPU NVLink speeds and inactive links")
+@parser(
+    "nvidia-smi-nvlink",
+    "nvidia-smi nvlink -s: per-GPU NVLink speeds and inactive links",
+    start=r"^GPU \d+: ",
+)
 def parse_nvlink_status(text: str) -> list[NvlinkGpu]:
     """Parse `nvidia-smi nvlink -s` (all GPUs or one with `-i`)."""
     gpus: list[NvlinkGpu] = []

@@ -46,7 +46,9 @@ def test_real_dcgm339_verdict_per_test() -> None:
 
 def test_dcgm3_gpu_groups_and_wrapped_messages() -> None:
     diag = parse_dcgmi_diag(fixture("dcgmi_diag_dcgm3_r2_gpu0_thermal_fail.txt"))
-    assert diag.verdict == "Fail" and diag.failed_gpus == (0,)
+    # GPU 0 failed GPU Memory; GPU 3 failed the bare-verdict Page Retirement/Row Remap row,
+    # which names its GPU only in the Error text (issue 17: it used to drain GPU 0 alone).
+    assert diag.verdict == "Fail" and diag.failed_gpus == (0, 3)
     memory = diag.test("GPU Memory")
     assert memory.verdict == "Fail" and memory.all_gpus is False
     assert memory.gpus == {0: "Fail", **{g: "Pass" for g in range(1, 8)}}
@@ -63,7 +65,10 @@ def test_dcgm3_gpu_groups_and_wrapped_messages() -> None:
     assert [(m.kind, m.gpu, m.text) for m in remap.messages] == [
         ("Error", 3, "GPU 3 has uncorrectable memory errors and row remappings are pending")
     ]
-    assert diag.test("PCIe").all_gpus is True
+    assert remap.gpus == {3: "Fail"}
+    # "Pass - All": every GPU of the run (8 device ids in the metadata) passed.
+    pcie = diag.test("PCIe")
+    assert pcie.all_gpus is True and pcie.gpus == {g: "Pass" for g in range(8)}
 
 
 def test_dcgm4_docs_run_lists_every_gpu() -> None:

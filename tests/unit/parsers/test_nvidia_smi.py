@@ -280,11 +280,24 @@ def test_cli_parse_file_prints_json(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert data["gpus"][1]["ecc_volatile"]["uncorrectable"] == 2
 
 
-def test_cli_parse_bad_input_is_exit_2_naming_the_line(
+def test_cli_parse_sets_aside_a_line_before_the_banner_and_says_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # The shared capture still has its '# source:' line, which is not nvidia-smi output.
-    assert main(["parse", "nvidia-smi-q", str(REAL_OUTPUTS / FULL), "--json"]) == 2
+    # The shared capture still has its '# source:' line, which is not nvidia-smi output: it
+    # is named on stderr and the GPUs after it are read (issue 17, class 4).
+    assert main(["parse", "nvidia-smi-q", str(REAL_OUTPUTS / FULL), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)["gpus"]) == 8
+    assert ":1: note: 1 line(s) before the nvidia-smi-q output not read" in captured.err
+
+
+def test_cli_parse_bad_input_is_exit_2_naming_the_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Output of another tool has no NVSMI banner anywhere: exit 2, one line naming line 1.
+    other = tmp_path / "ibstat.txt"
+    other.write_text("CA 'mlx5_0'\n\tCA type: MT4129\n")
+    assert main(["parse", "nvidia-smi-q", str(other), "--json"]) == 2
     err = capsys.readouterr().err
     assert ":1: expected the '==============NVSMI LOG==============' banner" in err
 

@@ -1,0 +1,265 @@
+"""Issue 17: real captures, and real captures as operators collect them (a prompt line,
+pdsh/clush `host: ` prefixes, Open MPI tags, colour codes, CRLF, a trailing tool error).
+Every figure asserted here was read by hand from the capture, not from the parser."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.cli import main
+from cluster_tool.parsers import ParseError, read
+from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
+from cluster_tool.parsers.ibstat import parse_ibstat
+from cluster_tool.parsers.kernel_log import parse_xids
+from cluster_tool.parsers.nccl_tests import parse_nccl_tests
+from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
+from tests.conftest import FIXTURES, REAL_OUTPUTS, read_real_output
+
+CAPTURES = FIXTURES / "parsers" / "real"
+XE9680 = "all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt"
+IBSTAT_H100 = "ibstat_h100_8xcx7_ndr_ib_all_active.txt"
+DCGM_FAIL_ALL = "dcgmi_diag_dcgm3.3.8_h100x8_fail_all_prompt_line.txt"
+GH200_WRONG = "all_reduce_perf_gh200_16rank_nccl_tests_2.17.9_wrong_values.txt"
+
+
+def capture(name: str) -> str:
+    """A capture from tests/fixtures/parsers/real, without its `# source:` line."""
+    first, _, rest = (CAPTURES / name).read_text(encoding="utf-8").partition("\n")
+    assert first.startswith("# source: https://"), f"{name} must name its public source"
+    return rest
+
+
+def pdsh(hosts: dict[str, str]) -> str:
+    """What `pdsh -w` prints: every line of each host's output behind `host: `."""
+    return "".join(f"{host}: {line}\n" for host, text in hosts.items() for line in text.split("\n"))
+
+
+# --------------------------------------------------------------- class 1: dcgmi Fail - All
+
+
+def test_dcgm_fail_all_after_a_prompt_line_fails_every_gpu() -> None:
+    # nccl-tests#264: 8 H100s without fabric manager; GPU Memory "Fail - All", one warning
+    # per GPU 0..7. The capture starts with the shell prompt and the command.
+    diag = parse_dcgmi_diag(capture(DCGM_FAIL_ALL))
+    assert diag.dcgm_version == "3.3.8" and diag.driver_version == "560.35.03"
+    assert diag.verdict == "Fail"
+    assert diag.failed_gpus == (0, 1, 2, 3, 4, 5, 6, 7)
+    memory = diag.test("GPU Memory")
+    assert memory.all_gpus and memory.gpus == {g: "Fail" for g in range(8)}
+    assert [m.gpus for m in memory.messages] == [(g,) for g in range(8)]
+    # Persistence Mode passed; its Info text, wrapped over 12 rows, names GPUs 0 to 4.
+    persistence = diag.test("Persistence Mode")
+    assert persistence.verdict == "Pass" and persistence.gpus == {}
+    (info,) = persistence.messages
+    assert info.kind == "Info" and info.gpu == 0 and info.gpus == (0, 1, 2, 3, 4)
+    assert diag.test("EUD Test").verdict == "Skip"
+
+
+def test_cli_dcgm_capture_with_prompt_line_exits_0_and_names_the_lines_set_aside(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["parse", "dcgmi-diag", str(CAPTURES / DCGM_FAIL_ALL), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["failed_gpus"] == [0, 1, 2, 3, 4, 5, 6, 7]
+    # Line 1 is the fixture's source note, line 2 the operator's prompt: both set aside.
+    assert ":1: note: 2 line(s) before the dcgmi-diag output not read" in err
+
+
+# --------------------------------------------------- class 2: nvidia-smi -q, driver >= 565
+
+
+def test_nvidia_smi_q_driver_565_module_id_under_platform_info_and_recovery_action() -> None:
+    report = parse_nvidia_smi_q(capture("nvidia-smi-q_h100x8_driver565.57.01_platform_info.txt"))
+    assert report.driver_version == "565.57.01" and report.attached_gpus == 8
+    assert [g.pci_bus_id[9:11] for g in report.gpus if g.pci_bus_id] == [
+        "18",
+        "2A",
+        "3A",
+        "5D",
+        "9A",
+        "AB",
+        "BA",
+        "DB",
+    ]
+    # `Platform Info` / `Module Id` of each GPU, in printed order.
+    assert [g.module_id for g in report.gpus] == [2, 4, 1, 3, 6, 8, 5, 7]
+    assert [g.recovery_action for g in report.gpus] == ["None"] * 8
+    assert report.gpus[0].pcie_replays == 7
+
+
+def test_nvidia_smi_q_driver_535_keeps_its_top_level_module_id() -> None:
+    # Before 565 `Module ID` was a top-level field, and there was no recovery action.
+    report = parse_nvidia_smi_q(read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt"))
+    assert all(g.recovery_action is None for g in report.gpus)
+    assert sorted(g.module_id for g in report.gpus if g.module_id is not None) == list(range(1, 9))
+
+
+# ----------------------------------------------------------- class 3: colour codes
+
+
+def _coloured(text: str) -> str:
+    """What `grep --color=always -e sum -e '#'` does to nccl-tests output."""
+    return text.replace(" sum ", " \x1b[01;31m\x1b[Ksum\x1b[m\x1b[K ").replace(
+        "#", "\x1b[01;31m\x1b[K#\x1b[m\x1b[K"
+    )
+
+
+def test_nccl_tests_with_colour_codes_keeps_every_row_rank_and_the_average() -> None:
+    run = parse_nccl_tests(_coloured(read_real_output(XE9680)))
+    assert len(run.rows) == 32 and len(run.ranks) == 16
+    assert run.header is not None and run.avg_busbw == 139.56 and run.complete
+    assert run.rows[0].size == 8 and run.rows[-1].size == 17179869184
+    last = run.rows[-1].out_of_place
+    assert last is not None and last.busbw == 469.21
+
+
+def test_nccl_tests_row_the_parser_cannot_place_is_an_error_with_its_line_not_a_drop(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    lines = read_real_output(XE9680).split("\n")
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1048576 "))
+    # A row whose count column is mangled (a terminal that wrapped, a stray byte).
+    lines[at] = lines[at].replace("262144", "262144?", 1)
+    with pytest.raises(ParseError) as raised:
+        parse_nccl_tests("\n".join(lines))
+    assert raised.value.line_no == at + 1
+    reading = read("nccl-tests", "\n".join(lines))
+    (host,) = reading.hosts
+    assert host.errors[0].line_no == at + 1
+    # What came before the broken row is kept: the 17 rows from 8 B to 512 KiB.
+    assert [r.size for r in host.records.rows] == [2**k for k in range(3, 20)]
+    path = tmp_path / "run.txt"
+    path.write_text("\n".join(lines))
+    assert main(["parse", "nccl-tests", str(path), "--json"]) == 1
+    assert f"run.txt:{at + 1}: " in capsys.readouterr().err
+
+
+# -------------------------------------------------------- class 4: a first line not the tool's
+
+
+@pytest.mark.parametrize(
+    "banner",
+    [
+        "$ ibstat",
+        "[root@gpu001 ~]# ibstat",
+        "Executing in Pod mofed-ubuntu22.04-ds-x7d9k",
+        'Defaulted container "mofed-container" out of: mofed-container, init (init)',
+    ],
+)
+def test_ibstat_after_a_banner_reads_all_nine_adapters(banner: str) -> None:
+    cas = parse_ibstat(banner + "\n" + read_real_output(IBSTAT_H100))
+    # 8 ConnectX-7 (MT4129) on IB NDR and one BlueField-3 (MT41692) Ethernet bond.
+    assert [ca.ca_type for ca in cas].count("MT4129") == 8 and len(cas) == 9
+
+
+def test_nccl_tests_failure_after_a_prompt_line_is_reported_not_rejected() -> None:
+    run = parse_nccl_tests(capture("all_reduce_perf_h100x8_cuda_not_initialized_prompt_line.txt"))
+    assert run.rows == () and not run.complete
+    assert run.errors == (
+        "test: Test CUDA failure common.cu:941 'system not yet initialized'",
+        ".. test pid 54340: Test failure common.cu:891",
+    )
+
+
+# ------------------------------------------------ class 5: pdsh/clush and Open MPI prefixes
+
+
+def test_cli_xid_sweep_through_pdsh_names_the_host_of_every_event(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    dmesg = (FIXTURES / "parsers" / "nvidia" / "dmesg_xid79_sxid20034_hgx.txt").read_text()
+    dmesg = dmesg.partition("\n")[2].rstrip("\n")
+    quiet = "[    5.123456] nvidia: loading out-of-tree module taints kernel."
+    path = tmp_path / "sweep.txt"
+    path.write_text(pdsh({"gpu017": quiet, "gpu042": dmesg}))
+    assert main(["parse", "xid", str(path), "--json"]) == 0
+    events = json.loads(capsys.readouterr().out)
+    # gpu042's log: one Xid 79 (fell off the bus) and eight SXid 20034 lines.
+    assert [(e["host"], e["kind"], e["code"]) for e in events] == [("gpu042", "xid", 79)] + [
+        ("gpu042", "sxid", 20034)
+    ] * 8
+    # Called directly, as the node checks do, the parser gives the same events.
+    assert [e.host for e in parse_xids(path.read_text())] == ["gpu042"] * 9
+
+
+def test_ibstat_of_two_hosts_through_clush_is_one_record_set_per_host(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    text = read_real_output(IBSTAT_H100).rstrip("\n")
+    path = tmp_path / "ibstat.txt"
+    path.write_text(pdsh({"gpu001": text, "gpu002": text}))
+    assert main(["parse", "ibstat", str(path), "--json"]) == 0
+    hosts = json.loads(capsys.readouterr().out)
+    assert sorted(hosts) == ["gpu001", "gpu002"]
+    assert [len(cas) for cas in hosts.values()] == [9, 9]
+    with pytest.raises(ParseError, match="2 hosts in one capture"):
+        parse_ibstat(path.read_text())
+
+
+def test_nccl_tests_under_open_mpi_tag_output_reads_as_the_plain_run() -> None:
+    text = read_real_output(XE9680)
+    tagged = "".join(f"[1,0]<stdout>:{line}\n" for line in text.split("\n"))
+    assert parse_nccl_tests(tagged) == parse_nccl_tests(text)
+    # Open MPI 5 puts a space after the tag.
+    spaced = "".join(f"[1,0]<stdout>: {line}\n" for line in text.split("\n"))
+    assert parse_nccl_tests(spaced) == parse_nccl_tests(text)
+
+
+def test_dcgm_capture_with_crlf_line_ends_reads_as_the_plain_one() -> None:
+    text = capture(DCGM_FAIL_ALL)
+    assert parse_dcgmi_diag(text.replace("\n", "\r\n")) == parse_dcgmi_diag(text)
+
+
+# ----------------------------------------------------- class 6: a trailing tool error
+
+
+def test_cli_ibstat_ending_in_ibpanic_keeps_every_adapter_before_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    text = read_real_output(IBSTAT_H100).rstrip("\n")
+    panic = "ibpanic: [2849] main: stat of IB device 'mlx5_8' failed: No such file or directory"
+    path = tmp_path / "ibstat.txt"
+    path.write_text(text + "\n" + panic + "\n")
+    assert main(["parse", "ibstat", str(path), "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == 9
+    panic_line = len(text.split("\n")) + 1
+    assert f"ibstat.txt:{panic_line}: " in err and "ibpanic" in err
+    with pytest.raises(ParseError) as raised:
+        parse_ibstat(path.read_text())
+    assert raised.value.line_no == panic_line
+
+
+def test_input_that_is_not_the_tool_at_all_is_still_exit_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = REAL_OUTPUTS / IBSTAT_H100
+    assert main(["parse", "dcgmi-diag", str(path), "--json"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+# ------------------------------------------------------------- class 8: small ones
+
+
+def test_nccl_tests_2_17_version_header_gives_the_library_version() -> None:
+    run = parse_nccl_tests(capture(GH200_WRONG))
+    assert run.tests_version == "2.17.9"
+    # nccl-library=22902 is NCCL 2.29.2; no `NCCL version` line was printed.
+    assert run.nccl_version == "2.29.2" and run.nccl_headers_version == "2.29.2"
+    assert len(run.ranks) == 16 and {r.host for r in run.ranks} == {
+        "gpu-1-43",
+        "gpu-1-47",
+        "gpu-1-49",
+        "gpu-1-51",
+    }
+    assert {r.gpu for r in run.ranks} == {"NVIDIA GH200 120GB"}
+    # 28 rows, 1 B to 128 MiB; the page stops before the footer.
+    assert [r.size for r in run.rows] == [2**k for k in range(28)]
+    assert not run.complete and run.avg_busbw is None
+    # #wrong over both halves of the six corrupted rows (2 MiB .. 64 MiB).
+    assert run.wrong_total == 2347545 + 1588400
+    last = run.rows[-1].out_of_place
+    assert last is not None and last.busbw == 89.85
