@@ -4,7 +4,7 @@ and its power state. TLS is verified unless the caller explicitly turned it off.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,9 +49,38 @@ class TlsPolicy:
             return False
         return self.ca_bundle or True
 
+    def scheme_of(self, address: str) -> str:
+        """The scheme a request to `address` goes out with; UsageError when this policy does
+        not allow it (anything but https, and http without --insecure-bmc)."""
+        if "://" not in address:
+            return self.scheme
+        scheme = address.split("://", 1)[0].lower()
+        if scheme == "https":
+            return scheme
+        if scheme == "http" and self.insecure:
+            return scheme
+        if scheme == "http":
+            raise UsageError(
+                f"BMC address {address}: http sends the BMC password unencrypted; "
+                "give https, or add --insecure-bmc to accept"
+            )
+        raise UsageError(f"BMC address {address}: {scheme}:// is not https")
+
     def url(self, address: str) -> str:
-        """`https://ADDRESS` unless the address carries its own scheme."""
-        return address if "://" in address else f"{self.scheme}://{address}"
+        """`https://ADDRESS` unless the address carries its own (allowed) scheme."""
+        scheme = self.scheme_of(address)
+        return address if "://" in address else f"{scheme}://{address}"
+
+    def transport(self, addresses: Iterable[str]) -> str:
+        """What the BMC requests will actually use, for the run record: `http` (no TLS: the
+        password in clear) if any address goes over http, else `insecure` (TLS, certificate
+        not checked), `ca-bundle` or `verified`. Refuses addresses the policy does not allow."""
+        schemes = {self.scheme_of(address) for address in addresses} or {self.scheme}
+        if "http" in schemes:
+            return "http"
+        if self.insecure:
+            return "insecure"
+        return "ca-bundle" if self.ca_bundle else "verified"
 
 
 def _describe(exc: Exception) -> str:
@@ -81,9 +110,10 @@ class SushyBmc:
         address = self.addresses.get(node)
         if not address:
             raise BmcError(f"{node}: no BMC address in the spec")
+        url = self.tls.url(address)  # refuses a scheme the policy does not allow
         try:
             conn = (self.connect or sushy.Sushy)(
-                self.tls.url(address),
+                url,
                 username=self.credentials.username,
                 password=self.credentials.password,
                 verify=self.tls.verify,

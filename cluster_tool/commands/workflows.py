@@ -379,9 +379,10 @@ def reimage(
             "gate": gate,
             "admit_unproven": admit_unproven,
             "batches": batches,
-            "bmc_tls": "insecure"
-            if tls.insecure
-            else ("ca-bundle" if tls.ca_bundle else "verified"),
+            # What the requests will use, scheme in the spec's address pattern included.
+            "bmc_tls": tls.transport(
+                gpu[n].bmc_address or "" for n in wanted if n in gpu and gpu[n].bmc_address
+            ),
         }
         record = RunRecord.create(runs, "reimage", inputs, secrets)
     output.progress(f"run record: {record.path}  (resume with --resume {record.run_id})")
