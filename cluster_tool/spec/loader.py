@@ -1,12 +1,15 @@
 """Load a spec file into a `Cluster`, reporting every problem as `FILE:LINE:COL: path: what`.
 
 YAML is composed with node marks kept, so pydantic's error locations and the cross-field
-problems can be pointed back at the line a person has to fix.
+problems can be pointed back at the line a person has to fix. A spec is bounded before it is
+built: its size (`fileio.read_input_text`), what its aliases expand to, how deep it nests, how
+many hosts its hostlists name and how wide its format fields pad (`bounds`).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Iterable
@@ -16,12 +19,21 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cluster_tool.errors import SpecError, SpecProblem, UsageError
+from cluster_tool.bounds import MAX_HOSTS, check_format_widths, hostlist_size
+from cluster_tool.errors import SpecError, SpecProblem
+from cluster_tool.fileio import read_input_text
 from cluster_tool.spec.checks import cross_check, dotted
 from cluster_tool.spec.models import Cluster
 
 Loc = tuple[str | int, ...]
 Mark = tuple[int, int]  # 1-based line, column
+
+# Values a spec may hold once its aliases are expanded: a 4-SU spec holds a few thousand; a
+# 370-byte alias bomb holds billions.
+MAX_YAML_VALUES = 200_000
+# Nesting a spec may have; its deepest real path (ansible_vars) is well under this.
+MAX_YAML_DEPTH = 64
+_HOSTLIST_TEXT = re.compile(r"[A-Za-z0-9\[\],._-]*\[[A-Za-z0-9\[\],._-]*")
 
 
 class _Marks:
@@ -49,7 +61,24 @@ def _mark(node: yaml.Node) -> Mark:
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also records where every mapping key and value sits."""
+    """SafeLoader that also records where every mapping key and value sits, and refuses to
+    compose a document nested deeper than MAX_YAML_DEPTH (PyYAML composes recursively)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested too deeply (more than {MAX_YAML_DEPTH} levels)",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _walk(loader: _Loader, node: yaml.Node, loc: Loc, marks: _Marks) -> Any:
@@ -58,6 +87,10 @@ def _walk(loader: _Loader, node: yaml.Node, loc: Loc, marks: _Marks) -> Any:
         loader.flatten_mapping(node)  # resolves `<<` merge keys like SafeLoader does
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a plain value", key_node.start_mark
+                )
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, str | int | float | bool) or key is None:
                 raise yaml.constructor.ConstructorError(
@@ -80,7 +113,13 @@ def parse_yaml(text: str, filename: str) -> tuple[Any, _Marks]:
     marks = _Marks()
     try:
         node = loader.get_single_node()
+        if node is not None:
+            _check_expansion(node, filename)
         data = _walk(loader, node, (), marks) if node is not None else None
+    except RecursionError:
+        # PyYAML composes recursively: nesting a few hundred deep ends here, before our check.
+        problem = f"YAML: nested too deeply (more than {MAX_YAML_DEPTH} levels)"
+        raise SpecError([SpecProblem(filename, 1, 1, "", problem)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -93,15 +132,84 @@ def parse_yaml(text: str, filename: str) -> tuple[Any, _Marks]:
     return data, marks
 
 
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node, filename: str) -> None:
+    """SpecError when the document, its aliases expanded, holds more than MAX_YAML_VALUES
+    values, nests deeper than MAX_YAML_DEPTH, or an alias refers to a node that holds it.
+    Counted on the composed nodes (an alias is the node it names, shared), so a bomb costs
+    as little to refuse as it took to write."""
+
+    def refuse(node: yaml.Node, what: str) -> SpecError:
+        line, col = _mark(node)
+        return SpecError([SpecProblem(filename, line, col, "", f"YAML: {what}")])
+
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in _children(node))
+            if sizes[key] > MAX_YAML_VALUES:
+                raise refuse(node, f"aliases expand to more than {MAX_YAML_VALUES} values")
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise refuse(node, "an alias refers to a node that holds it")
+        if depth > MAX_YAML_DEPTH:
+            raise refuse(node, f"nested too deeply (more than {MAX_YAML_DEPTH} levels)")
+        open_nodes.add(key)
+        stack.append((node, depth, True))
+        stack.extend((child, depth + 1, False) for child in _children(node))
+
+
+def _bounded_strings(data: Any, marks: _Marks, filename: str) -> list[SpecProblem]:
+    """Strings that would cost too much to use: hostlists naming more than MAX_HOSTS hosts (each
+    or all together) and format fields padded wider than the bound; checked before the model
+    expands anything."""
+    problems: list[SpecProblem] = []
+    hosts = 0
+    stack: list[tuple[Loc, Any]] = [((), data)]
+    while stack:
+        loc, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*loc, str(k)), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*loc, i), v) for i, v in enumerate(value))
+        elif isinstance(value, str):
+            message = None
+            if _HOSTLIST_TEXT.fullmatch(value):
+                size = hostlist_size(value)
+                hosts += size
+                if size > MAX_HOSTS:
+                    message = f"hostlist expands to {size} hosts, over the limit {MAX_HOSTS}"
+                elif hosts > MAX_HOSTS:
+                    message = f"the spec's hostlists name more than {MAX_HOSTS} hosts"
+            if message is None and "{" in value:
+                try:
+                    check_format_widths(value)
+                except ValueError as exc:
+                    message = str(exc)
+            if message is not None:
+                line, col = marks.find(loc)
+                problems.append(SpecProblem(filename, line, col, dotted(loc), message))
+    return problems
+
+
 def load_spec(path: Path) -> Cluster:
-    """Read and validate a spec file; raises SpecError listing every problem, located."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise SpecError([SpecProblem(str(path), 1, 1, "", f"not UTF-8 text: {exc}")]) from exc
-    return load_spec_text(text, str(path))
+    """Read and validate a spec file; raises SpecError listing every problem, located, and
+    UsageError for a file that is missing, not a regular file, too large or not UTF-8."""
+    return load_spec_text(read_input_text(path), str(path))
 
 
 def load_spec_text(text: str, filename: str = "<spec>") -> Cluster:
@@ -115,6 +223,9 @@ def load_spec_text(text: str, filename: str = "<spec>") -> Cluster:
         raise SpecError(
             [*problems, SpecProblem(filename, 1, 1, "", "a spec is a YAML mapping (kind: Cluster)")]
         )
+    bounded = _bounded_strings(data, marks, filename)
+    if bounded:
+        raise SpecError(_sorted(problems + bounded))
     try:
         cluster = Cluster.model_validate(data)
     except ValidationError as exc:

@@ -120,7 +120,7 @@ def test_a_literal_munge_key_in_ansible_vars_is_refused_as_a_secret() -> None:
     text = (REPO / "examples" / "lab.yml").read_text(encoding="utf-8")
     text += "\nansible_vars:\n  slurm_munge_key: NotAVaultReference0123456789abcdef\n"
     assert "ansible_vars:" not in (REPO / "examples" / "lab.yml").read_text(encoding="utf-8")
-    with pytest.raises(SpecError, match="ansible_vars.slurm_munge_key: a literal secret"):
+    with pytest.raises(SpecError, match=r"ansible_vars\.slurm_munge_key: a literal secret"):
         load_spec_text(text, "lab.yml")
 
 
