@@ -466,7 +466,8 @@ def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
 
     current = load_rendered_yaml(render_files(plan.cluster).get("group_vars/all.yml", "")) or {}
     lab_vars: dict[str, Any] = {}
-    for key in current:
+    # The per-OS repositories are rendered only when the spec sets them; the lab serves them all.
+    for key in [*current, "cuda_repo_url", "doca_ofed_repo_url"]:
         if key.endswith(("_repo_url", "_repo_uri")):
             lab_vars[key] = f"{config.repo_url}/"
     lab_vars.update(

@@ -533,15 +533,12 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "nvidia_driver_branch": software.nvidia_driver_branch,
         "nvidia_driver_version": software.nvidia_driver_version,
         "cuda_version": software.cuda_version,
-        "cuda_repo_url": repos.cuda,
         "doca_ofed_version": software.doca_ofed_version,
-        "doca_ofed_repo_url": repos.doca,
         "nccl_version": software.nccl_version,
         "nccl_env": nccl_env,
         "nccl_conf_file": "{{ inventory_dir }}/nccl.conf",
         "sharp_enabled": fabric.sharp,
         "sharp_hpcx_version": software.hpcx_version,
-        "sharp_hpcx_url": repos.hpcx,
         "sharp_plugin_version": software.sharp_plugin_version,
         "slurm_version": software.slurm_version,
         "slurm_download_url": repos.slurm,
@@ -558,6 +555,15 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "enroot_download_url": repos.enroot,
         "pyxis_repo_url": repos.pyxis,
     }
+    # Per-OS repositories reach the roles only when the spec names a mirror: otherwise every
+    # node gets its own OS release's repository from the role defaults.
+    for name, url in (
+        ("cuda_repo_url", repos.cuda),
+        ("doca_ofed_repo_url", repos.doca),
+        ("sharp_hpcx_url", repos.hpcx),
+    ):
+        if url is not None:
+            group_vars[name] = url
     # Spec values reach Ansible as data; only the paths below the inventory are templates.
     group_vars = {
         key: value if key in TEMPLATED_VARS else mark_unsafe(value)

@@ -557,11 +557,16 @@ class Slurm(StrictModel):
 class Repositories(StrictModel):
     """Every repository or download URL the roles use; air-gapped sites point them at mirrors."""
 
-    cuda: Url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
-    doca: Url = "https://linux.mellanox.com/public/repo/doca/2.9.1/ubuntu22.04/x86_64/"
-    hpcx: Url = (
-        "https://content.mellanox.com/hpc/hpc-x/v2.20/"
-        "hpcx-v2.20-gcc-doca_ofed-ubuntu22.04-cuda12-x86_64.tbz"
+    # These three are per OS release (ubuntu2204 vs ubuntu2404 ...): unset, each node gets its
+    # own OS's from the roles; set, the mirror serves every node.
+    cuda: Url | None = Field(
+        None, description="CUDA repository; default NVIDIA's for each node's OS (role default)."
+    )
+    doca: Url | None = Field(
+        None, description="DOCA-Host repository; default NVIDIA's for each node's OS and release."
+    )
+    hpcx: Url | None = Field(
+        None, description="HPC-X tarball; default NVIDIA's build for each node's OS."
     )
     nccl_tests: Url = "https://github.com/NVIDIA/nccl-tests.git"
     slurm: Url = "https://download.schedmd.com/slurm/"

@@ -35,7 +35,7 @@ def _inventory(tmp_path: Path, **changes: object) -> Path:
     ("changes", "named"),
     [
         ({"nvidia_driver_version": "latest"}, "nvidia_driver_version"),
-        ({"cuda_repo_url": None}, "cuda_repo_url"),
+        ({"cuda_repo_url": "ftp://mirror.example.net/cuda/"}, "cuda_repo_url"),
         ({"nccl_conf_file": "/nonexistent/nccl.conf"}, "nccl_conf_file"),
     ],
 )

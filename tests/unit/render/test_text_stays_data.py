@@ -207,7 +207,7 @@ def check_rendered(cluster: Cluster, files: dict[str, str]) -> None:
     assert group_vars["slurm_cluster_name"] == cluster.slurm_cluster_name
     assert group_vars["cluster_domain"] == (cluster.management.domain or "")
     assert group_vars["nccl_tests_binary_dir"] == cluster.nccl.tests.binary_dir
-    assert group_vars["cuda_repo_url"] == cluster.software.repositories.cuda
+    assert group_vars.get("cuda_repo_url") == cluster.software.repositories.cuda
     assert group_vars["cluster_fabric"]["switch_name_pattern"] == cluster.fabric.switch_name_pattern
     hosts = load_rendered_yaml(files["hosts.yml"])["all"]
     assert set(hosts["hosts"]) == {n.name for n in cluster.hosts()}
