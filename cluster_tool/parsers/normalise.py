@@ -5,6 +5,7 @@ lines before the tool's own first line set aside, every line keeping its number 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,7 +36,8 @@ _SRUN_PREFIX = re.compile(r"^ *(?P<rank>\d+): ")
 _NOT_HOSTS = re.compile(
     r"^(?:NVRM|kernel|nvidia|nvidia-nvswitch\d*|ibpanic|ibwarn|iberror|ibstat|ibstatus"
     r"|iblinkinfo|ibnetdiscover|ibqueryerrors|perfquery|dcgmi|Error|ERROR|Warning|WARNING"
-    r"|Info|INFO|Note|NOTE|CA|Switch|Router|Legend|bash|sh|zsh|sudo)$"
+    r"|Info|INFO|Note|NOTE|CA|Switch|Router|Legend|bash|sh|zsh|sudo|srun|salloc|sbatch"
+    r"|slurmstepd|mpirun|prterun|orterun|ssh|kubectl|error|warning)$"
 )
 
 
@@ -118,29 +120,36 @@ class Reading:
         return self.errors + tuple(e for h in self.hosts for e in h.errors)
 
 
-def _first_content_line(text: str) -> str | None:
+def _first_content_lines(text: str, count: int) -> list[str]:
+    lines: list[str] = []
     start = 0
-    while start < len(text):
+    while start < len(text) and len(lines) < count:
         end = text.find("\n", start)
         if end < 0:
             end = len(text)
         line = text[start:end]
         if line.strip():
-            return line
+            lines.append(line)
         start = end + 1
-    return None
+    return lines
+
+
+# How many lines may come before a collector's first tagged line (a prompt, a banner) for
+# the fast path to still see it.
+_LEAD = 4
 
 
 def is_clean(text: str, start: re.Pattern[str] | None) -> bool:
     """True when the text needs no normalising: the common case, decided without splitting it."""
     if "\x1b" in text or "\r" in text:
         return False
-    first = _first_content_line(text)
-    if first is None:
+    first = _first_content_lines(text, _LEAD)
+    if not first:
         return True
-    if _HOST_PREFIX.match(first) or _MPI_PREFIX.match(first) or _SRUN_PREFIX.match(first):
-        return False
-    return start is None or start.search(first) is not None
+    for line in first:
+        if _HOST_PREFIX.match(line) or _MPI_PREFIX.match(line) or _SRUN_PREFIX.match(line):
+            return False
+    return start is None or start.search(first[0]) is not None
 
 
 def _strip_artefacts(text: str) -> list[tuple[int, str]]:
@@ -158,6 +167,10 @@ def _prefix_style(lines: list[tuple[int, str]]) -> str | None:
         if first is None:
             continue
         tagged = content[first:]
+        # A collector tags the whole capture, give or take a prompt or banner before it;
+        # one tagged-looking line at the end is the tool's (or the shell's) error.
+        if first > _LEAD or len(tagged) < first:
+            continue
         if not all(pattern.match(line) for line in tagged):
             continue
         if style == "pdsh":
@@ -278,13 +291,46 @@ def _where(section: Section, error: ParseError) -> ParseError:
     return ParseError(error.message, line_no=no, line=error.line, source=error.source)
 
 
+def relocate(records: Any, where: Callable[[int], int]) -> Any:
+    """The records with every `line_no` moved by `where`: a record names the line it came
+    from in the file as given, not in the text the parser saw."""
+    if dataclasses.is_dataclass(records) and not isinstance(records, type):
+        changes = {}
+        for f in dataclasses.fields(records):
+            if not f.init:
+                continue
+            value = getattr(records, f.name)
+            moved = where(value) if f.name == "line_no" and isinstance(value, int) else None
+            if moved is None:
+                moved = relocate(value, where)
+            if moved is not value:
+                changes[f.name] = moved
+        return dataclasses.replace(records, **changes) if changes else records
+    if isinstance(records, list):
+        return [relocate(v, where) for v in records]
+    if isinstance(records, tuple):
+        return tuple(relocate(v, where) for v in records)
+    if isinstance(records, dict):
+        return {k: relocate(v, where) for k, v in records.items()}
+    return records
+
+
+def _file_line(section: Section) -> Callable[[int], int]:
+    numbers = [no for no, _ in section.lines]
+
+    def where(line_no: int) -> int:
+        return numbers[line_no - 1] if 1 <= line_no <= len(numbers) else line_no
+
+    return where
+
+
 def read_section(
     parse: Callable[[str], Any], section: Section, *, partial: bool
 ) -> tuple[Any, tuple[LineError, ...], int]:
     """Parse one section. With `partial`, an error past the tool's first line keeps what
     was read before it and names the line: (records, errors, lines left unread)."""
     try:
-        return parse(section.text), (), 0
+        return relocate(parse(section.text), _file_line(section)), (), 0
     except ParseError as exc:
         located = _where(section, exc)
         if not partial or exc.line_no is None or exc.line_no <= 1:
@@ -296,6 +342,7 @@ def read_section(
             raise located from exc
         if not _has_records(records):
             raise located from exc
+        records = relocate(records, _file_line(before))
         unread = len(section.lines) - len(before.lines)
         message = located.message
         if unread > 1:
