@@ -4,6 +4,8 @@ located `spec check` error, not something the renderer has to survive."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cluster_tool.cli import main
@@ -177,3 +179,21 @@ def test_spec_check_exits_2_with_the_location(tmp_path, capsys) -> None:  # type
     err = capsys.readouterr().err
     assert f"c.yml:{line_of(spec.read_text(), 'domain')}:" in err
     assert "management.domain" in err
+
+
+def test_the_json_schema_carries_the_types_for_editors() -> None:
+    from cluster_tool.spec.schema import spec_schema
+
+    defs = spec_schema()["$defs"]
+    for model, field in [
+        ("Management", "interface"),
+        ("Slurm", "controller"),
+        ("Partition", "max_time"),
+        ("NcclTests", "binary_dir"),
+    ]:
+        prop = defs[model]["properties"][field]
+        pattern = prop.get("pattern") or next(
+            (p["pattern"] for p in prop.get("anyOf", []) if "pattern" in p), None
+        )
+        assert pattern, (model, field)
+        assert not re.search(pattern, "x\n{{ 7*7 }}"), (model, field)
