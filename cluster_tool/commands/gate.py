@@ -182,9 +182,16 @@ def gate(
     raise typer.Exit(result.report.exit_code)
 
 
+# A simulated gate grows faster than the fleet (2,048 nodes take about 35 s on one core); past
+# a few thousand it would run for hours, and no fleet the gate runs on is larger.
+SIMULATE_MAX_NODES = 4096
+
+
 @gate_app.command("simulate")
 def simulate_command(
-    nodes: Annotated[int, typer.Option("--nodes", min=2, help="Fleet size.")],
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=2, max=SIMULATE_MAX_NODES, help="Fleet size.")
+    ],
     bad: Annotated[int, typer.Option("--bad", min=0, help="Faulty nodes to plant.")],
     seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
     fault_model: Annotated[
