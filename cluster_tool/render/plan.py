@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from cluster_tool.errors import ParseError
+from cluster_tool.fileio import atomic_write, read_input_text
 from cluster_tool.spec.models import Cluster
 
 CABLING_HEADER = ("node", "hca", "gpu", "rail", "su", "leaf", "leaf_port")
@@ -134,22 +135,22 @@ def switch_links_csv(links: list[SwitchLink]) -> str:
 
 def write_cabling_csv(path: Path, rows: list[CablingRow]) -> None:
     """Write `cabling.csv`."""
-    Path(path).write_text(cabling_csv(rows), encoding="utf-8")
+    atomic_write(path, cabling_csv(rows))
 
 
 def write_switch_links_csv(path: Path, links: list[SwitchLink]) -> None:
     """Write `switch-links.csv`."""
-    Path(path).write_text(switch_links_csv(links), encoding="utf-8")
+    atomic_write(path, switch_links_csv(links))
 
 
 def read_cabling_csv(path: Path) -> list[CablingRow]:
     """Read `cabling.csv`; raises ParseError naming the line on anything malformed."""
-    return parse_cabling_csv(Path(path).read_text(encoding="utf-8"), source=str(path))
+    return parse_cabling_csv(read_input_text(path), source=str(path))
 
 
 def read_switch_links_csv(path: Path) -> list[SwitchLink]:
     """Read `switch-links.csv`; raises ParseError naming the line on anything malformed."""
-    return parse_switch_links_csv(Path(path).read_text(encoding="utf-8"), source=str(path))
+    return parse_switch_links_csv(read_input_text(path), source=str(path))
 
 
 def parse_cabling_csv(text: str, source: str = "cabling.csv") -> list[CablingRow]:
@@ -174,9 +175,12 @@ def _from_csv(text: str, record: type, source: str) -> list[list[object]]:
     kinds = [(f.name, f.type) for f in fields(record)]
     header = tuple(name for name, _ in kinds)
     lines = text.splitlines()
-    reader = csv.reader(lines)
+    try:
+        rows = list(csv.reader(lines))
+    except csv.Error as exc:  # a field past the csv module's size limit, a NUL in old Pythons
+        raise ParseError(f"not CSV: {exc}", source=source) from None
     out: list[list[object]] = []
-    for line_no, values in enumerate(reader, start=1):
+    for line_no, values in enumerate(rows, start=1):
         raw = lines[line_no - 1] if line_no <= len(lines) else ""
         if line_no == 1:
             if tuple(v.strip() for v in values) != header:
