@@ -101,13 +101,13 @@ def expectations_for(
 
 def read_node_file(path: Path = NODE_FILE) -> NodeExpectations:
     """The node file the roles install; UsageError naming the file when it is absent or bad."""
+    from cluster_tool.fileio import read_input_bytes
+
+    if not Path(path).exists():
+        raise UsageError(f"{path}: no node file (the roles install it; or pass --node-file)")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(
-            f"{path}: no node file (the roles install it; or pass --node-file)"
-        ) from None
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(read_input_bytes(path))
+    except ValueError as exc:  # not JSON, or not UTF-8
         raise UsageError(f"{path}: not a node file: {exc}") from None
     if not isinstance(data, dict) or data.get("version") != NODE_FILE_VERSION:
         raise UsageError(f"{path}: expected a cluster-tool node file, version {NODE_FILE_VERSION}")

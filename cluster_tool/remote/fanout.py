@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cluster_tool.errors import ParseError, UsageError
+from cluster_tool.fileio import PRIVATE_FILE, atomic_write, private_dir, read_input_bytes
 from cluster_tool.remote.probes import (
     Probe,
     ProbeOutput,
@@ -286,12 +287,12 @@ def collect(
 
 def save_capture(directory: Path, results: Mapping[str, HostResult]) -> None:
     """Write every host's raw outputs in the capture layout (see the module docstring)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     manifest_path = directory / "manifest.json"
     manifest: dict[str, object] = {"version": CAPTURE_VERSION, "hosts": {}}
     if manifest_path.is_file():  # a second collection into the same folder adds to it
-        with contextlib.suppress(json.JSONDecodeError):
-            manifest = json.loads(manifest_path.read_text())
+        with contextlib.suppress(UsageError):
+            manifest = _capture_json(manifest_path)
     manifest["created"] = datetime.now(UTC).isoformat(timespec="seconds")
     hosts = manifest.setdefault("hosts", {})
     assert isinstance(hosts, dict)
@@ -305,45 +306,68 @@ def save_capture(directory: Path, results: Mapping[str, HostResult]) -> None:
         )
         if not result.outputs:
             continue
-        folder = directory / name
-        folder.mkdir(exist_ok=True)
+        folder = private_dir(directory / name)
         meta_path = folder / "probes.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta = _capture_json(meta_path) if meta_path.is_file() else {}
         for probe, out in result.outputs.items():
-            (folder / f"{probe}.out").write_text(out.stdout, encoding="utf-8")
+            atomic_write(folder / f"{probe}.out", out.stdout, mode=PRIVATE_FILE)
         meta.update(outputs_to_json(result.outputs))
-        meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        atomic_write(meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    atomic_write(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def _capture_json(path: Path) -> dict:
+    """A JSON object of a capture; a capture from elsewhere that is not one is a UsageError."""
+    try:
+        data = json.loads(read_input_bytes(path))
+    except ValueError as exc:
+        raise UsageError(f"{path}: not a capture file: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a capture file: expected a JSON object")
+    return data
+
+
+def _capture_name(name: object, path: Path) -> str:
+    # A name from a capture made elsewhere becomes a path: it must stay inside the capture.
+    text = str(name)
+    if not text or "/" in text or "\x00" in text or text.startswith("."):
+        raise UsageError(f"{path}: {text!r} cannot name a file of the capture")
+    return text
 
 
 def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[str, HostResult]:
     """Read a saved capture back as if it had just been collected."""
     manifest_path = directory / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{directory}: not a capture folder (no manifest.json)") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{manifest_path}: {exc}") from None
-    if manifest.get("version") != CAPTURE_VERSION:
+    if not manifest_path.exists():
+        raise UsageError(f"{directory}: not a capture folder (no manifest.json)")
+    manifest = _capture_json(manifest_path)
+    if manifest.get("version") != CAPTURE_VERSION or not isinstance(manifest.get("hosts"), dict):
         raise UsageError(f"{manifest_path}: expected capture version {CAPTURE_VERSION}")
     wanted = set(hosts) if hosts is not None else None
     results: dict[str, HostResult] = {}
-    for name, entry in manifest.get("hosts", {}).items():
+    for name, entry in manifest["hosts"].items():
         if wanted is not None and name not in wanted:
             continue
-        folder = directory / name
+        if not isinstance(entry, dict) or not isinstance(entry.get("probes", []), list):
+            raise UsageError(f"{manifest_path}: host {name!r}: not a capture entry")
+        folder = directory / _capture_name(name, manifest_path)
         meta_path = folder / "probes.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta = _capture_json(meta_path) if meta_path.is_file() else {}
         outputs = {}
         for probe in entry.get("probes", []):
-            out_path = folder / f"{probe}.out"
+            out_path = folder / f"{_capture_name(probe, manifest_path)}.out"
             if not out_path.is_file():
                 continue
             info = meta.get(probe, {})
-            outputs[probe] = ProbeOutput(
-                int(info.get("rc", 0)), out_path.read_text(encoding="utf-8"), info.get("stderr", "")
-            )
+            if not isinstance(info, dict):
+                raise UsageError(f"{meta_path}: {probe!r}: not a capture entry")
+            try:
+                rc = int(info.get("rc", 0))
+            except (TypeError, ValueError):
+                raise UsageError(f"{meta_path}: {probe!r}: rc is not a number") from None
+            # Node output is kept as it came: bytes that are not UTF-8 are shown replaced.
+            text = read_input_bytes(out_path).decode("utf-8", errors="replace")
+            outputs[probe] = ProbeOutput(rc, text, str(info.get("stderr", "")))
         results[name] = HostResult(
             name,
             outputs=outputs,
