@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from .hw import NodeHardware, load_model, node_down, node_hardware
-from .kernel_state import MODULE_SIZES, MODULE_USERS, loaded_dir, loaded_modules, publish
+from .kernel_state import (
+    MODULE_SIZES,
+    MODULE_USERS,
+    loaded_dir,
+    loaded_modules,
+    persistence_file,
+    persistence_on,
+    publish,
+)
 from .render_dcgmi import diag_failed, render_diag, render_discovery, render_kernel_log
 from .render_smi import (
     QueryError,
@@ -97,6 +105,9 @@ def _hardware(model: dict[str, Any], host: str) -> NodeHardware | None:
     except KeyError:
         return None
     apply_installed(hw, _node_record(model, host), installed_versions())
+    if not persistence_on():
+        for gpu in hw.gpus:
+            gpu.persistence_mode = False
     return hw
 
 
@@ -243,16 +254,29 @@ def modprobe(argv: list[str], model: dict[str, Any], host: str) -> Result:
 
 
 def persistenced(argv: list[str], model: dict[str, Any], host: str) -> Result:
-    """The simulated nvidia-persistenced: keeps the node's /proc/driver and /sys/module views
-    in step with the lab model (a module-missing fault unloads the module) until stopped."""
+    """The simulated nvidia-persistenced: holds the GPUs in persistence mode unless started
+    with --no-persistence-mode (as Ubuntu's unit starts it; nvidia-persistenced(1)), and keeps
+    the node's /proc/driver and /sys/module views in step with the lab model (a module-missing
+    fault unloads the module) until stopped. --user and --verbose are accepted and ignored."""
     import signal
 
+    state = persistence_file()
+    state.parent.mkdir(parents=True, exist_ok=True)
+    mine = f"{0 if '--no-persistence-mode' in argv else 1} {os.getpid()}\n"
+    state.write_text(mine)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        # The model is replaced atomically; a read that fails is retried next round.
-        with contextlib.suppress(OSError, ValueError):
-            publish(_hardware(load_model(), host))
-        time.sleep(2)
+    try:
+        while True:
+            # The model is replaced atomically; a read that fails is retried next round.
+            with contextlib.suppress(OSError, ValueError):
+                publish(_hardware(load_model(), host))
+            time.sleep(2)
+    finally:
+        # Stopped, the daemon no longer holds the GPUs: persistence mode is off again (unless a
+        # restart's new daemon has already taken over).
+        with contextlib.suppress(OSError):
+            if state.read_text() == mine:
+                state.unlink()
 
 
 def idle_daemon(argv: list[str], model: dict[str, Any], host: str) -> Result:

@@ -37,6 +37,21 @@ def loaded_dir(run_dir: Path | None = None) -> Path:
     return (run_dir or RUN_DIR) / "modules"
 
 
+def persistence_file(run_dir: Path | None = None) -> Path:
+    """Written by the simulated nvidia-persistenced while it runs: "1 <pid>" when it holds the
+    GPUs in persistence mode, "0 <pid>" when started with --no-persistence-mode."""
+    return (run_dir or RUN_DIR) / "persistence-mode"
+
+
+def persistence_on(run_dir: Path | None = None) -> bool:
+    """Persistence mode as the driver has it: on only while persistenced runs with it on (with
+    no daemon, the driver tears the GPU state down when the last client exits)."""
+    try:
+        return persistence_file(run_dir).read_text().split()[:1] == ["1"]
+    except OSError:
+        return False
+
+
 def loaded_modules(hw: NodeHardware | None, run_dir: Path | None = None) -> list[str]:
     """Simulated modules loaded in this node: modprobed since boot and still in the model."""
     if hw is None:

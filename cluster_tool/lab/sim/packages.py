@@ -80,6 +80,20 @@ class SimPackage:
 NCCL_TESTS_DIR = "usr/bin"
 _NCCL_TESTS = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf")
 
+# nvidia-persistenced.service as Ubuntu's nvidia-compute-utils-<branch> package ships it.
+PERSISTENCED_UNIT = """\
+[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+StopWhenUnneeded=true
+Before=systemd-backlight@backlight:nvidia_0.service
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
+"""
+
 _INIT = """#!/bin/sh
 ### BEGIN INIT INFO
 # Provides:          {service}
@@ -91,11 +105,30 @@ _INIT = """#!/bin/sh
 ### END INIT INFO
 # The lab's nodes run SysV init: start-stop-daemon keeps the pidfile the status check reads.
 PIDFILE=/run/{service}.pid
-DAEMON={daemon}
-case "$1" in
+ACTION="$1"
+# A package that ships a systemd unit starts its daemon as systemd would: the unit's ExecStart
+# as the drop-ins in /etc/systemd/system/<unit>.d/*.conf override it, in name order (an empty
+# ExecStart= clears it), so a role's drop-in takes effect here as on a real node.
+COMMAND={daemon}
+UNIT=/lib/systemd/system/{service}.service
+if [ -f "$UNIT" ]; then
+  for f in "$UNIT" /etc/systemd/system/{service}.service.d/*.conf; do
+    [ -f "$f" ] || continue
+    while IFS= read -r line; do
+      case "$line" in ExecStart=*) COMMAND="${{line#ExecStart=}}" ;; esac
+    done < "$f"
+  done
+fi
+set -f
+# shellcheck disable=SC2086  # the command line splits into words, as systemd splits it
+set -- $COMMAND
+set +f
+DAEMON="$1"
+[ $# -gt 0 ] && shift
+case "$ACTION" in
   start)
     start-stop-daemon --start --quiet --oknodo --background --make-pidfile \\
-      --pidfile "$PIDFILE" --startas "$DAEMON" ;;
+      --pidfile "$PIDFILE" --startas "$DAEMON" -- "$@" ;;
   stop)
     start-stop-daemon --stop --quiet --pidfile "$PIDFILE" --remove-pidfile --oknodo ;;
   restart|force-reload)
@@ -205,6 +238,9 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             "NVIDIA persistence daemon (simulated: keeps the module view in step with the lab)",
             tools={"usr/bin/nvidia-persistenced": "nvidia-persistenced"},
             services={"nvidia-persistenced": "/usr/bin/nvidia-persistenced"},
+            # Ubuntu's unit (nvidia-compute-utils-<branch>): persistence mode off until a
+            # drop-in says otherwise.
+            files={"/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT},
             carries_simulator=True,
         ),
         SimPackage(

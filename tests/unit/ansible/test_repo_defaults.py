@@ -74,3 +74,41 @@ def test_a_mirror_the_spec_sets_serves_every_node(tmp_path: Path) -> None:
         tmp_path, {"*": "Ubuntu_22", "gpu007": "Ubuntu_24"}, expect, cuda_repo_url=mirror
     )
     assert problems == []
+
+
+def test_nvidia_driver_open_modules_picks_the_kernel_module_flavour(tmp_path: Path) -> None:
+    # Issue 18, finding 12: the variable was read by nothing. NVIDIA's CUDA repositories name the
+    # flavours nvidia-headless-<branch>-open / nvidia-headless-<branch> (Ubuntu) and
+    # nvidia-open-kernel-dkms / nvidia-kernel-dkms (Debian).
+    os_of = {"*": "Ubuntu_22", "gpu007": "Debian_12"}
+    open_expect = {
+        "gpu001": {
+            "driver_packages": [
+                "nvidia-headless-550-open",
+                "nvidia-utils-550",
+                "nvidia-compute-utils-550",
+            ]
+        },
+        "gpu007": {
+            "driver_packages": [
+                "nvidia-open-kernel-dkms",
+                "nvidia-driver-cuda",
+                "nvidia-persistenced",
+            ]
+        },
+    }
+    assert _resolve(tmp_path / "open", os_of, open_expect) == []
+    closed_expect = {
+        "gpu001": {
+            "driver_packages": [
+                "nvidia-headless-550",
+                "nvidia-utils-550",
+                "nvidia-compute-utils-550",
+            ]
+        },
+        "gpu007": {
+            "driver_packages": ["nvidia-kernel-dkms", "nvidia-driver-cuda", "nvidia-persistenced"]
+        },
+    }
+    problems = _resolve(tmp_path / "closed", os_of, closed_expect, nvidia_driver_open_modules=False)
+    assert problems == []
