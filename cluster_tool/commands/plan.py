@@ -1,5 +1,6 @@
 """`cluster-tool plan`: parallel layouts for a model on a validated cluster, and how to launch."""
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cluster_tool import output
+from cluster_tool.bounds import MAX_HOSTS, check_count
 from cluster_tool.errors import EXIT_CHECKS_FAILED, UsageError
 from cluster_tool.plan.estimate import KERNEL_EFFICIENCY
 from cluster_tool.plan.model import PRESETS
@@ -16,6 +18,42 @@ if TYPE_CHECKING:
 
 # The default global batch: about 4M tokens, Llama 3's starting batch (Dubey et al. 2024, 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
+
+# What each whole-number option may be: at least 1, and no more than any model or cluster
+# planned today by a wide margin (GPT-3 has 96 layers and 96 heads, Llama 3 405B a 16,384
+# hidden size and 128K context); past these the search would run for hours, not plan.
+_COUNT_LIMITS = {
+    "--layers": 4096,
+    "--hidden": 1 << 20,
+    "--heads": 4096,
+    "--kv-heads": 4096,
+    "--ffn": 1 << 22,
+    "--vocab": 1 << 24,
+    "--seq": 1 << 24,
+    "--global-batch": 1 << 24,
+    "--micro-batch": 1 << 24,
+    "--nodes": MAX_HOSTS,
+    "--nodes-per-su": MAX_HOSTS,
+    "--top": 1000,
+}
+
+
+def _check_arguments(counts: dict[str, int | None], fractions: dict[str, float | None]) -> None:
+    """Every count at least 1 and under its limit, every fraction in (0, 1] ([0, 1] for the
+    overlaps), --params and --peak-tflops positive: a one-line UsageError naming the option,
+    where a zero would have been taken as "not given" or a huge value would never finish."""
+    for flag, value in counts.items():
+        if value is not None:
+            check_count(value, flag, 1, _COUNT_LIMITS[flag])
+    for flag, number in fractions.items():
+        if number is None:
+            continue
+        low_ok = number >= 0 if flag in ("--overlap", "--tp-overlap") else number > 0
+        if flag in ("--params", "--peak-tflops"):
+            if not (number > 0 and math.isfinite(number)):
+                raise UsageError(f"{flag} {number}: must be a positive number")
+        elif not (low_ok and number <= 1):
+            raise UsageError(f"{flag} {number}: must be a fraction between 0 and 1")
 
 
 def _model(
@@ -149,8 +187,29 @@ def plan_command(
         read_gate_results,
     )
 
-    if top < 1:
-        raise UsageError("--top must be at least 1")
+    _check_arguments(
+        {
+            "--layers": layers,
+            "--hidden": hidden,
+            "--heads": heads,
+            "--kv-heads": kv_heads,
+            "--ffn": ffn,
+            "--vocab": vocab,
+            "--seq": seq,
+            "--global-batch": global_batch,
+            "--micro-batch": micro_batch,
+            "--nodes": nodes,
+            "--nodes-per-su": nodes_per_su,
+            "--top": top,
+        },
+        {
+            "--params": params,
+            "--peak-tflops": peak_tflops,
+            "--overlap": overlap,
+            "--tp-overlap": tp_overlap,
+            "--kernel-efficiency": kernel_efficiency,
+        },
+    )
     model = _model(model_name, params, layers, hidden, heads, kv_heads, ffn, vocab, seq)
     cluster = _cluster(spec, nodes, gpu, nodes_per_su)
     if gate_results is not None:
@@ -161,7 +220,7 @@ def plan_command(
         known = {n.name for n in cluster.nodes}
         cluster = cluster.with_drained(n for n in gate.drained if n in known)
     if drained:
-        cluster = cluster.with_drained(parse_hostlist(drained))
+        cluster = cluster.with_drained(parse_hostlist(drained, "--drained"))
     training = Training(
         global_batch=global_batch or max(1, DEFAULT_BATCH_TOKENS // model.seq),
         micro_batch=micro_batch,
@@ -190,13 +249,11 @@ def plan_command(
 
 
 def _write_hostfile(path: Path, hosts: list[str]) -> None:
-    # Written aside and renamed: a launcher never reads a half-written hostfile.
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text("".join(f"{host}\n" for host in hosts), encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    # Atomically: a launcher never reads a half-written hostfile. Readable by the launcher's
+    # other users as before: a hostfile holds node names, not secrets.
+    from cluster_tool.fileio import atomic_write
+
+    atomic_write(path, "".join(f"{host}\n" for host in hosts), mode=0o644)
 
 
 def _nothing_fits(doc: dict) -> str:
@@ -213,13 +270,17 @@ def _nothing_fits(doc: dict) -> str:
 def _print(doc: dict) -> None:
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     console = output.stdout
     m, c, tr = doc["model"], doc["cluster"], doc["training"]
     console.print(
-        f"[bold]{m['name']}[/bold] {m['params'] / 1e9:.1f}B params, seq {m['seq']}, "
-        f"global batch {tr['global_batch']} ({tr['precision']}, ZeRO {tr['zero']}, "
-        f"recompute {tr['recompute']})"
+        Text.assemble(
+            (str(m["name"]), "bold"),
+            f" {m['params'] / 1e9:.1f}B params, seq {m['seq']}, "
+            f"global batch {tr['global_batch']} ({tr['precision']}, ZeRO {tr['zero']}, "
+            f"recompute {tr['recompute']})",
+        )
     )
     drained = f", drained {c['drained']}" if c["drained"] else ""
     console.print(
@@ -264,11 +325,14 @@ def _print(doc: dict) -> None:
     best = doc["layouts"][0]
     pl = best["placement"]
     console.print(
-        f"[bold]Best:[/bold] TP {best['tp']} (in a node) × CP {best['cp']} × PP {best['pp']} "
-        f"(stages {'/'.join(str(n) for n in best['stage_layers'])}) × DP {best['dp']}"
-        f" on {pl['nodes']} nodes; pipelines whole in one SU: "
-        + _whole(pl)
-        + (f"; idle {pl['idle_nodes']}" if pl["idle_nodes"] else "")
+        Text.assemble(
+            ("Best:", "bold"),
+            f" TP {best['tp']} (in a node) × CP {best['cp']} × PP {best['pp']} "
+            f"(stages {'/'.join(str(n) for n in best['stage_layers'])}) × DP {best['dp']}"
+            f" on {pl['nodes']} nodes; pipelines whole in one SU: "
+            + _whole(pl)
+            + (f"; idle {pl['idle_nodes']}" if pl["idle_nodes"] else ""),
+        )
     )
     hosts = pl["hostfile"]
     shown = " ".join(hosts) if len(hosts) <= 16 else " ".join(hosts[:12]) + f" … ({len(hosts)})"

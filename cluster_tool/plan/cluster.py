@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.errors import UsageError
 from cluster_tool.gate.thresholds import Rung, Thresholds, profile_from_node_profile
@@ -203,12 +203,11 @@ class ClusterShape:
         return shape.with_drained(drained)
 
 
-def parse_hostlist(text: str) -> list[str]:
-    """`gpu[001-004],gpu017` → names; a malformed hostlist is a usage error."""
-    try:
-        return list(NodeSet(text))
-    except NodeSetParseError as exc:
-        raise UsageError(f"bad hostlist {text!r}: {exc}") from None
+def parse_hostlist(text: str, what: str = "hostlist") -> list[str]:
+    """`gpu[001-004],gpu017` → names; a malformed or oversized hostlist is a usage error."""
+    from cluster_tool.bounds import bounded_hostlist
+
+    return bounded_hostlist(text, what)
 
 
 @dataclass(frozen=True)
@@ -236,10 +235,10 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
 
     Where several values are found the lowest counts: plan for the slowest measured path.
     """
+    from cluster_tool.fileio import read_input_text
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+        data = json.loads(read_input_text(path))
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
     fabric: list[float] = []
@@ -270,7 +269,7 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
                 (fabric if many else nvlink).append(value)
         listed = obj.get("drained")
         if isinstance(listed, str):
-            drained.update(parse_hostlist(listed))
+            drained.update(parse_hostlist(listed, f"{path}: drained"))
         elif isinstance(listed, list):
             drained.update(str(x) for x in listed)
         drain = obj.get("drain")

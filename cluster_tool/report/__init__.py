@@ -37,13 +37,18 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def write_report(run_dir: Path) -> list[Path]:
     """(Re-)write junit.xml and report.html from the run's summary.json and findings.json."""
     summary, findings = load_run(run_dir)
+    try:
+        rendered = (
+            (
+                "junit.xml",
+                junit_xml(summary, findings, name=f"cluster-tool {summary.get('command', '')}"),
+            ),
+            ("report.html", render_html(summary, findings)),
+        )
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:
+        # A record from elsewhere (or edited by hand) whose fields are not what the tool writes.
+        raise UsageError(f"{run_dir}: unreadable run record: {type(exc).__name__}: {exc}") from None
     written = []
-    for name, text in (
-        (
-            "junit.xml",
-            junit_xml(summary, findings, name=f"cluster-tool {summary.get('command', '')}"),
-        ),
-        ("report.html", render_html(summary, findings)),
-    ):
+    for name, text in rendered:
         written.append(atomic_write(run_dir / name, text, mode=PRIVATE_FILE))
     return written

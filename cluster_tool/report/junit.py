@@ -4,11 +4,33 @@ run (a check that did not run is never a pass); for CI dashboards."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
+from xml.sax.saxutils import escape as _xml_escape
+from xml.sax.saxutils import quoteattr as _xml_quoteattr
+
+from cluster_tool.output import escape_controls
 
 FABRIC_SUITE = "fabric"
+
+# Characters XML 1.0 cannot hold at all, even as references: lone surrogates, U+FFFE, U+FFFF.
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+def _text(value: object) -> str:
+    """Outside text made fit for XML: control characters (which make the file invalid, or
+    drive a terminal that shows it) written out as `\\x1b`, non-characters as `\\ufffe`."""
+    shown = escape_controls(str(value))
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", shown)
+
+
+def escape(value: object) -> str:
+    return _xml_escape(_text(value))
+
+
+def quoteattr(value: object) -> str:
+    return _xml_quoteattr(_text(value))
 
 
 def _suite_of(finding: Mapping[str, Any]) -> str:
