@@ -175,12 +175,20 @@ def rails_job(
     but each group is its own srun writing its own file, so one slow rail is read as
     such instead of being averaged away in rank 0's line.
     """
+    # The rail's GPU index is nvidia-smi's (PCI bus order); CUDA numbers devices fastest first
+    # unless CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA Programming Guide, "CUDA Environment
+    # Variables"), and then the index can name another GPU than the rail's.
     steps = tuple(
         Step(
             f"rail{rail}",
             "all_reduce",
             Rung.RAILS,
-            (("NCCL_ALGO", "Ring"), ("NCCL_IB_HCA", f"={hca}"), ("CUDA_VISIBLE_DEVICES", str(gpu))),
+            (
+                ("NCCL_ALGO", "Ring"),
+                ("NCCL_IB_HCA", f"={hca}"),
+                ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
+                ("CUDA_VISIBLE_DEVICES", str(gpu)),
+            ),
             rail=rail,
         )
         for rail, (hca, gpu) in enumerate(zip(profile.rail_hcas, profile.rail_gpus, strict=True))

@@ -89,7 +89,8 @@ def test_rails_job_pins_each_rail_to_its_hca_and_gpu(tmp_path: Path) -> None:
     text = _script(rails_job("r2-rails-a-b", ("gpu001", "gpu002"), profile), tmp_path)
     sruns = [ln for ln in text.splitlines() if ln.startswith("srun ")]
     assert len(sruns) == 8 and all(ln.endswith("&") for ln in sruns)
-    assert "NCCL_IB_HCA==mlx5_3 CUDA_VISIBLE_DEVICES=1" in sruns[1]
+    # nvidia-smi's index of the rail's GPU means that GPU only in PCI bus order.
+    assert "NCCL_IB_HCA==mlx5_3 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=1" in sruns[1]
     # One rank per node, said twice: the batch's SLURM_NTASKS would override it otherwise.
     assert "-N 2 -n 2 --ntasks-per-node=1" in sruns[1] and "--overlap" in sruns[1]
     assert text.rstrip().endswith("wait")
