@@ -231,7 +231,9 @@ ProfileName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length
 
 
 def _regex(value: str) -> str:
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if not value.isprintable():
+        # C0/C1 controls and Unicode line separators (U+0085, U+2028) alike: YAML and the
+        # line-based files downstream take several of them as line breaks.
         raise ValueError("a control character (newline, tab, ...) in a regular expression")
     try:
         re.compile(value)
