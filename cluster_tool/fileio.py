@@ -39,13 +39,19 @@ def max_input_bytes() -> int:
     return value
 
 
-def read_input_bytes(path: Path | str, limit: int | None = None) -> bytes:
+def read_input_bytes(
+    path: Path | str, limit: int | None = None, *, follow_symlinks: bool = True
+) -> bytes:
     """The bytes of an input file. UsageError (one line) when it is missing, not a regular file
-    (a FIFO would block forever, a device never ends) or larger than the cap."""
+    (a FIFO would block forever, a device never ends), larger than the cap, or, with
+    `follow_symlinks=False` (files the tool wrote itself), a symlink."""
     cap = max_input_bytes() if limit is None else limit
     # O_NONBLOCK: opening a FIFO for reading must not wait for a writer before we can refuse it.
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as exc:
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
     try:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
 import shlex
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +15,7 @@ import yaml
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.errors import ClusterToolError, UsageError
+from cluster_tool.render.output_dir import OutputDirError, publish, read_rendered
 from cluster_tool.render.plan import (
     cabling_csv,
     cabling_plan,
@@ -81,7 +79,7 @@ class RenderResult:
 def render(cluster: Cluster, out_dir: Path) -> RenderResult:
     """Render every file and swap the folder into place; returns what changed."""
     files = render_files(cluster)
-    changed = _changed(files, Path(out_dir))
+    changed = _changed(files, _existing(Path(out_dir)))
     write_atomically(files, Path(out_dir))
     return RenderResult(Path(out_dir), sorted(files), changed)
 
@@ -91,9 +89,9 @@ def diff_rendered(cluster: Cluster, out_dir: Path) -> RenderResult:
     files = render_files(cluster)
     out = Path(out_dir)
     lines: list[str] = []
-    existing = _existing_files(out)
+    existing = _existing(out)
     for rel in sorted(set(files) | set(existing)):
-        old = _read(out / rel) if rel in existing else ""
+        old = existing.get(rel, "")
         new = files.get(rel, "")
         if old == new:
             continue
@@ -103,7 +101,7 @@ def diff_rendered(cluster: Cluster, out_dir: Path) -> RenderResult:
             fromfile=f"a/{rel}" if rel in existing else "/dev/null",
             tofile=f"b/{rel}" if rel in files else "/dev/null",
         )
-    return RenderResult(out, sorted(files), _changed(files, out), lines)
+    return RenderResult(out, sorted(files), _changed(files, existing), lines)
 
 
 def render_files(cluster: Cluster) -> dict[str, str]:
@@ -128,49 +126,20 @@ def render_files(cluster: Cluster) -> dict[str, str]:
 
 
 def write_atomically(files: dict[str, str], out_dir: Path) -> None:
-    """Write into a temporary sibling folder, then rename it over `out_dir`.
+    """Write into a private sibling folder, then swap it with `out_dir` in one rename, under a
+    lock (`render.output_dir`). A failure leaves the previous output untouched."""
+    try:
+        publish(files, out_dir)
+    except OutputDirError as exc:
+        raise RenderError(str(exc)) from None
 
-    A failure before the rename leaves the previous output untouched.
-    """
-    out_dir = Path(out_dir).resolve()
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not _looks_rendered(out_dir):
-        # The folder is replaced wholesale; never do that to one we did not write.
-        raise RenderError(
-            f"{out_dir}: not empty and not a rendered inventory (no hosts.yml and spec.json); "
-            "refusing to replace it"
-        )
-    parent = out_dir.parent
+
+def _existing(out: Path) -> dict[str, str]:
+    # Checked before it is walked, read without following links (`render -o /`, `--diff`).
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.render-", dir=parent))
-    except OSError as exc:
-        raise RenderError(f"{out_dir}: cannot create the output folder: {exc}") from exc
-    try:
-        for rel, content in files.items():
-            target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
-        tmp.chmod(0o755)
-        if out_dir.exists() and not out_dir.is_dir():
-            raise RenderError(f"{out_dir}: exists and is not a folder")
-        old = None
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=parent))
-            os.rename(out_dir, old / "previous")
-        try:
-            os.rename(tmp, out_dir)
-        except OSError:
-            if old is not None:
-                os.rename(old / "previous", out_dir)
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RenderError(f"{out_dir}: render failed, previous output kept: {exc}") from exc
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        return read_rendered(out)
+    except OutputDirError as exc:
+        raise RenderError(str(exc)) from None
 
 
 def default_out_dir(cluster: Cluster) -> Path:
@@ -181,28 +150,8 @@ def default_out_dir(cluster: Cluster) -> Path:
 # --- internals ---------------------------------------------------------------------------
 
 
-def _looks_rendered(out: Path) -> bool:
-    return (out / "hosts.yml").is_file() and (out / "spec.json").is_file()
-
-
-def _existing_files(out: Path) -> set[str]:
-    if not out.is_dir():
-        return set()
-    return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def _changed(files: dict[str, str], out: Path) -> list[str]:
-    existing = _existing_files(out)
-    changed = [
-        rel for rel, text in files.items() if rel not in existing or _read(out / rel) != text
-    ]
+def _changed(files: dict[str, str], existing: dict[str, str]) -> list[str]:
+    changed = [rel for rel, text in files.items() if existing.get(rel) != text]
     removed = [rel for rel in existing if rel not in files]
     return sorted(changed + removed)
 
