@@ -24,10 +24,13 @@ SpecOpt = Annotated[Path | None, typer.Option("--spec", help="The cluster spec."
 
 
 def _read(path: Path, what: str) -> str:
+    from cluster_tool.fileio import read_input_bytes
+
+    # Tool output is kept as it came: bytes that are not UTF-8 are replaced, not refused.
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: {exc.strerror or exc}") from None
+        return read_input_bytes(path).decode("utf-8", errors="replace")
+    except UsageError as exc:
+        raise UsageError(f"{what} {exc}") from None
 
 
 def _located(exc: ParseError, path: Path) -> UsageError:

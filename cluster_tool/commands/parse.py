@@ -38,15 +38,20 @@ def parse(
     if kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}; one of: {', '.join(sorted(KINDS))}")
     source = "<stdin>" if str(file) == "-" else str(file)
+    from cluster_tool.fileio import max_input_bytes, read_input_bytes
+
     if str(file) == "-":
         import sys
 
-        text = sys.stdin.read()
+        cap = max_input_bytes()
+        binary = getattr(sys.stdin, "buffer", None)  # absent when stdin is a text stream
+        data = binary.read(cap + 1) if binary else sys.stdin.read(cap + 1).encode()
+        if len(data) > cap:
+            raise UsageError(f"<stdin>: over the input limit of {cap} bytes")
     else:
-        try:
-            text = file.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise UsageError(f"{file}: {exc.strerror or exc}") from exc
+        data = read_input_bytes(file)
+    # Tool output is kept as it came: bytes that are not UTF-8 are replaced, not refused.
+    text = data.decode("utf-8", errors="replace")
     parser_kind = KINDS[kind]
     try:
         reading = parser_kind.read(text)
