@@ -358,7 +358,7 @@ def _build(b: _NodeBuilder, line: str) -> FabricNode:
     "ibnetdiscover",
     "ibnetdiscover: switches, CAs, every cabled port and its peer",
     start=(
-        r"^(?:#\s*Topology file|vendid=|devid=|sysimgguid=|switchguid=|caguid="
+        r"^(?:#\s*$|#\s*Topology file|vendid=|devid=|sysimgguid=|switchguid=|caguid="
         r"|(?:Switch|Ca|Hca|Rt)\s+\d)"
     ),
 )

@@ -6,8 +6,9 @@ lines before the tool's own first line set aside, every line keeping its number 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,17 +67,86 @@ class SkippedLines:
 
 @dataclass(frozen=True)
 class Section:
-    """The lines of one host (or of the whole capture when it has no host prefixes):
-    `lines` are (line number in the file, text) with every artefact taken off."""
+    """The lines of one host (or of the whole capture when it has no host prefixes), every
+    artefact taken off. `numbered` holds (line number in the file, text); the fast path
+    keeps them joined in `body` instead, numbered from `first` on, and numbers on demand."""
 
     host: str | None
     ranks: tuple[int, ...]
-    lines: tuple[tuple[int, str], ...]
+    numbered: tuple[tuple[int, str], ...] | None
     skipped: SkippedLines | None = None
+    body: str | None = field(default=None, repr=False)
+    first: int = 1
+
+    @functools.cached_property
+    def lines(self) -> tuple[tuple[int, str], ...]:
+        if self.numbered is not None:
+            return self.numbered
+        return tuple(enumerate(self.body.split("\n"), start=self.first)) if self.body else ()
+
+    @functools.cached_property
+    def size(self) -> int:
+        if self.numbered is not None:
+            return len(self.numbered)
+        return self.body.count("\n") + 1 if self.body else 0
+
+    @functools.cached_property
+    def consecutive(self) -> bool:
+        """The lines follow each other in the file (one host, nothing between them)."""
+        lines = self.numbered
+        return not lines or lines[-1][0] - lines[0][0] == len(lines) - 1
+
+    @property
+    def first_no(self) -> int:
+        return self.numbered[0][0] if self.numbered else self.first
 
     @property
     def text(self) -> str:
-        return "\n".join(line for _, line in self.lines)
+        """What the parser reads. When the lines follow each other, blank lines stand in for
+        those set aside before them, so the parser's line numbers are the file's."""
+        body = self.body if self.body is not None else "\n".join(li for _, li in self.lines)
+        if self.consecutive and self.size:
+            return "\n" * (self.first_no - 1) + body
+        return body
+
+    def index(self, line_no: int) -> int | None:
+        """Where the parser's line `line_no` sits in `lines` (None: not one of them)."""
+        at = line_no - self.first_no if self.consecutive else line_no - 1
+        return at if 0 <= at < self.size else None
+
+    def file_line(self, line_no: int) -> int:
+        at = self.index(line_no)
+        if at is None:
+            return line_no
+        return self.first_no + at if self.consecutive else self.lines[at][0]
+
+    def head_lines(self) -> Iterator[tuple[int, str]]:
+        """The lines from the first on, numbered, without splitting the whole body."""
+        if self.numbered is not None or self.body is None:
+            yield from self.lines
+            return
+        offset, no = 0, self.first
+        while offset <= len(self.body):
+            end = self.body.find("\n", offset)
+            end = len(self.body) if end < 0 else end
+            yield no, self.body[offset:end]
+            offset, no = end + 1, no + 1
+
+    def split_at(self, at: int) -> tuple[Section, Section]:
+        """(the first `at` lines, the rest) as sections of the same host."""
+        if self.numbered is not None or self.body is None:
+            lines = self.lines
+            return (
+                Section(self.host, self.ranks, lines[:at]),
+                Section(self.host, self.ranks, lines[at:]),
+            )
+        parts = self.body.split("\n", at)
+        rest = parts.pop() if len(parts) > at else ""
+        head = "\n".join(parts)
+        return (
+            Section(self.host, self.ranks, None, None, head, self.first),
+            Section(self.host, self.ranks, None, None, rest, self.first + at),
+        )
 
 
 @dataclass(frozen=True)
@@ -185,24 +255,88 @@ def _prefix_style(lines: list[tuple[int, str]]) -> str | None:
 def normalise(text: str, start: re.Pattern[str] | None = None) -> Capture:
     """Split a capture into per-host sections with artefacts removed. `start` matches the
     tool's first line: lines before it are set aside and reported, not parsed."""
-    lines = _strip_artefacts(text)
-    style = _prefix_style(lines)
     errors: list[LineError] = []
     skipped_before: list[tuple[int, str]] = []
-    if style is None:
-        sections = [Section(None, (), tuple(lines))]
+    one = _one_stream(text)
+    if one is not None:
+        style, sections, skipped_before = one
     else:
-        sections = _split(style, lines, errors, skipped_before)
+        lines = _strip_artefacts(text)
+        style = _prefix_style(lines)
+        if style is None:
+            sections = [Section(None, (), tuple(lines))]
+        else:
+            sections = _split(style, lines, errors, skipped_before)
     out = []
     for section in sections:
-        kept, skipped = _skip_leading(section.lines, start)
-        out.append(Section(section.host, section.ranks, kept, skipped))
+        at, skipped = _skip_leading(section, start)
+        kept = section.split_at(at)[1] if at else section
+        out.append(Section(kept.host, kept.ranks, kept.numbered, skipped, kept.body, kept.first))
     return Capture(
         prefix=None if style is None else ("pdsh" if style == "pdsh" else "mpi"),
         sections=tuple(out),
         skipped=_skipped(skipped_before),
         errors=tuple(errors),
     )
+
+
+# Line breaks splitlines() knows besides \n: where they occur, the line-by-line path numbers
+# lines as the parsers do. (Nine `in` scans beat one regex character class here.)
+_OTHER_BREAKS = "\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _one_stream(
+    text: str,
+) -> tuple[str | None, list[Section], list[tuple[int, str]]] | None:
+    """The common captures, at string speed: no prefixes at all, or one host's (one rank's)
+    prefix on every line after at most a few others. None: the line-by-line path decides."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")
+    if any(c in text for c in _OTHER_BREAKS):
+        return None
+    if text.endswith("\n"):
+        text = text[:-1]  # splitlines() counts no empty line after the last break
+    content = index = offset = 0
+    while offset <= len(text) and content <= _LEAD:
+        end = text.find("\n", offset)
+        end = len(text) if end < 0 else end
+        line = text[offset:end]
+        if line.strip():
+            content += 1
+            for style, pattern in (
+                ("mpi", _MPI_PREFIX),
+                ("srun", _SRUN_PREFIX),
+                ("pdsh", _HOST_PREFIX),
+            ):
+                match = pattern.match(line)
+                if match is not None:
+                    return _one_prefixed(style, match, text, offset, index, content - 1)
+        index += 1
+        offset = end + 1
+    return None, [Section(None, (), None, body=text)], []
+
+
+def _one_prefixed(
+    style: str, match: re.Match[str], text: str, offset: int, index: int, lead: int
+) -> tuple[str | None, list[Section], list[tuple[int, str]]] | None:
+    prefix = match[0]
+    tagged = "\n" + text[offset:]
+    count = tagged.count("\n")
+    if lead > count or tagged.count("\n" + prefix) != count:
+        return None  # several hosts or ranks, or a line without the prefix
+    host = None
+    ranks: tuple[int, ...] = ()
+    if style == "pdsh":
+        host = match["host"]
+        if "@" in host or host == "clush" or _NOT_HOSTS.match(host):
+            return None
+    else:
+        ranks = (int(match["rank"]),)
+    body = tagged.replace("\n" + prefix, "\n")[1:]
+    before = list(enumerate(text[:offset].split("\n")[:index], start=1))
+    return style, [Section(host, ranks, None, body=body, first=index + 1)], before
 
 
 def _skipped(lines: Iterable[tuple[int, str]]) -> SkippedLines | None:
@@ -213,14 +347,17 @@ def _skipped(lines: Iterable[tuple[int, str]]) -> SkippedLines | None:
 
 
 def _skip_leading(
-    lines: tuple[tuple[int, str], ...], start: re.Pattern[str] | None
-) -> tuple[tuple[tuple[int, str], ...], SkippedLines | None]:
+    section: Section, start: re.Pattern[str] | None
+) -> tuple[int, SkippedLines | None]:
+    """How many lines come before the tool's first line, and what they were."""
     if start is None:
-        return lines, None
-    for i, (_, line) in enumerate(lines):
+        return 0, None
+    before: list[tuple[int, str]] = []
+    for no, line in section.head_lines():
         if start.search(line):
-            return lines[i:], _skipped(lines[:i])
-    return lines, None
+            return len(before), _skipped(before)
+        before.append((no, line))
+    return 0, None
 
 
 def _split(
@@ -285,10 +422,10 @@ def _joined(before: SkippedLines | None, own: SkippedLines | None) -> SkippedLin
 
 def _where(section: Section, error: ParseError) -> ParseError:
     """The parser's error with the line number it has in the file, not in the section."""
-    if error.line_no is None or not 1 <= error.line_no <= len(section.lines):
+    if error.line_no is None or section.index(error.line_no) is None:
         return ParseError(error.message, line_no=None, line=error.line, source=error.source)
-    no, _ = section.lines[error.line_no - 1]
-    return ParseError(error.message, line_no=no, line=error.line, source=error.source)
+    line_no = section.file_line(error.line_no)
+    return ParseError(error.message, line_no=line_no, line=error.line, source=error.source)
 
 
 def relocate(records: Any, where: Callable[[int], int]) -> Any:
@@ -315,13 +452,9 @@ def relocate(records: Any, where: Callable[[int], int]) -> Any:
     return records
 
 
-def _file_line(section: Section) -> Callable[[int], int]:
-    numbers = [no for no, _ in section.lines]
-
-    def where(line_no: int) -> int:
-        return numbers[line_no - 1] if 1 <= line_no <= len(numbers) else line_no
-
-    return where
+def _in_file(records: Any, section: Section) -> Any:
+    # Consecutive lines are read at their own numbers (see Section.text): nothing to move.
+    return records if section.consecutive else relocate(records, section.file_line)
 
 
 def read_section(
@@ -330,20 +463,21 @@ def read_section(
     """Parse one section. With `partial`, an error past the tool's first line keeps what
     was read before it and names the line: (records, errors, lines left unread)."""
     try:
-        return relocate(parse(section.text), _file_line(section)), (), 0
+        return _in_file(parse(section.text), section), (), 0
     except ParseError as exc:
         located = _where(section, exc)
-        if not partial or exc.line_no is None or exc.line_no <= 1:
+        at = section.index(exc.line_no) if exc.line_no is not None else None
+        if not partial or at is None or at == 0:
             raise located from exc
-        before = Section(section.host, section.ranks, section.lines[: exc.line_no - 1], None)
+        before = section.split_at(at)[0]
         try:
             records = parse(before.text)
         except ParseError:
             raise located from exc
         if not _has_records(records):
             raise located from exc
-        records = relocate(records, _file_line(before))
-        unread = len(section.lines) - len(before.lines)
+        records = _in_file(records, before)
+        unread = section.size - before.size
         message = located.message
         if unread > 1:
             message = f"{message} (this line and the {unread - 1} after it are not read)"
@@ -367,7 +501,7 @@ def read_sections(
         except ParseError as exc:
             first_error = first_error or exc
             records, errors, unread = None, (LineError(exc.line_no, exc.line, exc.message),), 0
-            unread = len(section.lines)
+            unread = section.size
         hosts.append(
             HostReading(
                 host=section.host,
@@ -375,7 +509,7 @@ def read_sections(
                 records=records,
                 errors=errors,
                 skipped_lines=_joined(capture.skipped, section.skipped),
-                lines_read=len(section.lines) - unread,
+                lines_read=section.size - unread,
                 lines_unread=unread,
             )
         )
