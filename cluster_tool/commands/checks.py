@@ -243,8 +243,10 @@ def validate(
         on_done=progress,
     )
     if junit is not None:
+        from cluster_tool.fileio import atomic_write
+
         junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_xml(result), encoding="utf-8")
+        atomic_write(junit, junit_xml(result))
     _print_report(result.report, json_out, {"unreachable": result.unreachable})
     return result.exit_code
 
@@ -329,8 +331,10 @@ def node_file(
     data = expectations_for(_spec(spec), node).to_node_file()
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     if out is not None:
+        from cluster_tool.fileio import atomic_write
+
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        atomic_write(out, text, mode=0o644)  # installed as /etc/cluster-tool/node.json
         if json_out:
             output.emit_json({"written": str(out), "node": node})
         return 0

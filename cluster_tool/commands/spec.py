@@ -128,10 +128,9 @@ def init(
         return 0
     if out.exists() and not force:
         raise UsageError(f"{out}: exists; use --force to overwrite")
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{out}: {exc.strerror or exc}") from exc
+    from cluster_tool.fileio import atomic_write
+
+    atomic_write(out, text)
     if json_out:
         output.emit_json({"written": str(out), "profile": profile, "hosts": hosts})
     else:

@@ -651,10 +651,10 @@ def run_validate_after(
     record.finish(summary, result.findings)
     if junit is not None:
         saved, findings = load_run(record.path)
+        from cluster_tool.fileio import atomic_write
+
         junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(
-            junit_xml(saved, findings, name="cluster-tool validate-after"), encoding="utf-8"
-        )
+        atomic_write(junit, junit_xml(saved, findings, name="cluster-tool validate-after"))
     _print(summary, record, json_out)
     return int(summary["exit_code"])
 

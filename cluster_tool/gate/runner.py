@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster_tool.fileio import atomic_write
 from cluster_tool.gate.plan import GateJob, NcclTestParams, render_sbatch
 from cluster_tool.slurm import Slurm, SlurmError
 
@@ -78,7 +79,8 @@ class SlurmRunner:
         try:
             for job in jobs:
                 script = self.workdir / f"{job.name}.sbatch"
-                script.write_text(render_sbatch(job, self.params, self.workdir, self.gpus_per_node))
+                text = render_sbatch(job, self.params, self.workdir, self.gpus_per_node)
+                atomic_write(script, text, mode=0o644)  # no secrets; read where sbatch runs
                 runs.append(JobRun(job, self.slurm.submit(script)))
             self._watch(runs)
         except BaseException:
