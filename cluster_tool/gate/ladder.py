@@ -12,6 +12,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.drains import gate_reason
 from cluster_tool.findings import Finding, Report
 from cluster_tool.gate.classify import GdrUse, gdr_findings
 from cluster_tool.gate.evaluate import JobOutcome, evaluate_job
@@ -39,7 +40,6 @@ from cluster_tool.gate.verdict import (
     DrainPlan,
     NodeVerdict,
     apply_drains,
-    drain_reason,
     localisation_findings,
     path_finding,
     plan_drains,
@@ -221,7 +221,7 @@ class _Ladder:
                 message=f"{node} alone ({bad.step.label}): {bad.detail}",
             )
             self._add(f)
-            self.guilty.append(NodeVerdict(node, f, drain_reason(check, bad.detail, [])))
+            self.guilty.append(NodeVerdict(node, f, gate_reason(check, bad.detail)))
         slow = stragglers(nvls, self.options.straggler_z)
         for node, z in slow.items():
             self._add(

@@ -10,16 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from cluster_tool.drains import gate_reason
 from cluster_tool.findings import Finding
 from cluster_tool.gate.localize import Localisation, PairResult
 from cluster_tool.gate.thresholds import Expectation
 from cluster_tool.gate.topology import Topology
 from cluster_tool.slurm import Slurm
-
-REASON_PREFIX = "cluster-tool gate:"
-# Room for the check, numbers, rail and partners; a cap keeps an odd error text from
-# flooding `sinfo -R`.
-_REASON_MAX = 200
 
 
 def _gbs(value: float | None) -> str:
@@ -47,17 +43,6 @@ def _what(res: PairResult, floor: float) -> str:
     if res.passed:
         return f"{_gbs(res.busbw_gbs)} (passed, far below the fleet)"
     return res.detail or f"{_gbs(res.busbw_gbs)} < {_gbs(floor)}"
-
-
-def drain_reason(
-    check: str, what: str, partners: Iterable[str], component: str | None = None
-) -> str:
-    """The structured reason a drained node carries in Slurm."""
-    names = sorted(set(partners))
-    with_ = f" with {' and '.join(names)}" if names else ""
-    where = f" {component}:" if component else ""
-    reason = f"{REASON_PREFIX} {check}{where} {what}{with_}"
-    return reason if len(reason) <= _REASON_MAX else reason[: _REASON_MAX - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -116,7 +101,7 @@ def localisation_findings(
         )
         findings.append(f)
         if not unscheduled:
-            reason = drain_reason(res_check, what, partners[:2], f.component)
+            reason = gate_reason(res_check, what, partners[:2], f.component)
             guilty.append(NodeVerdict(node, f, reason))
     for res in loc.paths:
         findings.append(path_finding(res, expectation, topology))

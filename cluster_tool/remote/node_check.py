@@ -2,39 +2,29 @@
 drain the node on failure and resume it once healthy, but only if node-check drained it.
 
 Drain reasons are `cluster-tool: <check> <component> <what>` (e.g. `cluster-tool: gpu.ecc
-GPU3 volatile uncorrectable 2`). A reason of that shape is node-check's own; any other reason
-(an admin's, the gate's `cluster-tool gate: ...`, bring-up's `cluster-tool: pending
-validation`) is never resumed here.
+GPU3 volatile uncorrectable 2`), written and judged by `cluster_tool.drains`: node-check lifts
+only its own; any other reason (an admin's, the gate's, a workflow's) is never resumed here.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from dataclasses import dataclass
 
 from cluster_tool.checks.node import NodeExpectations, check_node
+from cluster_tool.drains import Owner, health_reason, may_lift
 from cluster_tool.findings import Finding
 from cluster_tool.remote.fanout import LocalTransport, Target, Transport, TransportError, collect
 from cluster_tool.remote.probes import HEALTH_PROBES, Probe
 from cluster_tool.slurm import Slurm
 
 __all__ = [
-    "REASON_PREFIX",
     "SlurmAction",
-    "drain_reason",
     "health_drain_reason",
-    "is_own_reason",
     "probes_for_node_check",
     "run_node_check",
     "slurm_health_action",
 ]
-
-REASON_PREFIX = "cluster-tool: "
-# node-check's own reasons: the id, then a space or nothing. The workflows write `ID:` after
-# the same prefix (a gate or validate-after drain), which node-check re-proves nothing of.
-_OWN = re.compile(r"^cluster-tool: (?:gpu|ib|gdr|nccl|os|slurm)\.[a-z0-9-]+(?: |$)")
-_MAX_REASON = 200
 
 
 def probes_for_node_check(*, dcgm: bool = False) -> tuple[Probe, ...]:
@@ -63,32 +53,6 @@ def run_node_check(
     return check_node(expect, result.outputs)
 
 
-def drain_reason(node: str, findings: list[Finding]) -> str | None:
-    """`cluster-tool: gpu.ecc GPU3 volatile uncorrectable 2 (+2 more)`, or None when healthy."""
-    errors = [f for f in findings if f.fails]
-    if not errors:
-        return None
-    first = errors[0]
-    text = first.message
-    for prefix in (f"{node} {first.component}: ", f"{node}: ", f"{node} "):
-        if text.startswith(prefix):
-            text = text[len(prefix) :]
-            break
-    parts = [first.check, first.component or "", text]
-    reason = REASON_PREFIX + " ".join(p for p in parts if p)
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    # Slurm keeps the reason on one line; keep it short enough for sinfo to show.
-    reason = " ".join(reason.split())
-    if len(reason) + len(more) > _MAX_REASON:
-        reason = reason[: _MAX_REASON - len(more) - 3] + "..."
-    return reason + more
-
-
-def is_own_reason(reason: str) -> bool:
-    """True for a drain reason node-check wrote (and so may lift)."""
-    return bool(_OWN.match(reason))
-
-
 @dataclass(frozen=True)
 class SlurmAction:
     """What node-check did in Slurm: drained, resumed, updated the reason, or nothing."""
@@ -113,8 +77,8 @@ def health_drain_reason(node: str, findings: list[Finding]) -> str | None:
     from cluster_tool.verdicts import HEALTH, Proof, judge_nodes
 
     verdict = judge_nodes([node], findings, Proof(passed={node: {HEALTH}}), (HEALTH,))[node]
-    # Not `pass` only on an error finding, so drain_reason has one to name.
-    return None if verdict.verdict == "pass" else drain_reason(node, findings)
+    # Not `pass` only on an error finding, so health_reason has one to name.
+    return None if verdict.verdict == "pass" else health_reason(node, findings)
 
 
 def slurm_health_action(node: str, findings: list[Finding], slurm: Slurm) -> SlurmAction:
@@ -126,13 +90,13 @@ def slurm_health_action(node: str, findings: list[Finding], slurm: Slurm) -> Slu
     current = state.reason if state is not None else ""
     reason = health_drain_reason(node, findings)
     if reason is not None:
-        if drained and not is_own_reason(current):
+        if drained and not may_lift(current, Owner.HEALTH):
             return SlurmAction("left", node, reason, current)
         if drained and current == reason:
             return SlurmAction("none", node, reason, current)
         slurm.drain([node], reason)
         return SlurmAction("drain", node, reason, current or None)
-    if drained and is_own_reason(current):
+    if drained and may_lift(current, Owner.HEALTH):
         slurm.resume([node])
         return SlurmAction("resume", node, None, current)
     if drained:

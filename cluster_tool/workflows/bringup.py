@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
+from cluster_tool.drains import PENDING_REASON, is_ours, workflow_reason
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import NodeState, SlurmError
 from cluster_tool.verdicts import (
@@ -33,9 +34,6 @@ from cluster_tool.verdicts import (
     settle,
 )
 from cluster_tool.workflows.common import (
-    PENDING_REASON,
-    REASON_PREFIX,
-    drain_reason,
     guarded_gate,
     keeping_out,
     node_verdicts,
@@ -266,7 +264,7 @@ def run_bringup(
         # slurmd came up (the slurm phase runs before the phase that failed it).
         for node in (n for n in scope if n in failed_hosts):
             _try_drain(
-                deps.slurm, [node], drain_reason([f for f in converge_bad if f.node == node])
+                deps.slurm, [node], workflow_reason([f for f in converge_bad if f.node == node])
             )
     reached = [n for n in scope if n in result.hosts and n not in failed_hosts]
     if options.check or options.phase or not reached:
@@ -336,7 +334,7 @@ def run_bringup(
         deps.slurm.reserve(reservation, ran)
         try:
             # Inside the maintenance reservation only our gate jobs can reach these nodes.
-            resume_held(deps.slurm, [n for n in gate_nodes if n in pending], ours_only=True)
+            resume_held(deps.slurm, [n for n in gate_nodes if n in pending], operator_says=False)
             outcome = guarded_gate(deps.gate, ran)
         finally:
             deps.slurm.release(reservation)
@@ -373,10 +371,10 @@ def run_bringup(
             continue  # drained already: by the converge's verdict, or by an operator
         if node not in new and only_unproven(verdicts[node]):
             continue  # in service before this run and nothing against it: not ours to pull
-        deps.slurm.drain([node], drain_reason(keeping_out(node, findings, scope)))
+        deps.slurm.drain([node], workflow_reason(keeping_out(node, findings, scope)))
     # Only nodes held back by cluster-tool (pending validation, an earlier run's verdict)
     # come back; one already in service or drained by an operator is left as it is.
-    resume_held(deps.slurm, admit, ours_only=True)
+    resume_held(deps.slurm, admit, operator_says=False)
     phases.append(
         Phase(
             "admit",
@@ -409,4 +407,4 @@ def _try_drain(slurm: Any, nodes: Sequence[str], reason: str) -> None:
 
 def _operators(state: NodeState) -> bool:
     """Drained by someone other than cluster-tool (maintenance, an RMA): not ours to lift."""
-    return state.drained and not state.reason.startswith(REASON_PREFIX)
+    return state.drained and not is_ours(state.reason)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.drains import Owner, may_lift
 from cluster_tool.errors import ParseError
 from cluster_tool.findings import Finding
 from cluster_tool.gate.plan import GateJob
@@ -24,10 +25,6 @@ from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.render.plan import CablingRow
 from cluster_tool.slurm import NodeState, SlurmCLI, SlurmError, run_command
 from cluster_tool.verdicts import NodeVerdict
-
-# Every drain reason cluster-tool writes starts so; a drain with another reason is not ours.
-REASON_PREFIX = "cluster-tool"
-PENDING_REASON = f"{REASON_PREFIX}: pending validation"
 
 # Base states in which a drained node runs no job any more.
 _QUIET = frozenset({"IDLE", "DOWN", "FUTURE", "UNKNOWN"})
@@ -326,25 +323,18 @@ def _slurm_text(st: NodeState | None) -> str | None:
     return f"{text} ({st.reason})" if st.reason else text
 
 
-def drain_reason(findings: Sequence[Finding], prefix: str = REASON_PREFIX) -> str:
-    """A drain reason Slurm can hold (one line, short) from the first error finding."""
-    first = next((f for f in findings if f.fails), None)
-    text = f"{prefix}: {first.check}: {first.message}" if first else f"{prefix}: failed"
-    return " ".join(text.split())[:200]
-
-
-def resume_held(slurm: Any, nodes: Sequence[str], *, ours_only: bool) -> list[str]:
-    """Resume those of `nodes` that Slurm holds drained or down; returns them. Slurm refuses to
-    resume a node already in service ("Invalid node state specified"), and such a node needs
-    nothing. With `ours_only`, a node drained for another reason (an operator's, `RMA`) stays
-    as it is: only drains whose reason starts with REASON_PREFIX are ours to lift."""
+def resume_held(slurm: Any, nodes: Sequence[str], *, operator_says: bool) -> list[str]:
+    """Resume those of `nodes` that Slurm holds drained or down and that this run may lift
+    (`cluster_tool.drains.may_lift`: the tool's own drains, or any with `operator_says`);
+    returns them. Slurm refuses to resume a node already in service ("Invalid node state
+    specified"), and such a node needs nothing."""
     if not nodes:
         return []
     held = {
         s.name
         for s in slurm.node_states(list(nodes))
         if (s.drained or s.state in {"DOWN", "FAIL"} or "DOWN" in s.flags)
-        and (not ours_only or s.reason.startswith(REASON_PREFIX))
+        and may_lift(s.reason, Owner.WORKFLOW, operator_says=operator_says)
     }
     wanted = [n for n in nodes if n in held]
     if wanted:

@@ -19,6 +19,7 @@ from cluster_tool.ansible.runner import (
     forget_facts,
     run_playbook,
 )
+from cluster_tool.drains import REIMAGE_REASON
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
@@ -38,7 +39,6 @@ from cluster_tool.verdicts import (
 )
 from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
 from cluster_tool.workflows.common import RecordingRunner, guarded_gate, link_matrix, pin_on
-from cluster_tool.workflows.reimage import REIMAGE_REASON
 from cluster_tool.workflows.runs import RunRecord
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"

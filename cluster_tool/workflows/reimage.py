@@ -16,12 +16,11 @@ from typing import Any, Protocol
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.bmc.redfish import Bmc, BmcError, wait_power
+from cluster_tool.drains import REIMAGE_REASON, Owner, step_reason, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.workflows.common import drain_and_wait, drain_reason
+from cluster_tool.workflows.common import drain_and_wait
 from cluster_tool.workflows.runs import RunRecord
-
-REIMAGE_REASON = "cluster-tool reimage: in progress"
 
 # The steps of one node, in order; the journal names them so.
 STEPS = (
@@ -195,7 +194,7 @@ class _Machine:
                 message=f"{node}: {step}: {reason}",
             )
         )
-        slurm_reason = " ".join(f"cluster-tool reimage: {step}: {reason}".split())[:200]
+        slurm_reason = step_reason(step, reason)
         try:
             self.deps.slurm.drain([node], slurm_reason)
         except Exception as exc:  # the node is already drained; the record keeps the reason
@@ -351,9 +350,9 @@ class _Machine:
         self.findings += found
         errors = [f for f in found if f.fails]
         if errors:
-            self._log("ladder", "failed", node, batch, drain_reason(errors))
+            self._log("ladder", "failed", node, batch, workflow_reason(errors))
             self.outcomes[node] = NodeOutcome("failed", "ladder", errors[0].message)
-            self.deps.slurm.drain([node], drain_reason(errors, "cluster-tool reimage"))
+            self.deps.slurm.drain([node], workflow_reason(errors, by=Owner.REIMAGE))
             return False
         self._log("ladder", "done", node, batch, f"partner {partner or 'none'}")
         return True

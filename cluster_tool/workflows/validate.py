@@ -13,6 +13,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from cluster_tool.checks.fabric import nodes_on_switch as fabric_nodes_on_switch
 from cluster_tool.checks.fabric import plan_for
+from cluster_tool.drains import PENDING_REASON, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import SlurmError
@@ -31,8 +32,6 @@ from cluster_tool.verdicts import (
 )
 from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
 from cluster_tool.workflows.common import (
-    PENDING_REASON,
-    drain_reason,
     guarded_gate,
     keeping_out,
     node_verdicts,
@@ -157,7 +156,7 @@ def run_after_maintenance(
             # The nodes may still be drained from the maintenance: let only the gate in.
             deps.slurm.reserve(reservation, ran)
             try:
-                resume_held(deps.slurm, gate_nodes, ours_only=False)
+                resume_held(deps.slurm, gate_nodes, operator_says=True)
                 outcome = guarded_gate(deps.gate, ran)
                 # Out of service again until the verdict: admission below resumes the proven.
                 deps.slurm.drain(gate_nodes, PENDING_REASON)
@@ -192,9 +191,9 @@ def run_after_maintenance(
         waived = [n for n in admitted if judged[n].verdict != "pass"]
         kept = [n for n in nodes if n not in admitted]
         for node in kept:
-            deps.slurm.drain([node], drain_reason(keeping_out(node, findings, nodes)))
+            deps.slurm.drain([node], workflow_reason(keeping_out(node, findings, nodes)))
         # --admit is the operator's word: what is proven comes back, whoever drained it.
-        resume_held(deps.slurm, admitted, ours_only=False)
+        resume_held(deps.slurm, admitted, operator_says=True)
         phases.append(
             Phase("admit", "failed" if kept else "passed", 0.0, f"{len(admitted)} resumed")
         )

@@ -12,6 +12,7 @@ from xml.etree import ElementTree
 import pytest
 
 from cluster_tool.checks.node import expectations_for
+from cluster_tool.drains import Owner, health_reason, may_lift, workflow_reason
 from cluster_tool.findings import Finding
 from cluster_tool.remote.fanout import (
     HostResult,
@@ -22,17 +23,12 @@ from cluster_tool.remote.fanout import (
     load_capture,
     save_capture,
 )
-from cluster_tool.remote.node_check import (
-    drain_reason,
-    is_own_reason,
-    slurm_health_action,
-)
+from cluster_tool.remote.node_check import slurm_health_action
 from cluster_tool.remote.probes import Probe, ProbeOutput, composite_script, split_output
 from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
 from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.slurm import NodeState
 from cluster_tool.spec import load_spec
-from cluster_tool.workflows.common import drain_reason as workflow_drain_reason
 from tests.conftest import REPO, read_real_output
 from tests.unit.checks.fabric_text import FabricText
 
@@ -238,7 +234,7 @@ ECC = Finding(
 
 
 def test_node_check_drains_with_a_structured_reason_and_resumes_only_its_own() -> None:
-    assert drain_reason("gpu003", [ECC]) == "cluster-tool: gpu.ecc GPU3 volatile uncorrectable 2"
+    assert health_reason("gpu003", [ECC]) == "cluster-tool: gpu.ecc GPU3 volatile uncorrectable 2"
     slurm = FakeSlurm()
     assert slurm_health_action("gpu003", [ECC], slurm).action == "drain"  # type: ignore[arg-type]
     assert slurm.node.reason == "cluster-tool: gpu.ecc GPU3 volatile uncorrectable 2"
@@ -246,7 +242,7 @@ def test_node_check_drains_with_a_structured_reason_and_resumes_only_its_own() -
     assert slurm_health_action("gpu003", [], slurm).action == "resume"  # type: ignore[arg-type]
     assert not slurm.node.drained
     pair = ECC.model_copy(update={"check": "nccl.pair", "message": "gpu003-gpu004 at 90 GB/s"})
-    workflow_drains = (workflow_drain_reason([pair]), workflow_drain_reason([ECC]))
+    workflow_drains = (workflow_reason([pair]), workflow_reason([ECC]))
     assert workflow_drains[0].startswith("cluster-tool: nccl.pair")
     for reason in (
         "disk swap by ops",
@@ -255,7 +251,7 @@ def test_node_check_drains_with_a_structured_reason_and_resumes_only_its_own() -
         *workflow_drains,  # a gate or validate-after drain: the workflow admits the node again
     ):
         other = FakeSlurm(reason=reason, drained=True)
-        assert not is_own_reason(reason)
+        assert not may_lift(reason, Owner.HEALTH)
         assert slurm_health_action("gpu003", [], other).action == "left"  # type: ignore[arg-type]
         assert slurm_health_action("gpu003", [ECC], other).action == "left"  # type: ignore[arg-type]
         assert other.calls == []

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster_tool.drains import is_ours
 from cluster_tool.slurm import SlurmError
 from tests.conftest import read_real_output
 
@@ -190,6 +191,9 @@ class ReplaySlurm:
         for node in NodeSet(fields["nodename"]):
             if fields["state"] == "drain":
                 self.drained[node] = fields["reason"]
+                # A reason the tool writes is one it knows as its own (drains.is_ours),
+                # or no later run could lift it: every workflow and gate test checks so.
+                assert is_ours(fields["reason"]), fields["reason"]
             elif fields["state"] == "resume":
                 self.drained.pop(node, None)
         return ""

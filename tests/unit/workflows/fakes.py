@@ -11,6 +11,7 @@ from itertools import pairwise
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.bmc.redfish import BmcError
+from cluster_tool.drains import is_ours
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import SlurmError
 from cluster_tool.workflows.common import AdminSlurm
@@ -35,6 +36,9 @@ class SlurmCluster:
             for node in NodeSet(fields["nodename"]):
                 if fields["state"] == "drain":
                     self.drained[node] = fields["reason"]
+                    # A reason the tool writes is one it knows as its own (drains.is_ours),
+                    # or no later run could lift it: every workflow and gate test checks so.
+                    assert is_ours(fields["reason"]), fields["reason"]
                 elif fields["state"] == "resume":
                     if node not in self.drained and node not in self.down:
                         # What Slurm 23-24 answers for a node already in service.

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cluster_tool.ansible.runner import HostStats, PlaybookEvent, PlaybookResult
+from cluster_tool.drains import PENDING_REASON
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.spec import load_spec
@@ -23,7 +24,6 @@ from cluster_tool.workflows.bringup import (
     Validation,
     run_bringup,
 )
-from cluster_tool.workflows.common import PENDING_REASON
 from cluster_tool.workflows.live import run_summary
 from cluster_tool.workflows.runs import RunRecord, known_secrets
 from cluster_tool.workflows.validate import (
