@@ -64,6 +64,8 @@ def parser(
 
             capture = normalise(text, pattern)
             results = [(s.host, read_section(parse, s, partial=False)[0]) for s in capture.sections]
+            if merge is not None and capture.prefix is not None:
+                return merge(results)  # the records name their host: fill it in
             if len(results) == 1:
                 return results[0][1]
             if merge is None:

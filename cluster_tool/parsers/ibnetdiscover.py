@@ -49,6 +49,10 @@ class FabricPort:
     width: int | None  # lanes: 4 for 4xNDR, 2 for 2xNDR (NDR200 split ports)
     speed: str | None  # NDR, HDR, EDR, QDR, FDR10, ...
     line_no: int
+    # ibdiagnet's own ibnetdiscover file (ibdiagnet2.ibnetdiscover) puts the port's label
+    # where ibnetdiscover puts its GUID: `[1](1)`, `[1](B9D0F0/0/0/1)` on adapter ports.
+    port_label: str | None = None
+    peer_port_label: str | None = None
 
     @property
     def peer_guid(self) -> str | None:
@@ -289,6 +293,17 @@ _PORT = re.compile(
     r"(?: lid (\d{1,20}))?(?: (\d{1,20})x([A-Za-z0-9]+))?)?)?\s*$"
 )
 _ATTR = re.compile(r"^(\w+)=(\S+?)(?:\(([^)]*)\))?\s*$")
+# A port label, not a GUID: a path (`B9D0F0/0/0/1`, `1/2`) or a port number of up to three
+# digits (`1`); ibnetdiscover's GUIDs are hex numbers of five digits and more.
+_PORT_LABEL = re.compile(r"^(?:[^/]*/.*|\d{1,3})$")
+
+
+def _guid_or_label(value: str | None) -> tuple[str | None, str | None]:
+    if not value:
+        return None, None
+    if _PORT_LABEL.match(value):
+        return None, value
+    return normalize_guid(value), None
 
 
 class _NodeBuilder:
@@ -407,22 +422,26 @@ def parse_ibnetdiscover(text: str) -> Fabric:
             if peer_desc is None and peer_id[:2] not in _ID_PREFIX_KINDS:
                 # ibsim net files name nodes by their description and carry no comments.
                 peer_desc = peer_id
+            local_guid, local_label = _guid_or_label(local_guid)
+            peer_guid, peer_label = _guid_or_label(peer_guid)
             # Positional: keyword calls cost measurably at ~33,000 ports (field order above).
             current.ports.append(
                 FabricPort(
                     int(local_port),
                     ext_port,
-                    normalize_guid(local_guid) if local_guid else None,
+                    local_guid,
                     port_lid,
                     port_lmc,
                     peer_id,
                     int(peer_port),
-                    normalize_guid(peer_guid) if peer_guid else None,
+                    peer_guid,
                     peer_desc,
                     peer_lid,
                     width,
                     speed,
                     line_no,
+                    local_label,
+                    peer_label,
                 )
             )
             continue

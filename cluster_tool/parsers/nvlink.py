@@ -21,11 +21,17 @@ _ALL_INACTIVE = re.compile(
 
 @dataclass(frozen=True)
 class NvlinkLink:
-    """One NVLink: its per-direction speed in GB/s, None when `<inactive>`."""
+    """One NVLink: its per-direction speed in GB/s (bytes, as nvidia-smi prints it), None when
+    `<inactive>`. Key names say their unit: `_GBps` bytes, `_gbps` bits (docs/units.md)."""
 
     link: int
-    speed_gbps: float | None
+    speed_GBps: float | None  # the unit's own capitals: GB/s, not Gb/s
     active: bool
+
+    @property
+    def speed_gbps(self) -> float | None:
+        """Deprecated name of `speed_GBps` (it held GB/s, not Gb/s); kept for old callers."""
+        return self.speed_GBps
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ different result. `read` (what `cluster-tool parse` uses) gives the clean record
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from pathlib import Path
@@ -40,6 +41,9 @@ _KIND_OF = (
 )
 
 
+_LARGEST = 200_000
+
+
 def _fixtures() -> list[tuple[str, str, str]]:
     """(id, kind, clean text) of every fixture its parser reads as it is."""
     paths = sorted(REAL_OUTPUTS.glob("*.txt")) + sorted(
@@ -51,6 +55,8 @@ def _fixtures() -> list[tuple[str, str, str]]:
         if kind is None:
             continue
         text = _without_source_line(path)
+        if len(text) > _LARGEST:
+            continue  # read directly in test_captures_as_collected; here it costs ~10 s
         try:
             KINDS[kind].parse(text)
         except ParseError:
@@ -129,6 +135,20 @@ def _artefacts(draw: st.DrawFn, text: str) -> tuple[str, str | None]:
     return newline.join(lines) + newline, host
 
 
+def _hosts_aside(records: object, host: str | None) -> object:
+    # A collector's host fills the records' own host field where they have one (Xid events).
+    return relocate_hosts(records, host) if host is not None else records
+
+
+def relocate_hosts(records: object, host: str) -> object:
+    if isinstance(records, list):
+        return [relocate_hosts(r, host) for r in records]
+    is_record = dataclasses.is_dataclass(records) and not isinstance(records, type)
+    if is_record and getattr(records, "host", None) == host:
+        return dataclasses.replace(records, host=None)  # type: ignore[type-var]
+    return records
+
+
 def _positions_aside(records: object) -> object:
     # Records name the line they came from in the file as given; a prompt line moves them,
     # in `line_no` and in a message's "(line 21)".
@@ -160,7 +180,7 @@ def test_artefacts_never_change_what_a_parser_reads(
     if direct is not None:
         (reading,) = direct.hosts
         assert reading.host == host
-        assert _positions_aside(reading.records) == _positions_aside(clean), name
+        assert _positions_aside(_hosts_aside(reading.records, host)) == _positions_aside(clean)
     # The module's function, as the node checks call it: the clean result, or ParseError.
     module = importlib.import_module(parser.parse.__module__)
     public = getattr(module, parser.parse.__name__)
@@ -168,7 +188,7 @@ def test_artefacts_never_change_what_a_parser_reads(
         result = public(captured)
     except ParseError:
         return
-    assert _positions_aside(result) == _positions_aside(clean), name
+    assert _positions_aside(_hosts_aside(result, host)) == _positions_aside(clean), name
 
 
 def test_every_kind_has_a_fixture_under_the_property() -> None:

@@ -5,6 +5,7 @@ Every figure asserted here was read by hand from the capture, not from the parse
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from cluster_tool.cli import main
 from cluster_tool.parsers import ParseError, read
 from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
+from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
 from cluster_tool.parsers.ibstat import parse_ibstat
 from cluster_tool.parsers.kernel_log import parse_xids
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
@@ -263,3 +265,94 @@ def test_nccl_tests_2_17_version_header_gives_the_library_version() -> None:
     assert run.wrong_total == 2347545 + 1588400
     last = run.rows[-1].out_of_place
     assert last is not None and last.busbw == 89.85
+
+
+# ------------------------------------------------ more real captures (issue 17 corpus)
+
+
+def test_cli_real_ibstat_ending_in_ibpanic_keeps_all_eight_adapters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # gpud: an A100 node's ibstat, mlx5_8 gone: eight CX-6 at HDR, then ibpanic (line 138).
+    path = CAPTURES / "ibstat_a100_8xcx6_hdr_ends_in_ibpanic.txt"
+    assert main(["parse", "ibstat", str(path), "--json"]) == 1
+    out, err = capsys.readouterr()
+    cas = json.loads(out)
+    assert [ca["name"] for ca in cas] == [f"mlx5_{i}" for i in range(8)]
+    assert {ca["ca_type"] for ca in cas} == {"MT4124"}
+    assert ":138: " in err and "stat of IB device 'mlx5_8' failed" in err
+
+
+def test_real_ibstat_of_twelve_roce_adapters_two_down() -> None:
+    cas = parse_ibstat(capture("ibstat_h100_12xcx7_roce_two_down.txt"))
+    # 8 ConnectX-7 (MT4129) and 4 ConnectX-6 Dx (MT4125), every port Ethernet.
+    types = [ca.ca_type for ca in cas]
+    assert len(cas) == 12 and types.count("MT4129") == 8 and types.count("MT4125") == 4
+    down = sorted(ca.name for ca in cas for p in ca.ports if p.state == "Down")
+    assert down == ["mlx5_11", "mlx5_5"]
+    assert {p.link_layer for ca in cas for p in ca.ports} == {"Ethernet"}
+
+
+def test_nvidia_smi_q_driver_535_183_module_ids_by_bus() -> None:
+    report = parse_nvidia_smi_q(capture("nvidia-smi-q_h100x8_driver535.183.01_module_id.txt"))
+    assert report.driver_version == "535.183.01"
+    by_bus = {g.pci_bus_id[9:11]: g.module_id for g in report.gpus if g.pci_bus_id}
+    assert by_bus == {"53": 7, "64": 5, "75": 6, "86": 8, "97": 1, "A8": 3, "B9": 4, "CA": 2}
+    assert all(g.recovery_action is None for g in report.gpus)
+
+
+def test_real_dmesg_T_with_five_gsp_timeouts() -> None:
+    events = parse_xids(capture("dmesg_T_xid119_gsp_timeout.txt"))
+    assert [(e.code, e.pci_bus_id) for e in events] == [(119, "0000:9b:00")] * 5
+    assert [e.process_name for e in events] == [
+        "nvidia-smi",
+        "nvidia-smi",
+        "nvidia-smi",
+        "cache_mgr_main",
+        "gpud",
+    ]
+    assert events[0].timestamp == "Sun Feb 23 16:24:18 2025"
+
+
+def test_real_dmesg_decode_iso_xid_storm_through_pdsh(tmp_path: Path) -> None:
+    text = capture("dmesg_decode_iso_xid13_xid43.txt").rstrip("\n")
+    events = parse_xids(text)
+    # 629 Xid 13 and 7 Xid 43, all on 0000:38:00.
+    assert [e.code for e in events].count(13) == 629
+    assert [e.code for e in events].count(43) == 7
+    swept = parse_xids(pdsh({"gpu117": text}))
+    assert len(swept) == 636 and {e.host for e in swept} == {"gpu117"}
+
+
+TOPOGRAPH = "ibnetdiscover_quantum2_mqm9701_ndr_dgx_h100_topograph.txt"
+
+
+def test_real_quantum2_ibnetdiscover_every_hca_uplink() -> None:
+    fabric = parse_ibnetdiscover(capture(TOPOGRAPH))
+    switches = [n for n in fabric.nodes if n.kind == "switch"]
+    cas = [n for n in fabric.nodes if n.kind == "ca"]
+    # 40 MQM9701 switches, 582 CAs of which 40 are the switches' SHARP Aggregation Nodes.
+    assert len(switches) == 40 and len(cas) == 582
+    assert sum(c.description == "Mellanox Technologies Aggregation Node" for c in cas) == 40
+    (uplink,) = [u for u in fabric.ca_uplinks() if u.ca_description == "a08-p1-dgx-04-c01 mlx5_5"]
+    assert uplink.switch_description == "MF0;A09-P1-IBLEAF-04-04:MQM9701/U1"
+    assert (uplink.switch_port, uplink.width, uplink.speed) == (1, 4, "NDR")
+    assert uplink.ca_port_guid == "0xe09d7303007a4bd8"
+
+
+def test_ibdiagnet_port_labels_are_labels_not_guids() -> None:
+    # ibdiagnet2.ibnetdiscover prints a port's label where ibnetdiscover prints its GUID:
+    # `[1](1)`, `[1](B9D0F0/0/0/1)`. Applied to the real Quantum-2 capture's adapter ports.
+    text = capture(TOPOGRAPH)
+    labelled = re.sub(r"^\[1\]\([0-9a-f]+\) ", "[1](1) ", text, flags=re.M)
+    labelled = labelled.replace(
+        '[1](1) \t"S-2c5eab0300b87b40"[1]\t', '[1](B9D0F0/0/0/1) \t"S-2c5eab0300b87b40"[1]\t'
+    )
+    plain = parse_ibnetdiscover(text)
+    fabric = parse_ibnetdiscover(labelled)
+    assert len(fabric.ca_uplinks()) == len(plain.ca_uplinks()) == 582
+    ca = next(n for n in fabric.nodes if n.description == "a08-p1-dgx-04-c01 mlx5_5")
+    (port,) = ca.ports
+    assert port.port_label == "B9D0F0/0/0/1" and port.port_guid is None
+    others = [n.ports[0] for n in fabric.nodes if n.kind == "ca" and n is not ca and n.ports]
+    assert {p.port_label for p in others} == {"1"} and {p.port_guid for p in others} == {None}

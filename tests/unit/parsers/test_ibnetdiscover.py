@@ -129,22 +129,23 @@ def test_port_line_variants() -> None:
         [
             "switchguid=0x1(1)",
             'Switch\t36 "S-0000000000000001"\t\t# "leaf one" base port 0 lid 5 lmc 0',
-            '[1]\t"H-0000000000000002"[1](3) \t\t# "gpu001 mlx5_0" lid 7 4xEDR',
+            '[1]\t"H-0000000000000002"[1](e09d730300000003) \t\t# "gpu001 mlx5_0" lid 7 4xEDR',
             '[2][ext 1]\t"S-0000000000000009"[2]\t\t# "spine" lid 9 4xFDR10',
             '[3]\t"S-0000000000000009"[3]',
             "caguid=0x2",
             'Ca\t2 "H-0000000000000002"\t\t# "gpu001 mlx5_0"',
-            '[1](3) \t"S-0000000000000001"[1]\t\t# lid 7 lmc 0 "leaf one" lid 5 4xEDR',
-            '[2](4) \t"S-0000000000000001"[4]\t\t# "leaf one" lid 5 4xEDR',
+            '[1](e09d730300000003) \t"S-0000000000000001"[1]\t\t'
+            '# lid 7 lmc 0 "leaf one" lid 5 4xEDR',
+            '[2](e09d730300000004) \t"S-0000000000000001"[4]\t\t# "leaf one" lid 5 4xEDR',
         ]
     )
     fabric = parse_ibnetdiscover(text)
     sw, ca = fabric.nodes
     assert [p.link for p in sw.ports] == ["4xEDR", "4xFDR10", None]
     assert sw.ports[1].ext_port == "1" and sw.ports[2].peer_description is None
-    assert sw.ports[0].peer_port_guid == "0x0000000000000003"
+    assert sw.ports[0].peer_port_guid == "0xe09d730300000003"
     assert [(p.port_guid, p.lid) for p in ca.ports] == [
-        ("0x0000000000000003", 7), ("0x0000000000000004", None),
+        ("0xe09d730300000003", 7), ("0xe09d730300000004", None),
     ]  # fmt: skip
     assert ca.guid == "0x0000000000000002"
 
