@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ REAL_OUTPUTS = Path(
     )
 )
 FIXTURES = REPO / "tests" / "fixtures"
+# Cluster contexts (cluster_tool.context): none unless a test writes one, so a demo lab's in
+# ~/.cluster-tool/clusters never steers a test; the lab fixture points this at its own.
+os.environ["CLUSTER_TOOL_CONTEXT_DIR"] = tempfile.mkdtemp(prefix="cluster-tool-contexts-")
 
 # The machines are shared and noisy: no per-example deadline (timings belong in benchmarks/),
 # and on CI a fixed seed so a red run can be reproduced.

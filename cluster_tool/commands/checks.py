@@ -222,6 +222,10 @@ def validate(
         health = fabric = True
     if save is not None and replay is not None:
         raise UsageError("--save and --from exclude each other")
+    if replay is None:
+        from cluster_tool.commands._context import reach_cluster
+
+        ssh_config = reach_cluster(cluster, ssh_config=ssh_config).ssh_config
     chosen = transport_named(transport, ssh_config)
     selected = select_nodes(cluster, nodes)
 

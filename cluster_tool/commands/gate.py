@@ -146,7 +146,12 @@ def gate(
         raise UsageError("gate: --spec FILE is required (or use `gate simulate`)")
     if drain and dry_run:
         raise UsageError("--drain and --dry-run are exclusive")
-    inputs = gate_inputs(load_spec(spec))
+    cluster = load_spec(spec)
+    from cluster_tool.commands._context import reach_cluster
+
+    via = reach_cluster(cluster, ssh_config=ssh_config, slurm_via=slurm_via, gate_workdir=workdir)
+    ssh_config, slurm_via, workdir = via.ssh_config, via.slurm_via, via.gate_workdir
+    inputs = gate_inputs(cluster)
     selected = inputs.nodes
     if nodes:
         try:

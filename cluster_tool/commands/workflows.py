@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._context import reach_cluster
 from cluster_tool.errors import UsageError
 
 # The workflows (ansible-runner, sushy, the gate) are imported inside the commands: any other
@@ -189,6 +190,10 @@ def bringup(
     from cluster_tool.workflows.runs import RunRecord, default_runs_dir
 
     cluster = load_spec(spec)
+    via = reach_cluster(cluster, inventory, ssh_config, slurm_via, gate_workdir)
+    inventory, ssh_config, slurm_via, gate_workdir = (
+        via.inventory, via.ssh_config, via.slurm_via, via.gate_workdir
+    )  # fmt: skip
     runs = runs_dir or default_runs_dir()
     if limit and retry_failed:
         raise UsageError("--limit and --retry-failed exclude each other")
@@ -324,6 +329,14 @@ def reimage(
     from cluster_tool.workflows.runs import RunRecord, default_runs_dir
 
     cluster = load_spec(spec)
+    via = reach_cluster(cluster, inventory, ssh_config, slurm_via, gate_workdir)
+    inventory, ssh_config, slurm_via, gate_workdir = (
+        via.inventory, via.ssh_config, via.slurm_via, via.gate_workdir
+    )  # fmt: skip
+    # The context's standing BMC transport (the lab's emulators: plain http), unless given here.
+    insecure_bmc = insecure_bmc or via.bmc_insecure
+    if bmc_scheme == "https" and via.bmc_scheme:
+        bmc_scheme = via.bmc_scheme
     runs = runs_dir or default_runs_dir()
     tls = TlsPolicy(
         insecure=insecure_bmc, ca_bundle=str(ca_bundle) if ca_bundle else None, scheme=bmc_scheme
@@ -598,8 +611,11 @@ def run_validate_after(
         raise UsageError("--from replays a capture; --admit changes Slurm: drop one of them")
     if admit_unproven and not admit:
         raise UsageError("--admit-unproven goes with --admit")
-    chosen = transport_named(transport, ssh_config)
     cluster = load_spec(spec)
+    if replay is None:
+        via = reach_cluster(cluster, None, ssh_config, slurm_via, gate_workdir)
+        ssh_config, slurm_via, gate_workdir = via.ssh_config, via.slurm_via, via.gate_workdir
+    chosen = transport_named(transport, ssh_config)
     selected = select_after_maintenance(cluster, switch, nodes)
     inputs = {
         "spec": str(spec.resolve()),

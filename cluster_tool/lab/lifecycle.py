@@ -225,9 +225,63 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
                 _wait_bmc(host.bmc_address, lab_name, host.name)
     lap("BMCs answering")
 
+    state.extra["context"] = str(_write_context(config, plan))
     state.complete = True
     save_state(config.state_file, state)
     return state
+
+
+def _written_by(config: LabConfig) -> str:
+    return f"cluster-tool lab up ({config.lab_dir})"
+
+
+def _write_context(config: LabConfig, plan: LabPlan) -> Path:
+    """The lab is a cluster like any other: its context says how workflows reach it (the lab's
+    inventory, SSH config, Slurm controller, shared folder for the gate, its BMC emulators'
+    plain http) and holds the lab-only secrets generated here (slurmdbd password, the BMC
+    credentials the spec's {env: ...} names), so `cluster-tool bringup examples/lab.yml`
+    needs nothing more."""
+    import secrets as token
+
+    from cluster_tool.context import SiteContext, save_context
+
+    cluster = plan.cluster
+    env = {"CLUSTER_TOOL_SLURMDBD_PASSWORD": token.token_urlsafe(18)}
+    creds = cluster.bmc.credentials
+    if creds.username.env:
+        env[creds.username.env] = f"lab-admin-{token.token_hex(3)}"
+    if creds.password.env:
+        env[creds.password.env] = token.token_urlsafe(18)
+    return save_context(
+        SiteContext(
+            cluster=cluster.name,
+            inventory=str(config.inventory_dir),
+            ssh_config=str(config.ssh_config),
+            slurm_via=cluster.slurm.controller,
+            gate_workdir=str(config.shared_dir),
+            bmc_insecure=True,
+            bmc_scheme="http",
+            env=env,
+            written_by=_written_by(config),
+        )
+    )
+
+
+def _remove_context(config: LabConfig, state: LabState) -> bool:
+    """Remove the context this lab wrote (not one an operator or another lab wrote since)."""
+    from cluster_tool.context import SiteContext
+
+    path = Path(str(state.extra.get("context") or ""))
+    if not path.name:
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if SiteContext(**data).written_by != _written_by(config):
+            return False
+    except (OSError, ValueError, TypeError):
+        return False
+    path.unlink(missing_ok=True)
+    return True
 
 
 def _write_fake_sysfs(config: LabConfig, model: hw.HardwareModel) -> None:
@@ -660,6 +714,8 @@ def down(config: LabConfig) -> list[str]:
 def _teardown(config: LabConfig, state: LabState | None) -> list[str]:
     removed: list[str] = []
     close_ssh_masters(config)
+    if state is not None and _remove_context(config, state):
+        removed.append(f"context {state.extra['context']}")
     if state is not None:
         # The agent first, so it does not restart nodes while they stop.
         for name in ("agent", *sorted(k for k in state.services if k.startswith("bmc-"))):
