@@ -14,7 +14,17 @@ from typing import Any
 from cluster_tool.errors import ParseError
 from cluster_tool.parsers.normalise import Reading, is_clean, normalise, read_section, read_sections
 
-__all__ = ["KINDS", "ParseError", "ParserKind", "parser", "read", "to_jsonable"]
+__all__ = ["KINDS", "ParseError", "ParserKind", "PartialParse", "parser", "read", "to_jsonable"]
+
+
+class PartialParse(ParseError):
+    """A ParseError that carries what the parser could still read (a topology matrix whose
+    NIC legend is missing): strict callers see the error, `read` keeps the records."""
+
+    def __init__(self, message: str, records: Any, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.records = records
+
 
 # Combines the records of several hosts into one value (the Xid parser: one list, host filled).
 Merge = Callable[[Sequence[tuple[str | None, Any]]], Any]

@@ -465,6 +465,11 @@ def read_section(
     try:
         return _in_file(parse(section.text), section), (), 0
     except ParseError as exc:
+        partial_records = getattr(exc, "records", None)
+        if partial and partial_records is not None:
+            located = _where(section, exc)
+            error = LineError(located.line_no, located.line, located.message)
+            return _in_file(partial_records, section), (error,), 0
         located = _where(section, exc)
         at = section.index(exc.line_no) if exc.line_no is not None else None
         if not partial or at is None or at == 0:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from cluster_tool.parsers.base import ParseError, parser
+from cluster_tool.parsers.base import ParseError, PartialParse, parser
 
 __all__ = ["TopoDevice", "TopoMatrix", "parse_topo_matrix"]
 
@@ -219,6 +219,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
 
     devices: list[TopoDevice] = []
     links: dict[str, dict[str, str]] = {}
+    unnamed: list[str] = []  # NICn columns the legend does not name (a capture cut short)
     for name in columns:
         codes, extra, line_no = rows[name]
         links[name] = dict(zip(columns, codes, strict=True))
@@ -238,11 +239,11 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             )
         gpu, nic = _GPU.match(name), _NIC.match(name)
         if nic and name not in legend:
-            raise ParseError(f"expected '{name}: <device>' in the NIC legend; it is missing")
+            unnamed.append(name)
         if gpu:
             kind, index, device = "gpu", int(gpu[1]), None
         elif nic:
-            kind, index, device = "nic", int(nic[1]), legend[name]
+            kind, index, device = "nic", int(nic[1]), legend.get(name)
         else:
             kind, index, device = "nic", None, name
         devices.append(
@@ -270,6 +271,14 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
                     line_no=rows[b][2],
                     line=lines[rows[b][2] - 1],
                 )
-    return TopoMatrix(
+    matrix = TopoMatrix(
         columns=tuple(columns), devices=tuple(devices), links=links, nic_legend=legend
     )
+    if unnamed:
+        # The GPU/NIC matrix stands without the legend; only the NICs' RDMA names are lost.
+        raise PartialParse(
+            f"expected '{unnamed[0]}: <device>' in the NIC legend; "
+            f"{', '.join(unnamed)} {'is' if len(unnamed) == 1 else 'are'} not named",
+            records=matrix,
+        )
+    return matrix

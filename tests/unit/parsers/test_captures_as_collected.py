@@ -18,6 +18,7 @@ from cluster_tool.parsers.ibstat import parse_ibstat
 from cluster_tool.parsers.kernel_log import parse_xids
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
+from cluster_tool.parsers.nvidia_topo import parse_topo_matrix
 from tests.conftest import FIXTURES, REAL_OUTPUTS, read_real_output
 
 CAPTURES = FIXTURES / "parsers" / "real"
@@ -356,3 +357,28 @@ def test_ibdiagnet_port_labels_are_labels_not_guids() -> None:
     assert port.port_label == "B9D0F0/0/0/1" and port.port_guid is None
     others = [n.ports[0] for n in fabric.nodes if n.kind == "ca" and n is not ca and n.ports]
     assert {p.port_label for p in others} == {"1"} and {p.port_guid for p in others} == {None}
+
+
+TOPO_NV18 = "nvidia-smi_topo-m_nv18_12nic_tabs_numa_off.txt"
+
+
+def test_cli_topo_matrix_without_its_nic_legend_keeps_the_matrix(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The real NV18 capture cut before `NIC Legend:` (a pager quit, a scroll-back limit).
+    text = read_real_output(TOPO_NV18)
+    cut = text[: text.index("NIC Legend:")]
+    path = tmp_path / "topo.txt"
+    path.write_text(cut)
+    assert main(["parse", "nvidia-smi-topo", str(path), "--json"]) == 1
+    out, err = capsys.readouterr()
+    matrix = json.loads(out)
+    assert matrix["columns"][:9] == [*(f"GPU{i}" for i in range(8)), "NIC0"]
+    assert len(matrix["columns"]) == 20
+    # GPU0 is PIX to NIC0 and NODE to NIC1, GPU1 the other way round; all GPUs NV18.
+    assert matrix["links"]["GPU0"]["NIC0"] == "PIX" and matrix["links"]["GPU0"]["NIC1"] == "NODE"
+    assert matrix["links"]["GPU1"]["NIC1"] == "PIX" and matrix["links"]["GPU3"]["GPU7"] == "NV18"
+    assert {d["device"] for d in matrix["devices"] if d["kind"] == "nic"} == {None}
+    assert "NIC0: <device>' in the NIC legend" in err
+    with pytest.raises(ParseError):
+        parse_topo_matrix(cut)
