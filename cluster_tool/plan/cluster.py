@@ -230,6 +230,9 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
     - nccl-tests records as `cluster-tool parse nccl-tests --json` writes them (`ranks`,
       `rows[].in_place.busbw`): a run with more ranks than one node's GPUs counts as fabric
       busbw, otherwise as NVLink busbw; the busbw of the largest message is taken;
+    - a workflow's `summary.json` (`bringup`, `reimage`, `validate-after`): its `busbw`
+      curves (all_reduce at the largest message: NVLS on one node, across nodes for pairs and
+      larger) and every node whose `verdict` is not `pass` as drained;
     - drained nodes: `"drained"` (list or hostlist), or `"findings"` with severity `error`
       and a `node` (the findings contract of every check).
 
@@ -267,6 +270,28 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
             if value is not None:
                 many = isinstance(count, int) and count > gpus_per_node
                 (fabric if many else nvlink).append(value)
+        points, ran_on = obj.get("points"), obj.get("nodes")
+        if isinstance(points, list) and points and isinstance(ran_on, list):
+            # A workflow's summary.json (`busbw`): each gate job's curve; all_reduce only
+            # (NVLS inside a node, as NCCL picks by default), at its largest message.
+            label = str(obj.get("label", ""))
+            multi = len(ran_on) > 1
+            if label.endswith(" all_reduce" if multi else "nvls-all_reduce"):
+                largest = max(
+                    (p for p in points if isinstance(p, list) and len(p) == 2),
+                    key=lambda p: p[0],
+                    default=None,
+                )
+                if largest is not None:
+                    _add(fabric if multi else nvlink, largest[1])
+        verdicts = obj.get("nodes")
+        if isinstance(verdicts, Mapping):
+            # A workflow's summary.json: every node not proven stays out of the plan.
+            drained.update(
+                str(name)
+                for name, v in verdicts.items()
+                if isinstance(v, Mapping) and v.get("verdict") not in (None, "pass")
+            )
         listed = obj.get("drained")
         if isinstance(listed, str):
             drained.update(parse_hostlist(listed, f"{path}: drained"))

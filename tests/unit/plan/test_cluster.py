@@ -101,3 +101,31 @@ def test_synthetic_cluster_fills_sus_in_order() -> None:
     shape = ClusterShape.synthetic(nodes=70, nodes_per_su=32)
     assert shape.su_sizes() == {1: 32, 2: 32, 3: 6}
     assert shape.usable_gpus == 560
+
+
+def test_gate_results_from_a_bringup_summary(tmp_path: Path) -> None:
+    """A bring-up's summary.json (shape and figures from a lab bring-up's record): pairs'
+    all_reduce at the largest message is the fabric busbw (the lowest pair counts), one node's
+    NVLS all_reduce the NVLink busbw; alltoall and ring do not count; an unproven node is out."""
+
+    def job(label: str, nodes: list[str], last: float) -> dict[str, object]:
+        points = [[8, 0.0], [1048576, 66.77], [17179869184, last]]
+        return {"label": label, "floor_gbs": 170.0, "nodes": nodes, "points": points}
+
+    summary = {
+        "verdict": "fail",
+        "nodes": {"gpu001": {"verdict": "pass"}, "gpu004": {"verdict": "held"}},
+        "busbw": [
+            job("gpu001 nvls-all_reduce", ["gpu001"], 478.82),
+            job("gpu002 nvls-all_reduce", ["gpu002"], 471.12),
+            job("gpu002 ring-all_reduce", ["gpu002"], 363.06),
+            job("gpu001+gpu002 all_reduce", ["gpu001", "gpu002"], 190.44),
+            job("gpu001+gpu003 all_reduce", ["gpu001", "gpu003"], 191.86),
+            job("gpu001+gpu002 alltoall", ["gpu001", "gpu002"], 109.9),
+        ],
+    }
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    gate = read_gate_results(path)
+    assert (gate.fabric_busbw_gbs, gate.nvlink_busbw_gbs) == (190.44, 471.12)
+    assert gate.drained == ("gpu004",)
