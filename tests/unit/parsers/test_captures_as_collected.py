@@ -25,13 +25,15 @@ CAPTURES = FIXTURES / "parsers" / "real"
 XE9680 = "all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt"
 IBSTAT_H100 = "ibstat_h100_8xcx7_ndr_ib_all_active.txt"
 DCGM_FAIL_ALL = "dcgmi_diag_dcgm3.3.8_h100x8_fail_all_prompt_line.txt"
+H200_PERSISTENCE = "dcgmi_diag_dcgm3.1.8_h200x8_persistence_bare_fail_prompt_line.txt"
 GH200_WRONG = "all_reduce_perf_gh200_16rank_nccl_tests_2.17.9_wrong_values.txt"
 
 
 def capture(name: str) -> str:
     """A capture from tests/fixtures/parsers/real, without its `# source:` line."""
     first, _, rest = (CAPTURES / name).read_text(encoding="utf-8").partition("\n")
-    assert first.startswith("# source: https://"), f"{name} must name its public source"
+    # A public URL, or (as in shared/fixtures/real-outputs) UNRESOLVED URL and the index id.
+    assert first.startswith(("# source: https://", "# source: UNRESOLVED URL - ")), name
     return rest
 
 
@@ -382,3 +384,26 @@ def test_cli_topo_matrix_without_its_nic_legend_keeps_the_matrix(
     assert "NIC0: <device>' in the NIC legend" in err
     with pytest.raises(ParseError):
         parse_topo_matrix(cut)
+
+
+def test_h200_persistence_mode_bare_fail_names_every_gpu_its_text_names() -> None:
+    # DCGM 3.1.8 on 8x H200: a bare `Fail` (no GPU list); the Error text, wrapped over 22
+    # rows and cut off by DCGM, names GPUs 0 to 5. The capture starts with the prompt.
+    diag = parse_dcgmi_diag(capture(H200_PERSISTENCE))
+    assert diag.dcgm_version == "3.1.8" and diag.gpu_device_ids == ("2335",) * 8
+    persistence = diag.test("Persistence Mode")
+    assert persistence.verdict == "Fail" and not persistence.all_gpus
+    (error,) = persistence.messages
+    assert error.kind == "Error" and error.gpu == 0 and error.gpus == (0, 1, 2, 3, 4, 5)
+    assert persistence.gpus == dict.fromkeys(range(6), "Fail")
+    assert diag.failed_gpus == (0, 1, 2, 3, 4, 5)
+
+
+def test_h200_all_reduce_after_the_mpirun_command_lines() -> None:
+    run = parse_nccl_tests(capture("all_reduce_perf_h200x8_8GiB_mpirun_command_first.txt"))
+    assert run.collective == "all_reduce" and run.nccl_version == "2.19.3+cuda12.2"
+    assert len(run.ranks) == 8 and {r.gpu for r in run.ranks} == {"NVIDIA H200"}
+    (row,) = run.rows
+    assert row.size == 8589934592 and row.out_of_place is not None
+    assert (row.out_of_place.algbw, row.out_of_place.busbw) == (272.55, 476.96)
+    assert run.avg_busbw == 476.967 and run.complete and run.out_of_bounds == 0
