@@ -407,3 +407,15 @@ def test_h200_all_reduce_after_the_mpirun_command_lines() -> None:
     assert row.size == 8589934592 and row.out_of_place is not None
     assert (row.out_of_place.algbw, row.out_of_place.busbw) == (272.55, 476.96)
     assert run.avg_busbw == 476.967 and run.complete and run.out_of_bounds == 0
+
+
+def test_h800_alltoall_dying_mid_row_is_a_failure_not_a_row() -> None:
+    # nccl-tests#355: the only row is cut by a CUDA failure on the same line; six more
+    # failure lines follow. No row, no footer, every failure kept.
+    run = parse_nccl_tests(capture("alltoall_perf_h800_16rank_nccl_tests_2.17.6_dies_mid_row.txt"))
+    assert run.collective == "alltoall" and run.tests_version == "2.17.6"
+    assert run.nccl_version == "2.28.7+cuda13.0" and run.nccl_headers_version == "2.28.7"
+    assert len(run.ranks) == 16 and {r.host for r in run.ranks} == {"node0", "node1"}
+    assert run.rows == () and not run.complete and len(run.errors) == 7
+    assert "Test CUDA failure common.cu:389 'an illegal memory access" in run.errors[0]
+    assert run.errors[-1] == ".. node0 pid 62767: Test failure common.cu:1368"
