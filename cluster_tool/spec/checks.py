@@ -11,6 +11,7 @@ import string
 from collections import Counter
 from typing import Any
 
+from cluster_tool.compat.spec import spec_problems as compat_problems
 from cluster_tool.redact import is_secret_name
 from cluster_tool.spec.models import (
     LANE_RATE_GBPS,
@@ -36,6 +37,8 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     problems += _check_no_secrets(cluster.ansible_vars, ("ansible_vars",))
     problems += _check_no_secrets(cluster.ansible_connection_vars, ("ansible_connection_vars",))
     problems += _check_ansible_vars(cluster)
+    # Version pins against the compatibility matrix (docs/compat.md), before any host is touched.
+    problems += compat_problems(cluster)
     return problems
 
 

@@ -1,0 +1,92 @@
+"""The versions a spec pins, each with the spec path it comes from, and the matrix rules they
+break, as located spec problems (checked by `spec check`, before any host is touched)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cluster_tool.compat.matrix import Matrix, evaluate, load_matrix
+from cluster_tool.spec.models import Cluster
+
+Loc = tuple[str | int, ...]
+
+# What the roles do when the spec's ansible_vars leave these unset (roles/*/defaults/main.yml;
+# a unit test holds the two together).
+GPUDIRECT_MODE_DEFAULT = "dmabuf"
+OPEN_MODULES_DEFAULT = True
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One component's version as the spec decides it, where it is set (for a default, where
+    it would be), and whether the spec writes it or leaves it to the default."""
+
+    version: str
+    loc: Loc
+    written: bool
+
+
+def spec_pins(cluster: Cluster) -> dict[str, Pin]:
+    """Matrix component -> the version this spec installs."""
+    software = cluster.software
+    written = software.model_fields_set if "software" in cluster.model_fields_set else set()
+
+    def field(name: str) -> Pin:
+        return Pin(str(getattr(software, name)), ("software", name), name in written)
+
+    pins = {
+        "nvidia_driver_branch": field("nvidia_driver_branch"),
+        "nvidia_driver": field("nvidia_driver_version"),
+        "cuda": field("cuda_version"),
+        "doca": field("doca_ofed_version"),
+        "slurm": field("slurm_version"),
+    }
+    mode = _ansible_var(cluster, "gpudirect_rdma_mode", GPUDIRECT_MODE_DEFAULT)
+    if mode is not None:
+        pins["gpudirect_mode"] = mode
+    open_modules = _ansible_var(cluster, "nvidia_driver_open_modules", OPEN_MODULES_DEFAULT)
+    if open_modules is not None:
+        pins["nvidia_open_modules"] = open_modules
+    return pins
+
+
+def _ansible_var(cluster: Cluster, name: str, default: Any) -> Pin | None:
+    """A role variable as the spec's ansible_vars set it, else the role's default; None when
+    its value is only known on the controller (a template) or is not a plain value."""
+    written = name in cluster.ansible_vars
+    loc: Loc = ("ansible_vars", name) if written else ("ansible_vars",)
+    value = cluster.ansible_vars.get(name, default)
+    if isinstance(value, bool):
+        return Pin("true" if value else "false", loc, written)
+    if isinstance(value, int | float):
+        return Pin(str(value), loc, written)
+    if not isinstance(value, str) or "{{" in value or "{%" in value:
+        return None
+    word = value.strip().lower()
+    if isinstance(default, bool):
+        if word in _TRUE:
+            return Pin("true", loc, written)
+        if word in _FALSE:
+            return Pin("false", loc, written)
+        return None
+    return Pin(value.strip(), loc, written)
+
+
+def spec_problems(cluster: Cluster, matrix: Matrix | None = None) -> list[tuple[Loc, str]]:
+    """Every matrix rule the spec's pins break, located at the pin to change: the one the rule
+    constrains if the spec writes it, else one the spec writes that brought the rule in (a
+    spec that sets `cuda_version: "12.8"` and leaves the driver alone hears it at cuda_version)."""
+    pins = spec_pins(cluster)
+    known = {component: pin.version for component, pin in pins.items()}
+    problems: list[tuple[Loc, str]] = []
+    for violation in evaluate(matrix or load_matrix(), known):
+        blamed = pins[violation.component]
+        if not blamed.written:
+            others = sorted(violation.rule.components() - {violation.component})
+            blamed = next((pins[c] for c in others if pins[c].written), blamed)
+        problems.append((blamed.loc, violation.message))
+    return problems
