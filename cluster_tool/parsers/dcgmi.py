@@ -15,6 +15,7 @@ VERDICTS = ("Pass", "Fail", "Skip", "Warn")
 _SEVERITY = {"Fail": 3, "Warn": 2, "Pass": 1, "Skip": 0}
 
 _BORDER = re.compile(r"^\+-+\+-+\+$")
+_HEADER_ROW = re.compile(r"^\|\s*Diagnostic\s+\|\s*Result\s+\|$")
 _HEADER_RULE = re.compile(r"^\+=+\+=+\+$")
 _CATEGORY = re.compile(r"^[|+]-----  (?P<name>[A-Za-z][A-Za-z ]*?)  -*\+-+[|+]$")
 # DCGM 3.x: "Pass - All", "Fail - GPU: 0", "Pass - GPUs: 1, 2, 3"; Deployment tests and
@@ -158,7 +159,10 @@ def _cells(line: str, line_no: int) -> tuple[str, str]:
 @parser(
     "dcgmi-diag",
     "dcgmi diag -r N: per-test and per-GPU verdicts, warning messages",
-    start=r"^(?:Successfully ran diagnostic|\+-{5,}\+-{5,}\+\s*$)",
+    start=(
+        r"^(?:Successfully ran diagnostic|\+-{5,}\+-{5,}\+\s*$"
+        r"|\|\s*Diagnostic\s+\|\s*Result\s+\|)"
+    ),
 )
 def parse_dcgmi_diag(text: str) -> DcgmDiag:
     """Parse the table `dcgmi diag -r N` prints (DCGM 3.x or 4.x)."""
@@ -168,13 +172,16 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
         i += 1
     if i >= len(lines):
         raise ParseError("expected the dcgmi diag table; the input is empty")
-    if not _BORDER.match(lines[i]):
+    if _BORDER.match(lines[i]):
+        header_no = i + 1
+    elif _HEADER_ROW.match(lines[i]):
+        header_no = i  # copied from the header down, the top border left behind
+    else:
         raise ParseError(
             "expected the dcgmi diag table border '+----...+----...+'",
             line_no=i + 1,
             line=lines[i],
         )
-    header_no = i + 1
     if header_no >= len(lines):
         raise ParseError("expected the '| Diagnostic | Result |' header after the border")
     name, info = _cells(lines[header_no], header_no + 1)

@@ -90,7 +90,7 @@ class TopoMatrix:
 
 def _ranges(text: str | None, what: str, line_no: int, line: str) -> tuple[int, ...]:
     """`0-3,8` -> (0, 1, 2, 3, 8); N/A or absent -> ()."""
-    if text is None or text == "N/A":
+    if not text or text == "N/A":
         return ()
     if not _CPU_LIST.match(text):
         raise ParseError(
@@ -185,6 +185,12 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
                     line_no=i + 1,
                     line=line,
                 )
+        if len(extra) == len(affinity) - 1 and affinity[:1] == ["CPU Affinity"] and "\t" in line:
+            after_codes = line.split("\t")[1 + len(columns) :]
+            if after_codes and not after_codes[0].strip():
+                # Inside a Slurm job nvidia-smi prints only the job's CPUs near the GPU; a job
+                # with none on that NUMA node gets an empty cell, which whitespace hides.
+                extra = ["", *extra]
         if len(extra) not in (0, len(affinity)):
             raise ParseError(
                 f"expected {len(affinity)} affinity values ({', '.join(affinity)}) "

@@ -419,3 +419,114 @@ def test_h800_alltoall_dying_mid_row_is_a_failure_not_a_row() -> None:
     assert run.rows == () and not run.complete and len(run.errors) == 7
     assert "Test CUDA failure common.cu:389 'an illegal memory access" in run.errors[0]
     assert run.errors[-1] == ".. node0 pid 62767: Test failure common.cu:1368"
+
+
+# ------------------------------------- more real captures: layouts not yet in the corpus
+
+
+def test_real_dmesg_iso_double_bit_error_then_row_remap_and_contained_errors() -> None:
+    # gpud: `dmesg --time-format iso`, the Xid lines among 30 nvidia-peermem errors: one
+    # Xid 48 (DBE), one Xid 63 (row remapping) and nine Xid 94, all on 0000:19:00.
+    events = parse_xids(capture("dmesg_iso_xid48_dbe_xid63_xid94.txt"))
+    assert [e.code for e in events] == [48, 63] + [94] * 9
+    assert {e.pci_bus_id for e in events} == {"0000:19:00"}
+    assert events[0].timestamp == "2024-11-15T12:02:03,470068+00:00"
+    assert [e.process_name for e in events[3:]] == ["python3.10"] * 8
+    assert {e.pid for e in events[3:]} == {1248209}
+
+
+def test_real_ibstat_of_twelve_roce_adapters_all_active() -> None:
+    cas = parse_ibstat(capture("ibstat_h100_8xcx7_4xcx6dx_roce_all_active.txt"))
+    assert [ca.name for ca in cas] == ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11"] + [
+        f"mlx5_{i}" for i in range(2, 10)
+    ]
+    cx6dx = sorted(ca.name for ca in cas if ca.ca_type == "MT4125")
+    assert cx6dx == ["mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"]
+    assert {(ca.ca_type, p.rate_gbps) for ca in cas for p in ca.ports} == {
+        ("MT4129", 400),
+        ("MT4125", 100),
+    }
+    assert {p.state for ca in cas for p in ca.ports} == {"Active"}
+
+
+def test_real_nccl_tests_2_13_header_after_a_markdown_note_and_the_mpirun_command() -> None:
+    # A GCP A3 Mega note: a heading and the quoted mpirun command, then all_reduce_perf over
+    # 2 x 8 H100 with the 2.13-era header (Group column, no `# nccl-tests version` line).
+    run = parse_nccl_tests(capture("all_reduce_perf_h100_a3mega_16rank_8GiB_markdown_note.txt"))
+    assert run.tests_version is None and run.nccl_version is None
+    assert run.header is not None and (run.header.agg_iters, run.header.graph) == (1, 0)
+    assert len(run.ranks) == 16 and {r.host for r in run.ranks} == {
+        "ztan-mig-235z",
+        "ztan-mig-gq73",
+    }
+    assert {r.gpu for r in run.ranks} == {"NVIDIA H100 80GB HBM3"}
+    assert [r.size for r in run.rows] == [2**k for k in range(3, 34)]
+    last = run.rows[-1]
+    assert last.out_of_place is not None and last.in_place is not None
+    assert (last.out_of_place.busbw, last.in_place.busbw) == (338.82, 337.35)
+    assert run.avg_busbw == 70.742 and run.out_of_bounds == 0 and run.complete
+
+
+def test_cli_dcgm_4_diag_after_its_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    # NVIDIA/DCGM#124: DCGM 4.4.2 prints lower-case test names, a bare verdict and one
+    # `GPU0: Pass` row per GPU; the posted block starts with the command.
+    path = CAPTURES / "dcgmi_diag_dcgm4.4.2_r2_command_line_first.txt"
+    assert main(["parse", "dcgmi-diag", str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    diag = json.loads(out)
+    assert (diag["dcgm_version"], diag["driver_version"]) == ("4.4.2", "580.105.08")
+    assert [(t["name"], t["verdict"], t["gpus"]) for t in diag["tests"]] == [
+        ("software", "Pass", {"0": "Pass"}),
+        ("memory", "Pass", {"0": "Pass"}),
+        ("pcie", "Pass", {"0": "Pass"}),
+    ]
+    assert diag["failed_gpus"] == []
+    assert ":1: note: 2 line(s) before the dcgmi-diag output not read" in err
+
+
+def test_real_dcgm_4_table_copied_from_its_header_row() -> None:
+    # A GB10 note: `dcgmi diag -r 3` in a pod, pasted from the `| Diagnostic | Result |` row
+    # down (no top border). Everything but software was skipped.
+    diag = parse_dcgmi_diag(capture("dcgmi_diag_dcgm4.4.2_r3_gb10_all_skip_no_top_border.txt"))
+    assert diag.dcgm_version == "4.4.2" and diag.gpu_device_ids == ("2e12",)
+    assert [(t.name, t.verdict) for t in diag.tests] == [
+        ("software", "Pass"),
+        ("memory", "Skip"),
+        ("diagnostic", "Skip"),
+        ("nvbandwidth", "Skip"),
+        ("pcie", "Skip"),
+        ("memory_bandwidth", "Skip"),
+        ("targeted_stress", "Skip"),
+        ("targeted_power", "Skip"),
+    ]
+    assert diag.failed_gpus == ()
+
+
+def test_real_topo_matrix_inside_a_slurm_job_with_empty_cpu_affinity() -> None:
+    # Princeton's Della H100 node: in a job whose only CPU is 1, GPU0-3 (NUMA 0) print an
+    # empty CPU Affinity cell and GPU4-7 print `1`.
+    matrix = parse_topo_matrix(
+        capture("nvidia-smi_topo-m_h100_6nic_della_empty_cpu_affinity_prompt_line.txt")
+    )
+    assert [matrix.nics_at(g, ("PIX",)) for g in range(8)] == [
+        ["mlx5_0", "mlx5_1"],
+        [],
+        [],
+        ["mlx5_2"],
+        ["mlx5_3", "mlx5_4"],
+        [],
+        ["mlx5_5"],
+        [],
+    ]
+    assert [g.cpus for g in matrix.gpus] == [()] * 4 + [(1,)] * 4
+    assert [g.numa_nodes for g in matrix.gpus] == [(0,)] * 4 + [(1,)] * 4
+    assert matrix.gpu_link(0, 7) == "NV18"
+
+
+def test_real_topo_matrix_whose_paste_ran_cells_together_is_an_error_at_its_row() -> None:
+    # nccl-tests#333: a B200 node's matrix posted with tabs lost between cells; GPU2's row
+    # (line 5 after the prompt) reads `PXBNODE`. No matrix is better than a wrong one.
+    text = capture("nvidia-smi_topo-m_b200_16nic_cells_run_together_prompt_line.txt")
+    with pytest.raises(ParseError, match="PXBNODE") as raised:
+        parse_topo_matrix(text)
+    assert raised.value.line_no == 5
