@@ -4,6 +4,7 @@ hand from the public source the rule cites (docs/compat.md lists them)."""
 from __future__ import annotations
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,12 @@ def test_rule_ids_are_unique() -> None:
     rules = RULE.split("rules:\n")[1]
     with pytest.raises(MatrixError, match="used twice"):
         parse_matrix(RULE + rules)
+
+
+def test_docs_list_every_rule_with_its_source() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "compat.md").read_text()
+    rows = {line.split("`")[1]: line for line in doc.splitlines() if line.startswith("| `")}
+    for rule in MATRIX.rules:
+        assert rule.id in rows, f"docs/compat.md has no row for {rule.id}"
+    for rule in MATRIX.rules:
+        assert rule.source in doc, f"docs/compat.md does not cite {rule.source} ({rule.id})"
