@@ -400,6 +400,18 @@ def run_gate(
     plan = plan_drains(ladder.guilty, len(nodes), opts.max_fail_share)
     if stopped:
         plan = DrainPlan(stopped=stopped)
+    elif plan.stopped:
+        # Too many nodes guilty (the single rung, say) for the nodes to be the cause: the safety
+        # stop is itself a finding that names no node, so no workflow admits anyone on this run.
+        ladder._add(
+            Finding(
+                check="nccl.fleet",
+                severity="error",
+                expected="failures on a few nodes, not a large share of the fleet",
+                observed=plan.stopped,
+                message=f"{plan.stopped}; nothing drained",
+            )
+        )
     if opts.drain and not opts.dry_run:
         plan = apply_drains(plan, runner.slurm)
     report = Report.from_findings(

@@ -10,6 +10,7 @@ The converged tests share the session's one bring-up (`converged` in conftest.py
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -201,4 +202,43 @@ def test_a_corrupting_node_is_nccl_wrong_by_its_own_run_and_by_its_pairs(
     finally:
         c.heal(fault)
         lab.ssh("head", "scontrol update nodename=gpu002 state=resume")
+    assert {c.sinfo()[n][0] for n in GPU_NODES} == {"idle"}
+
+
+@pytest.mark.converged
+def test_a_fleet_level_gate_failure_keeps_every_gated_node_drained_with_its_id(
+    converged: Converged,
+) -> None:
+    """Half the nodes slow on their own: past the gate's 25 % safety stop, so it drains nothing
+    itself and says `nccl.fleet` (suspect the fabric or the stack), a finding that names no node.
+    validate-after --admit then admits none of the four: the slow two stay drained with their
+    own id (`nccl.single`), the other two held, drained with `nccl.fleet`."""
+    c, lab = converged, converged.lab
+    slow = ("gpu003", "gpu004")
+    faults = [c.inject("slow-node", node, "0.5") for node in slow]
+    try:
+        rc, summary, err = c.run_json(
+            "validate-after", str(all_reduce_only(c)), "--nodes", "gpu[001-004]", "--admit",
+            "--ssh-config", str(lab.ssh_config), "--slurm-via", "head",
+            "--gate-workdir", str(c.gate_root / "validate-after-fleet"),
+        )  # fmt: skip
+        assert rc == 1, err[-3000:]
+        record = Path(summary["run_dir"]) / "findings.json"
+        findings = json.loads(record.read_text())["findings"]
+        fleet = [f for f in findings if f["check"] == "nccl.fleet"]
+        assert fleet and not fleet[0].get("node"), findings
+        states = c.sinfo()
+        for node in GPU_NODES:
+            state, reason = states[node]
+            assert state.startswith("drain"), (node, state, reason)
+            wanted = "nccl.single" if node in slow else "nccl.fleet"
+            assert reason.startswith(f"cluster-tool: {wanted}"), (node, reason)
+            verdict = summary["nodes"][node]["verdict"]
+            assert verdict == ("fail" if node in slow else "held"), (node, verdict)
+        assert summary["verdict"] == "fail" and summary["exit_code"] == 1
+        assert not any(n.get("admitted") for n in summary["nodes"].values())
+    finally:
+        c.heal(*faults)
+        for node in GPU_NODES:
+            lab.ssh("head", f"scontrol update nodename={node} state=resume")
     assert {c.sinfo()[n][0] for n in GPU_NODES} == {"idle"}

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser import open_in_chromium
 from tests.lab.conftest import CLI, Converged
 
 pytestmark = pytest.mark.converged
@@ -94,6 +95,11 @@ def test_bringup_from_bare_nodes_ends_with_every_node_idle_and_a_passing_report(
     stats = converge_stats(summary)
     assert set(stats) >= {"head", *GPU_NODES}
     assert all(s["changed"] > 0 for h, s in stats.items() if h in GPU_NODES), "from bare nodes"
+    # The report an operator opens: it loads without errors and says what the summary says.
+    opened = open_in_chromium(run_dir / "report.html", Path(converged.runs))
+    assert not opened.console_errors, opened.console_errors
+    assert summary["headline"] in opened.dom
+    assert all(node in opened.dom for node in GPU_NODES)
 
 
 def test_slurm_sees_every_node_with_its_gpus_and_runs_a_job_on_all_four(

@@ -211,6 +211,18 @@ def test_too_many_failures_drain_nothing_and_say_why(tmp_path: Path) -> None:
     assert result.to_json()["summary"]["drain"]["stopped"] == result.drains.stopped
 
 
+def test_half_the_nodes_failing_alone_is_a_fleet_stop_that_names_no_node(tmp_path: Path) -> None:
+    """Two of four nodes below the floor on their own: past the 25 % safety stop, so nothing is
+    drained and the stop is a finding of its own (node-less: a workflow admits no one on it)."""
+    slow = {"gpu003": 0.5, "gpu004": 0.5}
+    result, replay, _ = gate(tmp_path, LAB, answers(single_slow=slow), drain=True)
+    assert replay.drained == {}
+    errors = [(f.check, f.node) for f in result.report.findings if f.severity == "error"]
+    assert ("nccl.fleet", None) in errors
+    assert {n for c, n in errors if c == "nccl.single"} == {"gpu003", "gpu004"}
+    assert result.report.exit_code == 1
+
+
 def test_unknown_rung_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown rung"):
         gate(tmp_path, LAB, answers(), rungs=("pair",))

@@ -4,15 +4,10 @@ opened in headless Chromium when it is installed."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
@@ -20,6 +15,7 @@ from cluster_tool.report import write_report
 from cluster_tool.report.html import findings_worst_first, render_html
 from cluster_tool.report.junit import junit_xml
 from cluster_tool.workflows.runs import RunRecord
+from tests.browser import open_in_chromium
 from tests.conftest import read_real_output
 
 PAIR = "all_reduce_perf_h100_2node_16gpu_ib_ndr_xe9680.txt"
@@ -147,61 +143,14 @@ def test_worst_first_orders_errors_before_warnings_before_info() -> None:
     assert [f["severity"] for f in findings_worst_first(items)] == ["error", "warning", "info"]
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 def test_report_opens_in_headless_chromium_without_console_errors(tmp_path: Path) -> None:
-    browser = _chromium()
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail(
-                "chromium is not installed; scripts/bootstrap must apt-get install chromium"
-            )
-        pytest.skip("chromium is not installed (Debian package `chromium`)")
     record = RunRecord.create(tmp_path / "runs", "bringup", {})
     record.finish(_summary(), FINDINGS)
-    report = record.path / "report.html"
-    shot = record.path / "report.png"
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--window-size=1280,1600",
-    ]
-    proc = subprocess.run(
-        [browser, *flags, f"--screenshot={shot}", report.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    print(f"report screenshot: {shot}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert shot.is_file() and shot.stat().st_size > 10_000
-    console_errors = [
-        ln for ln in proc.stderr.splitlines() if "CONSOLE" in ln and "ERROR" in ln.upper()
-    ]
-    assert not console_errors, console_errors
-    dom = subprocess.run(
-        [browser, *flags, "--dump-dom", report.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    ).stdout
-    assert 'id="link-matrix"' in dom and dom.count("<polyline") == 2
+    opened = open_in_chromium(record.path / "report.html", tmp_path)
+    print(f"report screenshot: {opened.screenshot}")
+    assert opened.screenshot.is_file() and opened.screenshot.stat().st_size > 10_000
+    assert not opened.console_errors, opened.console_errors
+    assert 'id="link-matrix"' in opened.dom and opened.dom.count("<polyline") == 2
 
 
 def test_report_command_rerenders_a_run(tmp_path: Path) -> None:

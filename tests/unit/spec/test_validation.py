@@ -179,7 +179,7 @@ CROSS_FIELD = [
         id="bmc-outside-network",
     ),
     pytest.param(
-        ("kind: Cluster\n", "kind: Cluster\nthresholds:\n  health:\n    gpu_temp_warn_c: 95\n"),
+        ("thresholds:\n", "thresholds:\n  health:\n    gpu_temp_warn_c: 95\n"),
         "gpu_temp_warn_c",
         "thresholds.health.gpu_temp_warn_c: warning at 95 C must be below the error at 88 C",
         id="temp-warn-above-error",
