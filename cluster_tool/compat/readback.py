@@ -1,0 +1,124 @@
+"""After install: the versions a node reports, read from its own tools' output, held against the
+spec's pins (`version.drift`) and the compatibility matrix (`version.incompatible`).
+
+Pure: text in, findings out. Collecting the text from the nodes is the probe's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cluster_tool.compat.matrix import Matrix, Violation, evaluate, load_matrix
+from cluster_tool.compat.spec import spec_pins
+from cluster_tool.findings import Finding
+from cluster_tool.parsers.ibstat import parse_ibstat
+from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
+from cluster_tool.spec.models import Cluster
+
+# ibstat's `CA type` is the PCI device id in decimal (MT4129 = 0x1021); the families by
+# Mellanox/NVIDIA's PCI ids (vendor 15b3, https://pci-ids.ucw.cz/read/PC/15b3).
+HCA_MODELS = {"MT4129": "ConnectX-7", "MT4131": "ConnectX-8", "MT41692": "BlueField-3"}
+
+_HCA_COMPONENTS = {"hca_model", "hca_firmware"}
+
+
+@dataclass(frozen=True)
+class Hca:
+    """One adapter as ibstat reports it."""
+
+    name: str
+    model: str | None
+    firmware: str | None
+
+
+@dataclass(frozen=True)
+class NodeVersions:
+    """What one node runs, as far as the text handed in tells."""
+
+    node: str
+    nvidia_driver: str | None = None
+    hcas: tuple[Hca, ...] = ()
+
+
+def read_node_versions(
+    node: str, *, nvidia_smi_q: str | None = None, ibstat: str | None = None
+) -> NodeVersions:
+    """A node's versions from `nvidia-smi -q` and `ibstat` text (either may be absent);
+    ParseError when the text is not what those tools print."""
+    driver = parse_nvidia_smi_q(nvidia_smi_q).driver_version if nvidia_smi_q else None
+    hcas: tuple[Hca, ...] = ()
+    if ibstat:
+        hcas = tuple(
+            Hca(ca.name, HCA_MODELS.get(ca.ca_type or "", ca.ca_type), ca.firmware_version)
+            for ca in parse_ibstat(ibstat)
+        )
+    return NodeVersions(node, driver, hcas)
+
+
+def check_node_versions(
+    cluster: Cluster, nodes: Iterable[NodeVersions], matrix: Matrix | None = None
+) -> list[Finding]:
+    """Drift from the spec's pins and matrix rules broken by what the nodes run (a rule the
+    spec's pins break alone is `spec check`'s to report, not repeated here)."""
+    matrix = matrix or load_matrix()
+    pins = {component: pin.version for component, pin in spec_pins(cluster).items()}
+    findings: list[Finding] = []
+    for node in nodes:
+        read: dict[str, str] = {}
+        if node.nvidia_driver is not None:
+            read["nvidia_driver"] = node.nvidia_driver
+            if node.nvidia_driver != pins["nvidia_driver"]:
+                findings.append(
+                    Finding(
+                        check="version.drift",
+                        node=node.node,
+                        component="nvidia_driver",
+                        expected=pins["nvidia_driver"],
+                        observed=node.nvidia_driver,
+                        message=f"{node.node} runs NVIDIA driver {node.nvidia_driver}; the "
+                        f"spec pins {pins['nvidia_driver']}",
+                    )
+                )
+        for violation in _node_rules(matrix, {**pins, **read}, set(read)):
+            findings.append(_incompatible(node.node, violation, {**pins, **read}, set(read)))
+        for hca in node.hcas:
+            facts = {"hca_model": hca.model, "hca_firmware": hca.firmware}
+            reported = {k: v for k, v in facts.items() if v is not None}
+            known = {**pins, **read, **reported}
+            for violation in evaluate(matrix, known):
+                if violation.rule.components() & _HCA_COMPONENTS:
+                    findings.append(
+                        _incompatible(node.node, violation, known, {*read, *reported}, hca.name)
+                    )
+    return findings
+
+
+def _node_rules(matrix: Matrix, known: dict[str, str], read: set[str]) -> list[Violation]:
+    """Violations of rules that read at least one version the node reported."""
+    return [
+        v
+        for v in evaluate(matrix, known)
+        if v.rule.components() & read and not v.rule.components() & _HCA_COMPONENTS
+    ]
+
+
+def _incompatible(
+    node: str,
+    violation: Violation,
+    known: dict[str, str],
+    read: set[str],
+    hca: str | None = None,
+) -> Finding:
+    """The finding names what the node runs, not the pin: a node on driver 535 under a spec
+    pinning branch 550 is the node's driver out of line."""
+    component = violation.component
+    if component not in read:
+        component = sorted(violation.rule.components() & read)[0]
+    return Finding(
+        check="version.incompatible",
+        node=node,
+        component=f"{component} {hca}" if hca else component,
+        observed=known[component],
+        message=f"{node}{' ' + hca if hca else ''}: {violation.message}",
+    )

@@ -1,0 +1,85 @@
+"""Read back what a node runs from its own tools' output (real captures) and hold it against the
+spec's pins (`version.drift`) and the matrix (`version.incompatible`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.compat.readback import check_node_versions, read_node_versions
+from cluster_tool.parsers.base import ParseError
+from cluster_tool.spec import Cluster, load_spec_text
+
+ROOT = Path(__file__).resolve().parents[3]
+REAL = ROOT.parent / "shared" / "fixtures" / "real-outputs"
+LAB = (ROOT / "examples" / "lab.yml").read_text(encoding="utf-8")
+
+
+def capture(name: str) -> str:
+    """A real capture without its first line (the public source)."""
+    return (REAL / name).read_text(encoding="utf-8").split("\n", 1)[1]
+
+
+# 8x H100, driver 535.161.08 (gpud testdata); 8x ConnectX-7 (MT4129) on firmware 28.41.1000
+# and a BlueField-3 (MT41692) on 32.38.3056 (gpud testdata).
+SMI = capture("nvidia-smi-q_h100x8_driver535.161.08_full.txt")
+IBSTAT = capture("ibstat_h100_8xcx7_ndr_ib_all_active.txt")
+NODE = read_node_versions("gpu001", nvidia_smi_q=SMI, ibstat=IBSTAT)
+CX7 = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
+
+
+def spec(software: str) -> Cluster:
+    return load_spec_text(LAB.rstrip("\n") + "\nsoftware:\n" + software, "c.yml")
+
+
+MATCHING = (
+    '  nvidia_driver_branch: "535"\n  nvidia_driver_version: 535.161.08\n  cuda_version: "12.2"\n'
+)
+
+
+def test_versions_read_from_real_captures() -> None:
+    assert NODE.nvidia_driver == "535.161.08"
+    assert [(h.name, h.model, h.firmware) for h in NODE.hcas] == [
+        *[(name, "ConnectX-7", "28.41.1000") for name in CX7],
+        ("mlx5_bond_0", "BlueField-3", "32.38.3056"),
+    ]
+
+
+def test_a_node_that_runs_what_the_spec_pins_has_no_finding() -> None:
+    assert check_node_versions(spec(MATCHING), [NODE]) == []
+
+
+def test_drift_from_the_pinned_driver_and_the_rules_it_breaks() -> None:
+    # The lab spec pins driver 550.127.08 (branch 550) with CUDA 12.4 (needs >= 550.54.14).
+    findings = check_node_versions(spec('  cuda_version: "12.4"\n'), [NODE])
+    drift = [f for f in findings if f.check == "version.drift"]
+    assert [(f.node, f.component, f.expected, f.observed) for f in drift] == [
+        ("gpu001", "nvidia_driver", "550.127.08", "535.161.08")
+    ]
+    incompatible = {
+        f.message.split("[")[1].split(":")[0] for f in findings if f.check == "version.incompatible"
+    }
+    assert incompatible == {"cuda-12-4-min-driver", "driver-branch"}
+    for finding in findings:
+        assert (finding.node, finding.component, finding.severity) == (
+            "gpu001",
+            "nvidia_driver",
+            "error",
+        )
+
+
+def test_firmware_off_the_line_doca_ships_is_named_per_adapter() -> None:
+    # DOCA 2.9.2 bundles ConnectX-7 firmware 28.43.2566; these adapters run 28.41.1000.
+    findings = check_node_versions(spec(MATCHING + '  doca_ofed_version: "2.9.2"\n'), [NODE])
+    assert [(f.check, f.component, f.observed) for f in findings] == [
+        ("version.incompatible", f"hca_firmware {name}", "28.41.1000") for name in CX7
+    ]
+    assert "doca-2-9-2-connectx-7-firmware" in findings[0].message
+    # The default DOCA 2.9.1 has no firmware rule yet.
+    assert check_node_versions(spec(MATCHING), [NODE]) == []
+
+
+def test_text_that_is_not_the_tools_output_is_refused() -> None:
+    with pytest.raises(ParseError):
+        read_node_versions("gpu001", ibstat="CA 'mlx5_0'\n\tCA type MT4129 with no colon\n")
