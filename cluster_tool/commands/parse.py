@@ -24,6 +24,14 @@ def parse(
     kind: Annotated[str, typer.Argument(help="Which tool output the file holds (see --help).")],
     file: Annotated[Path, typer.Argument(help="The captured output; '-' reads stdin.")],
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
+    lines: Annotated[
+        bool,
+        typer.Option(
+            "--lines",
+            help="Print {records, lines}: per host, how many lines the parser consumed, "
+            "skipped as known noise, could not read, and set aside before the tool's output.",
+        ),
+    ] = False,
 ) -> int:
     """Parse a captured tool output and print the records the toolkit sees.
 
@@ -31,7 +39,8 @@ def parse(
     `[1,0]<stdout>:` prefixes. A capture of several hosts prints one record set per host
     (Xid events: one list, each event naming its host). Exit 1: read, with errors (the
     records read are printed, each unreadable line is named on stderr); exit 2: not this
-    tool's output at all.
+    tool's output at all. With --lines the records come under `records`, beside a `lines`
+    list that accounts for every line of the file once, per host.
     """
     from cluster_tool.parsers import KINDS, to_jsonable
 
@@ -65,6 +74,11 @@ def parse(
     else:
         records = {h.host: h.records for h in hosts}
     data = to_jsonable(records)
+    if lines:
+        data = {
+            "records": data,
+            "lines": [{"host": h.host, **h.line_counts} for h in hosts],
+        }
     if json_out:
         output.emit_json(data)
     else:

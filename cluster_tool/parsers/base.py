@@ -12,9 +12,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster_tool.errors import ParseError
-from cluster_tool.parsers.normalise import Reading, is_clean, normalise, read_section, read_sections
+from cluster_tool.parsers.normalise import (
+    Reading,
+    is_clean,
+    noise_recorder,
+    normalise,
+    read_section,
+    read_sections,
+)
 
-__all__ = ["KINDS", "ParseError", "ParserKind", "PartialParse", "parser", "read", "to_jsonable"]
+__all__ = [
+    "KINDS",
+    "ParseError",
+    "ParserKind",
+    "PartialParse",
+    "noise_recorder",
+    "parser",
+    "read",
+    "to_jsonable",
+]
 
 
 class PartialParse(ParseError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cluster_tool.parsers.base import ParseError, parser
+from cluster_tool.parsers.base import ParseError, noise_recorder, parser
 
 __all__ = ["VERDICTS", "DcgmDiag", "DcgmMessage", "DcgmTest", "parse_dcgmi_diag"]
 
@@ -168,7 +168,10 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
     """Parse the table `dcgmi diag -r N` prints (DCGM 3.x or 4.x)."""
     lines = [line.rstrip() for line in text.splitlines()]
     i = 0
+    note = noise_recorder()
     while i < len(lines) and (not lines[i].strip() or lines[i].strip() in _PREAMBLE):
+        if note is not None:
+            note(i + 1)
         i += 1
     if i >= len(lines):
         raise ParseError("expected the dcgmi diag table; the input is empty")

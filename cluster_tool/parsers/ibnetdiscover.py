@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from cluster_tool.errors import ParseError
 from cluster_tool.parsers._ibcommon import link_rate_gbps, normalize_guid
-from cluster_tool.parsers.base import parser
+from cluster_tool.parsers.base import noise_recorder, parser
 
 __all__ = [
     "CaUplink",
@@ -385,6 +385,7 @@ def parse_ibnetdiscover(text: str) -> Fabric:
     attrs: dict[str, str] = {}
     generated_on = initiated_from = None
     port_match = _PORT.match
+    note = noise_recorder()
     for line_no, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line:
@@ -450,6 +451,8 @@ def parse_ibnetdiscover(text: str) -> Fabric:
                 generated_on = line[len("# Topology file: generated on ") :].strip()
             elif line.startswith("# Initiated from node "):
                 initiated_from = line[len("# Initiated from ") :].strip()
+            elif note is not None:
+                note(line_no)  # the '#' lines around the title
             continue
         # key=value lines (lowercase keys) outnumber node headers (capitalised) four to one.
         m = _ATTR.match(line) if first.islower() else None

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster_tool.parsers.base import ParseError, parser
+from cluster_tool.parsers.base import ParseError, noise_recorder, parser
 from cluster_tool.parsers.pci import normalize_pci_bus_id
 
 __all__ = ["XidEvent", "parse_xids"]
@@ -121,10 +121,13 @@ def _events_of_hosts(results: Sequence[tuple[str | None, Any]]) -> list[XidEvent
 def parse_xids(text: str) -> list[XidEvent]:
     """Every Xid and SXid line of a kernel log, in log order; other lines are skipped."""
     events: list[XidEvent] = []
+    note = noise_recorder()
     for line_no, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
         trigger = _TRIGGER.search(line)
         if trigger is None:
+            if note is not None:
+                note(line_no)
             continue
         xid = _XID.match(line, trigger.start())
         sxid = None if xid else _SXID.match(line, trigger.start())

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from cluster_tool.errors import ParseError
-from cluster_tool.parsers.base import parser
+from cluster_tool.parsers.base import noise_recorder, parser
 
 __all__ = [
     "NcclTestsHeader",
@@ -427,6 +427,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
     recognised = False
     cut_short: tuple[int, str, str] | None = None
     tests_version = headers_version = library_version = None
+    note = noise_recorder()
     for line_no, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped:
@@ -488,7 +489,10 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             if tokens and tokens[0].lower() in _SIZE_NAMES and {"time", "busbw"} & set(tokens):
                 layout = _layout(tokens, line_no, line)
                 recognised = True
+                continue
             # Other comment lines: the unit row, `Using devices`, section titles.
+            if note is not None:
+                note(line_no)
             continue
         if _SETTINGS.match(stripped):  # very old nccl-tests print the settings without '#'
             header = _header_seen(header, stripped, line_no, errors)
@@ -527,6 +531,8 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
             )
         # Anything else is interleaved launcher/NCCL chatter (Open MPI help text, NCCL INFO/WARN,
         # srun messages): it belongs to the run's log, not to its results.
+        if note is not None:
+            note(line_no)
     if not recognised:
         raise ParseError("no nccl-tests header, table, footer or failure line found")
     if cut_short is not None:

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "Reading",
     "Section",
     "SkippedLines",
+    "noise_recorder",
     "normalise",
     "read_sections",
 ]
@@ -42,6 +44,17 @@ _NOT_HOSTS = re.compile(
 )
 
 
+# The line numbers a parser skipped as known noise, while `read_section` counts them.
+_NOISE: ContextVar[list[int] | None] = ContextVar("parser_noise", default=None)
+
+
+def noise_recorder() -> Callable[[int], None] | None:
+    """Where a parser notes a line it skips as known noise (NCCL INFO chatter, kernel lines
+    that are not Xids): a function taking the line number, or None when nobody counts."""
+    found = _NOISE.get()
+    return None if found is None else found.append
+
+
 @dataclass(frozen=True)
 class LineError:
     """A line a parser could not read, by its number in the file as given."""
@@ -58,11 +71,13 @@ class LineError:
 
 @dataclass(frozen=True)
 class SkippedLines:
-    """Lines before the tool's first line (a prompt, a banner): how many, and the first."""
+    """Lines before the tool's first line (a prompt, a banner): how many, and the first;
+    `lines` counts the blank ones among them too."""
 
     count: int
     first_line_no: int
     first_line: str
+    lines: int = 0
 
 
 @dataclass(frozen=True)
@@ -165,7 +180,8 @@ class Capture:
 class HostReading:
     """What one parser read from one section: its records (None when nothing could be read),
     the lines it could not read, the lines set aside before the tool's first line, and how
-    many lines it was given, and left unread after an error."""
+    many lines it was given, and left unread after an error. Of the lines read,
+    `lines_noise` were known noise (blank lines, chatter the tool's output carries)."""
 
     host: str | None
     ranks: tuple[int, ...]
@@ -174,6 +190,18 @@ class HostReading:
     skipped_lines: SkippedLines | None
     lines_read: int
     lines_unread: int
+    lines_noise: int = 0
+
+    @property
+    def line_counts(self) -> dict[str, int]:
+        """Every line of this host's part, once: consumed by the parser, skipped as known
+        noise, not read (an error and what follows it), set aside before the tool's output."""
+        return {
+            "consumed": self.lines_read - self.lines_noise,
+            "noise": self.lines_noise,
+            "unread": self.lines_unread,
+            "skipped": self.skipped_lines.lines if self.skipped_lines is not None else 0,
+        }
 
 
 @dataclass(frozen=True)
@@ -340,10 +368,11 @@ def _one_prefixed(
 
 
 def _skipped(lines: Iterable[tuple[int, str]]) -> SkippedLines | None:
-    content = [(no, line) for no, line in lines if line.strip()]
+    every = list(lines)
+    content = [(no, line) for no, line in every if line.strip()]
     if not content:
         return None
-    return SkippedLines(len(content), content[0][0], content[0][1])
+    return SkippedLines(len(content), content[0][0], content[0][1], len(every))
 
 
 def _skip_leading(
@@ -417,7 +446,12 @@ def _joined(before: SkippedLines | None, own: SkippedLines | None) -> SkippedLin
     """The lines set aside before a collector's first tagged line and before the tool's."""
     if before is None or own is None:
         return before or own
-    return SkippedLines(before.count + own.count, before.first_line_no, before.first_line)
+    return SkippedLines(
+        before.count + own.count,
+        before.first_line_no,
+        before.first_line,
+        before.lines + own.lines,
+    )
 
 
 def _where(section: Section, error: ParseError) -> ParseError:
@@ -489,6 +523,18 @@ def read_section(
         return records, (LineError(located.line_no, located.line, message),), unread
 
 
+def _noise_count(section: Section, noted: Iterable[int], read: int) -> int:
+    """Of the first `read` lines of the section: the blank ones and those the parser noted
+    as noise (by its own line numbers; a partial read parses twice, so a set)."""
+    noise = {at for at in map(section.index, noted) if at is not None and at < read}
+    for at, (_, line) in enumerate(section.head_lines()):
+        if at >= read:
+            break
+        if not line.strip():
+            noise.add(at)
+    return len(noise)
+
+
 def read_sections(
     kind: str,
     parse: Callable[[str], Any],
@@ -501,12 +547,16 @@ def read_sections(
     hosts: list[HostReading] = []
     first_error: ParseError | None = None
     for section in capture.sections:
+        noted: list[int] = []
+        counting = _NOISE.set(noted)
         try:
             records, errors, unread = read_section(parse, section, partial=True)
         except ParseError as exc:
             first_error = first_error or exc
             records, errors, unread = None, (LineError(exc.line_no, exc.line, exc.message),), 0
             unread = section.size
+        finally:
+            _NOISE.reset(counting)
         hosts.append(
             HostReading(
                 host=section.host,
@@ -516,6 +566,7 @@ def read_sections(
                 skipped_lines=_joined(capture.skipped, section.skipped),
                 lines_read=section.size - unread,
                 lines_unread=unread,
+                lines_noise=_noise_count(section, noted, section.size - unread),
             )
         )
     if first_error is not None and all(h.records is None for h in hosts):

@@ -7,7 +7,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from cluster_tool.parsers.base import ParseError, PartialParse, parser
+from cluster_tool.parsers.base import ParseError, PartialParse, noise_recorder, parser
 
 __all__ = ["TopoDevice", "TopoMatrix", "parse_topo_matrix"]
 
@@ -205,12 +205,13 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         raise ParseError(f"expected a row for every device; missing {', '.join(missing)}")
 
     legend: dict[str, str] = {}
+    note = noise_recorder()
     for j in range(i, len(lines)):
         line = lines[j]
         stripped = line.strip()
-        if not stripped or stripped in ("Legend:", "NIC Legend:"):
-            continue
-        if _CODE_LEGEND_LINE.match(line):
+        if not stripped or stripped in ("Legend:", "NIC Legend:") or _CODE_LEGEND_LINE.match(line):
+            if note is not None:
+                note(j + 1)  # the titles and what X, SYS, NODE, ... mean: the same on every node
             continue
         match = _LEGEND_LINE.match(line)
         if match is None:

@@ -530,3 +530,50 @@ def test_real_topo_matrix_whose_paste_ran_cells_together_is_an_error_at_its_row(
     with pytest.raises(ParseError, match="PXBNODE") as raised:
         parse_topo_matrix(text)
     assert raised.value.line_no == 5
+
+
+# ------------------------------------------- every line accounted for: parse --lines
+
+
+def test_cli_lines_accounts_for_every_line_of_a_real_nccl_capture(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = CAPTURES / "all_reduce_perf_h100_a3mega_16rank_8GiB_markdown_note.txt"
+    assert main(["parse", "nccl-tests", str(path), "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["parse", "nccl-tests", str(path), "--json", "--lines"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # Counted by hand over the 65 lines of the file. Consumed (51): the settings line (10),
+    # 16 rank lines (13-28), the column header (31), 31 rows (33-63), the two footer lines
+    # (64, 65). Noise (14): the source note (1), the markdown heading (2), 5 quoted mpirun
+    # lines (4-8), 3 blank lines (3, 9; none other), the bare '#' lines (11, 29), `Using
+    # devices` (12), the out-of-place/in-place title (30) and the unit row (32).
+    assert out["lines"] == [{"host": None, "consumed": 51, "noise": 14, "unread": 0, "skipped": 0}]
+    # The records are what --json alone prints.
+    assert out["records"] == plain
+
+
+def test_cli_lines_of_ibstat_ending_in_ibpanic(capsys: pytest.CaptureFixture[str]) -> None:
+    path = CAPTURES / "ibstat_a100_8xcx6_hdr_ends_in_ibpanic.txt"
+    assert main(["parse", "ibstat", str(path), "--json", "--lines"]) == 1
+    counts = json.loads(capsys.readouterr().out)["lines"]
+    # 139 lines: the source note set aside before `CA 'mlx5_0'`; eight adapters on lines
+    # 2-137, no blank line among them; ibpanic (138) and the empty last line not read.
+    assert counts == [{"host": None, "consumed": 136, "noise": 0, "unread": 2, "skipped": 1}]
+
+
+def test_lines_of_a_kernel_log_count_the_lines_that_are_not_xids_as_noise() -> None:
+    text = capture("dmesg_iso_xid48_dbe_xid63_xid94.txt")
+    (host,) = read("xid", text).hosts
+    # 41 lines: 11 Xid lines read, 30 nvidia-peermem lines skipped as noise.
+    assert host.line_counts == {"consumed": 11, "noise": 30, "unread": 0, "skipped": 0}
+
+
+def test_lines_of_a_pdsh_sweep_are_counted_per_host() -> None:
+    dmesg = capture("dmesg_iso_xid48_dbe_xid63_xid94.txt").rstrip("\n")
+    quiet = "[    5.123456] nvidia: loading out-of-tree module taints kernel."
+    reading = read("xid", pdsh({"gpu017": quiet, "gpu042": dmesg}))
+    assert {h.host: h.line_counts for h in reading.hosts} == {
+        "gpu017": {"consumed": 0, "noise": 1, "unread": 0, "skipped": 0},
+        "gpu042": {"consumed": 11, "noise": 30, "unread": 0, "skipped": 0},
+    }
