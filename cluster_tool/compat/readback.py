@@ -1,12 +1,14 @@
 """After install: the versions a node reports, read from its own tools' output, held against the
-spec's pins (`version.drift`) and the compatibility matrix (`version.incompatible`).
+spec's pins (`version.drift`), the compatibility matrix (`version.incompatible`) and the rest of
+the fleet where the spec pins nothing (`version.outlier`: HCA firmware, GPU VBIOS).
 
 Pure: text in, findings out. Collecting the text from the nodes is the probe's job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cluster_tool.compat.matrix import Matrix, Violation, evaluate, load_matrix
@@ -39,6 +41,7 @@ class NodeVersions:
     node: str
     nvidia_driver: str | None = None
     hcas: tuple[Hca, ...] = ()
+    vbios: tuple[str | None, ...] = ()  # per GPU, in nvidia-smi's index order
 
 
 def read_node_versions(
@@ -46,14 +49,19 @@ def read_node_versions(
 ) -> NodeVersions:
     """A node's versions from `nvidia-smi -q` and `ibstat` text (either may be absent);
     ParseError when the text is not what those tools print."""
-    driver = parse_nvidia_smi_q(nvidia_smi_q).driver_version if nvidia_smi_q else None
+    driver = None
+    vbios: tuple[str | None, ...] = ()
+    if nvidia_smi_q:
+        report = parse_nvidia_smi_q(nvidia_smi_q)
+        driver = report.driver_version
+        vbios = tuple(gpu.vbios_version for gpu in report.gpus)
     hcas: tuple[Hca, ...] = ()
     if ibstat:
         hcas = tuple(
             Hca(ca.name, HCA_MODELS.get(ca.ca_type or "", ca.ca_type), ca.firmware_version)
             for ca in parse_ibstat(ibstat)
         )
-    return NodeVersions(node, driver, hcas)
+    return NodeVersions(node, driver, hcas, vbios)
 
 
 def check_node_versions(
@@ -122,3 +130,52 @@ def _incompatible(
         observed=known[component],
         message=f"{node}{' ' + hca if hca else ''}: {violation.message}",
     )
+
+
+def check_fleet_outliers(nodes: Sequence[NodeVersions]) -> list[Finding]:
+    """`version.outlier` (a warning) for each adapter or GPU whose firmware differs from what
+    most of its kind run across the fleet: the one adapter left on older firmware. When no
+    version is held by more than any other, the split itself is reported, naming no node."""
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for node in nodes:
+        for hca in node.hcas:
+            if hca.model and hca.firmware:
+                key = f"hca_firmware {hca.model}"
+                groups.setdefault(key, []).append((node.node, hca.name, hca.firmware))
+        for index, vbios in enumerate(node.vbios):
+            if vbios:
+                groups.setdefault("vbios", []).append((node.node, f"GPU {index}", vbios))
+    findings: list[Finding] = []
+    for key, entries in groups.items():
+        counts = Counter(value for _, _, value in entries).most_common()
+        if len(counts) == 1:
+            continue
+        component = key.split()[0]
+        what = key.replace("hca_firmware ", "") + " firmware" if component != "vbios" else "VBIOS"
+        (common, held), (_, runner_up) = counts[0], counts[1]
+        if held == runner_up:
+            spread = ", ".join(f"{value} on {n}" for value, n in counts)
+            findings.append(
+                Finding(
+                    check="version.outlier",
+                    severity="warning",
+                    component=key,
+                    message=f"{what} splits the fleet with no majority: {spread}",
+                )
+            )
+            continue
+        for node_name, where, value in entries:
+            if value != common:
+                findings.append(
+                    Finding(
+                        check="version.outlier",
+                        severity="warning",
+                        node=node_name,
+                        component=f"{component} {where}",
+                        expected=common,
+                        observed=value,
+                        message=f"{node_name} {where} runs {what} {value}; {held} of "
+                        f"{len(entries)} run {common}",
+                    )
+                )
+    return findings

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tool.compat.readback import check_node_versions, read_node_versions
+from cluster_tool.compat.readback import (
+    check_fleet_outliers,
+    check_node_versions,
+    read_node_versions,
+)
 from cluster_tool.parsers.base import ParseError
 from cluster_tool.spec import Cluster, load_spec_text
 
@@ -83,3 +87,55 @@ def test_firmware_off_the_line_doca_ships_is_named_per_adapter() -> None:
 def test_text_that_is_not_the_tools_output_is_refused() -> None:
     with pytest.raises(ParseError):
         read_node_versions("gpu001", ibstat="CA 'mlx5_0'\n\tCA type MT4129 with no colon\n")
+
+
+# --- the fleet: what the spec does not pin, held against the other nodes -----------------------
+
+
+def with_one_adapter_on(firmware: str, adapter: str = "mlx5_4") -> str:
+    """The real ibstat with one ConnectX-7's firmware changed (as a half-finished update
+    leaves it)."""
+    head, tail = IBSTAT.split(f"CA '{adapter}'", 1)
+    return head + f"CA '{adapter}'" + tail.replace("28.41.1000", firmware, 1)
+
+
+def with_one_gpu_on(vbios: str, gpu: int = 3) -> str:
+    parts = SMI.split("96.00.74.00.0D")
+    assert len(parts) == 9
+    return "96.00.74.00.0D".join(parts[: gpu + 1]) + vbios + "96.00.74.00.0D".join(parts[gpu + 1 :])
+
+
+def test_a_healthy_fleet_has_no_outlier() -> None:
+    fleet = [read_node_versions(f"gpu00{i}", nvidia_smi_q=SMI, ibstat=IBSTAT) for i in (1, 2, 3)]
+    assert check_fleet_outliers(fleet) == []
+
+
+def test_the_one_adapter_and_the_one_gpu_off_the_fleet_are_named() -> None:
+    fleet = [
+        read_node_versions("gpu001", nvidia_smi_q=SMI, ibstat=IBSTAT),
+        read_node_versions(
+            "gpu002",
+            nvidia_smi_q=with_one_gpu_on("96.00.61.00.01"),
+            ibstat=with_one_adapter_on("28.39.1002"),
+        ),
+        read_node_versions("gpu003", nvidia_smi_q=SMI, ibstat=IBSTAT),
+    ]
+    findings = check_fleet_outliers(fleet)
+    assert [
+        (f.check, f.severity, f.node, f.component, f.expected, f.observed) for f in findings
+    ] == [
+        ("version.outlier", "warning", "gpu002", "hca_firmware mlx5_4", "28.41.1000", "28.39.1002"),
+        ("version.outlier", "warning", "gpu002", "vbios GPU 3", "96.00.74.00.0D", "96.00.61.00.01"),
+    ]
+    assert "23 of 24 run 28.41.1000" in findings[0].message
+    assert "23 of 24 run 96.00.74.00.0D" in findings[1].message
+
+
+def test_a_fleet_split_in_two_names_the_split_not_a_node() -> None:
+    fleet = [
+        read_node_versions("gpu001", ibstat=IBSTAT.replace("28.41.1000", "28.39.1002")),
+        read_node_versions("gpu002", ibstat=IBSTAT),
+    ]
+    (finding,) = check_fleet_outliers(fleet)
+    assert (finding.node, finding.component) == (None, "hca_firmware ConnectX-7")
+    assert "28.41.1000 on 8" in finding.message and "28.39.1002 on 8" in finding.message
