@@ -23,6 +23,7 @@ MODULES = (
     "ibnetdiscover",
     "ibstat",
     "kernel_log",
+    "mlxlink",
     "nccl_tests",
     "nvidia_query",
     "nvidia_smi",
