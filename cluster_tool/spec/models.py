@@ -662,6 +662,53 @@ class HealthThresholds(StrictModel):
     ib_link_error_recovery_max: int = Field(
         5, ge=0, description="LinkErrorRecoveryCounter (default 5)."
     )
+    ib_raw_ber_warn: float = Field(
+        1e-12,
+        gt=0,
+        description="mlxlink raw (pre-FEC) physical BER above this is a link.ber warning "
+        "(default 1e-12, the issue's figure for HDR/NDR).",
+    )
+    ib_effective_ber_max: float = Field(
+        1e-12,
+        gt=0,
+        description="mlxlink effective (post-FEC) BER above this is a link.fec error "
+        "(default 1e-12, the IBTA link BER that ibdiagnet's BER test holds).",
+    )
+    ib_effective_errors_max: int = Field(
+        0,
+        ge=0,
+        description="mlxlink Effective Physical Errors (left after FEC) and RS-FEC "
+        "uncorrectable blocks tolerated (default 0: any is a link.fec error).",
+    )
+    ib_module_temp_warn_c: float = Field(
+        70,
+        description="Cable module (transceiver) temperature above this is a "
+        "link.module-temp warning (default 70 C, the top of the commercial range).",
+    )
+    nvlink_crc_replay_warn: int = Field(
+        0,
+        ge=0,
+        description="NVLink CRC or replay errors on one link above this are a "
+        "gpu.nvlink-errors warning (default 0).",
+    )
+    nvlink_crc_replay_max: int = Field(
+        1000,
+        ge=0,
+        description="NVLink CRC or replay errors on one link above this are a "
+        "gpu.nvlink-errors error (default 1000).",
+    )
+    nvlink_recovery_max: int = Field(
+        0,
+        ge=0,
+        description="NVLink recovery errors (the link retrained) on one link tolerated "
+        "(default 0: any is a gpu.nvlink-errors error).",
+    )
+    hca_pcie_gen: int = Field(
+        5, ge=1, description="Expected compute HCA PCIe generation (default 5, ConnectX-7)."
+    )
+    hca_pcie_width: int = Field(
+        16, ge=1, description="Expected compute HCA PCIe width (default 16)."
+    )
 
 
 class NcclGateThresholds(StrictModel):
