@@ -29,6 +29,7 @@ MODULES = (
     "nvidia_smi",
     "nvidia_topo",
     "nvlink",
+    "nvlink_errors",
 )
 
 __all__ = ["KINDS", "MODULES", "ParseError", "parser", "read", "to_jsonable"]
