@@ -114,7 +114,7 @@ def locked(out: Path, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
                     raise OutputDirError(
                         f"{out}: another render has held its lock for {wait_s:.0f} s"
                     ) from None
-                time.sleep(0.05)
+                time.sleep(0.005)
         yield
     finally:
         os.close(fd)

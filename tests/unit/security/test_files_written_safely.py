@@ -8,7 +8,6 @@ import os
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -57,24 +56,47 @@ def test_a_reader_never_finds_the_inventory_missing_while_it_is_rendered(tmp_pat
     assert missing == 0
 
 
+# Writes a small rendered folder again and again once told to start (two files, so the swaps
+# rather than the writing overlap; each rename a little slow, as on a busy disk, so that two
+# writers meet between steps); prints what failed.
+RENDERER = """
+import os, sys, pathlib, time
+from cluster_tool.render import write_atomically
+rename = os.rename
+def slow_rename(*args, **kwargs):
+    time.sleep(0.003)
+    return rename(*args, **kwargs)
+os.rename = slow_rename
+files = {"hosts.yml": sys.argv[1] + "\\n", "spec.json": "{}\\n"}
+out, go = pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+while not go.exists():
+    time.sleep(0.001)
+for _ in range(40):
+    try:
+        write_atomically(files, out)
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+"""
+
+
 def test_two_renders_of_one_folder_both_succeed_and_leave_nothing_behind(tmp_path: Path) -> None:
     out = tmp_path / "inv"
     render(LAB, out)
-    errors: list[BaseException] = []
-
-    def renders(cluster: object) -> None:
-        for _ in range(15):
-            try:
-                render(cluster, out)  # type: ignore[arg-type]
-            except BaseException as exc:  # the test collects every failure
-                errors.append(exc)
-
-    threads = [threading.Thread(target=renders, args=(c,)) for c in (LAB, H100)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    go = tmp_path.parent / f"{tmp_path.name}-go"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RENDERER, str(REPO / "examples" / spec), str(out), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPO,
+        )
+        for spec in ("lab.yml", "h100-1su.yml")
+    ]
+    go.touch()
+    failures = [w.communicate(timeout=300)[0] for w in workers]
+    go.unlink()
+    assert failures == ["", ""]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inv"]
     assert (out / "hosts.yml").is_file() and (out / "spec.json").is_file()
 
