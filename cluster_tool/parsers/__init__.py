@@ -23,6 +23,7 @@ MODULES = (
     "ibnetdiscover",
     "ibstat",
     "kernel_log",
+    "lspci",
     "mlxlink",
     "nccl_tests",
     "nvidia_query",
