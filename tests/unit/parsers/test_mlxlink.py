@@ -3,6 +3,9 @@ capture in tests/fixtures/parsers/real, not from the parser."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from cluster_tool.parsers import ParseError, read
@@ -121,3 +124,25 @@ def test_a_ber_that_is_not_a_number_names_its_line() -> None:
     with pytest.raises(ParseError, match="Raw Physical BER is not a BER") as caught:
         parse_mlxlink(text)
     assert caught.value.line_no == 94
+
+
+def test_cli_parse_mlxlink_prints_each_port_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    from cluster_tool.cli import main
+    from tests.unit.parsers.test_captures_as_collected import CAPTURES
+
+    assert main(["parse", "mlxlink", str(CAPTURES / BF3_TWO_PORTS), "--json"]) == 0
+    ports = json.loads(capsys.readouterr().out)
+    assert [p["module"]["serial"] for p in ports] == ["S2202655321-1", "S2202655321-2"]
+    assert [p["raw_ber"] for p in ports] == [15e-255, 15e-255]
+
+
+def test_cli_parse_mlxlink_on_other_text_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cluster_tool.cli import main
+
+    path = tmp_path / "not-mlxlink.txt"
+    path.write_text("CA 'mlx5_0'\n\tCA type: MT4129\n")
+    assert main(["parse", "mlxlink", str(path), "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "mlxlink" in err
