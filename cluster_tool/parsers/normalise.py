@@ -50,7 +50,8 @@ _NOISE: ContextVar[list[int] | None] = ContextVar("parser_noise", default=None)
 
 def noise_recorder() -> Callable[[int], None] | None:
     """Where a parser notes a line it skips as known noise (NCCL INFO chatter, kernel lines
-    that are not Xids): a function taking the line number, or None when nobody counts."""
+    that are not Xids): a function taking the line number, or None when nobody counts.
+    Blank lines are counted apart: a parser notes only lines with text on them."""
     found = _NOISE.get()
     return None if found is None else found.append
 
@@ -181,7 +182,8 @@ class HostReading:
     """What one parser read from one section: its records (None when nothing could be read),
     the lines it could not read, the lines set aside before the tool's first line, and how
     many lines it was given, and left unread after an error. Of the lines read,
-    `lines_noise` were known noise (blank lines, chatter the tool's output carries)."""
+    `lines_noise` were known noise (blank lines, chatter the tool's output carries): counted
+    when asked, as few callers want it and counting blank lines is a pass over the text."""
 
     host: str | None
     ranks: tuple[int, ...]
@@ -190,7 +192,11 @@ class HostReading:
     skipped_lines: SkippedLines | None
     lines_read: int
     lines_unread: int
-    lines_noise: int = 0
+    count_noise: Callable[[], int] = field(default=lambda: 0, repr=False, compare=False)
+
+    @functools.cached_property
+    def lines_noise(self) -> int:
+        return self.count_noise()
 
     @property
     def line_counts(self) -> dict[str, int]:
@@ -350,10 +356,6 @@ def _one_prefixed(
     style: str, match: re.Match[str], text: str, offset: int, index: int, lead: int
 ) -> tuple[str | None, list[Section], list[tuple[int, str]]] | None:
     prefix = match[0]
-    tagged = "\n" + text[offset:]
-    count = tagged.count("\n")
-    if lead > count or tagged.count("\n" + prefix) != count:
-        return None  # several hosts or ranks, or a line without the prefix
     host = None
     ranks: tuple[int, ...] = ()
     if style == "pdsh":
@@ -362,7 +364,13 @@ def _one_prefixed(
             return None
     else:
         ranks = (int(match["rank"]),)
-    body = tagged.replace("\n" + prefix, "\n")[1:]
+    # The first line starts with the prefix; every later one must too. One replace takes
+    # them off, and how much shorter the text got says how many lines had it.
+    rest = text[offset + len(prefix) :]
+    body = rest.replace("\n" + prefix, "\n")
+    later = rest.count("\n")
+    if lead > later + 1 or (len(rest) - len(body)) != later * len(prefix):
+        return None  # several hosts or ranks, or a line without the prefix
     before = list(enumerate(text[:offset].split("\n")[:index], start=1))
     return style, [Section(host, ranks, None, body=body, first=index + 1)], before
 
@@ -523,16 +531,19 @@ def read_section(
         return records, (LineError(located.line_no, located.line, message),), unread
 
 
+_BLANK = re.compile(r"^[^\S\n]*$", re.MULTILINE)
+
+
 def _noise_count(section: Section, noted: Iterable[int], read: int) -> int:
     """Of the first `read` lines of the section: the blank ones and those the parser noted
     as noise (by its own line numbers; a partial read parses twice, so a set)."""
     noise = {at for at in map(section.index, noted) if at is not None and at < read}
-    for at, (_, line) in enumerate(section.head_lines()):
-        if at >= read:
-            break
-        if not line.strip():
-            noise.add(at)
-    return len(noise)
+    head = section if read == section.size else section.split_at(read)[0]
+    if head.body is not None:
+        blank = len(_BLANK.findall(head.body)) if head.body else 0
+    else:
+        blank = sum(1 for _, line in head.lines if not line.strip())
+    return len(noise) + blank
 
 
 def read_sections(
@@ -566,7 +577,7 @@ def read_sections(
                 skipped_lines=_joined(capture.skipped, section.skipped),
                 lines_read=section.size - unread,
                 lines_unread=unread,
-                lines_noise=_noise_count(section, noted, section.size - unread),
+                count_noise=functools.partial(_noise_count, section, noted, section.size - unread),
             )
         )
     if first_error is not None and all(h.records is None for h in hosts):
