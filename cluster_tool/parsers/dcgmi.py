@@ -170,7 +170,7 @@ def parse_dcgmi_diag(text: str) -> DcgmDiag:
     i = 0
     note = noise_recorder()
     while i < len(lines) and (not lines[i].strip() or lines[i].strip() in _PREAMBLE):
-        if note is not None:
+        if note is not None and lines[i].strip():
             note(i + 1)
         i += 1
     if i >= len(lines):

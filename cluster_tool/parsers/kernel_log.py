@@ -126,7 +126,7 @@ def parse_xids(text: str) -> list[XidEvent]:
         line = raw.rstrip()
         trigger = _TRIGGER.search(line)
         if trigger is None:
-            if note is not None:
+            if note is not None and line:
                 note(line_no)
             continue
         xid = _XID.match(line, trigger.start())

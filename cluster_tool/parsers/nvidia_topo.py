@@ -210,7 +210,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         line = lines[j]
         stripped = line.strip()
         if not stripped or stripped in ("Legend:", "NIC Legend:") or _CODE_LEGEND_LINE.match(line):
-            if note is not None:
+            if note is not None and stripped:
                 note(j + 1)  # the titles and what X, SYS, NODE, ... mean: the same on every node
             continue
         match = _LEGEND_LINE.match(line)
