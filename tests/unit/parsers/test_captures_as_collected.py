@@ -577,3 +577,12 @@ def test_lines_of_a_pdsh_sweep_are_counted_per_host() -> None:
         "gpu017": {"consumed": 0, "noise": 1, "unread": 0, "skipped": 0},
         "gpu042": {"consumed": 11, "noise": 30, "unread": 0, "skipped": 0},
     }
+
+
+def test_lines_of_a_topo_matrix_count_its_legend_as_noise_once() -> None:
+    text = CAPTURES / "nvidia-smi_topo-m_h100_6nic_della_empty_cpu_affinity_prompt_line.txt"
+    (host,) = read("nvidia-smi-topo", text.read_text()).hosts
+    # 36 lines: the source note and the prompt set aside (1, 2); the header, 14 rows and
+    # the 6 NIC legend lines read (21); 4 blank lines, `Legend:`, `NIC Legend:` and the 7
+    # lines saying what X, SYS, NODE, ... mean are noise (13).
+    assert host.line_counts == {"consumed": 21, "noise": 13, "unread": 0, "skipped": 2}
