@@ -532,6 +532,16 @@ def test_real_topo_matrix_whose_paste_ran_cells_together_is_an_error_at_its_row(
     assert raised.value.line_no == 5
 
 
+def test_real_ibnetdiscover_of_a_gb200_hca_that_sees_no_fabric() -> None:
+    # topograph: run on dgx-gb200-n01-c1, whose HCA-1 is cabled to nothing: the header and
+    # its own CA (a ConnectX-7, devid 0x1021), no port line, so no uplink.
+    fabric = parse_ibnetdiscover(capture("ibnetdiscover_gb200_hca_alone_no_fabric.txt"))
+    (ca,) = fabric.nodes
+    assert (ca.kind, ca.description) == ("ca", "dgx-gb200-n01-c1 HCA-1")
+    assert ca.device_id == 0x1021 and ca.ports == ()
+    assert fabric.ca_uplinks() == [] and fabric.generated_on == "Fri Aug  8 06:33:24 2025"
+
+
 # ------------------------------------------- every line accounted for: parse --lines
 
 
