@@ -542,6 +542,26 @@ def test_real_ibnetdiscover_of_a_gb200_hca_that_sees_no_fabric() -> None:
     assert fabric.ca_uplinks() == [] and fabric.generated_on == "Fri Aug  8 06:33:24 2025"
 
 
+def test_real_nvidia_smi_q_driver_550_on_two_h100_nvl() -> None:
+    # thamada/nvidia-smi: 2x H100 NVL (PCIe), driver 550.54.14: a top-level `Module ID` (4 on
+    # both cards of the pair), ECC split into SRAM Uncorrectable Parity / SEC-DED, no
+    # `GPU Recovery Action` yet.
+    report = parse_nvidia_smi_q(capture("nvidia-smi-q_h100nvl_x2_driver550.54.14.txt"))
+    assert report.driver_version == "550.54.14" and report.attached_gpus == 2
+    assert [(g.pci_bus_id, g.serial, g.module_id) for g in report.gpus] == [
+        ("00000000:AD:00.0", "1650724004565", 4),
+        ("00000000:AE:00.0", "1650924002357", 4),
+    ]
+    assert {g.product_name for g in report.gpus} == {"NVIDIA H100 NVL"}
+    assert {(g.pcie_gen_current, g.pcie_width_current) for g in report.gpus} == {(5, 16)}
+    assert {g.memory_total_mib for g in report.gpus} == {95830}
+    assert {g.power_limit_w for g in report.gpus} == {310.0}
+    assert all(g.recovery_action is None and g.reset_required is False for g in report.gpus)
+    assert {(g.remapped_rows.uncorrectable, g.remapped_rows.bank_max) for g in report.gpus} == {
+        (0, 3072)
+    }
+
+
 # ------------------------------------------- every line accounted for: parse --lines
 
 
