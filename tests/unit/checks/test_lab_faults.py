@@ -34,6 +34,13 @@ pytestmark = pytest.mark.skipif(
 LAB = load_spec(REPO / "examples" / "lab.yml")
 
 
+@pytest.fixture(autouse=True)
+def persistenced_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A converged node: nvidia-persistenced runs in persistence mode (the nvidia_driver role's
+    drop-in); the simulators read that from the node's run folder, which this machine lacks."""
+    monkeypatch.setattr(sim, "persistence_on", lambda *_: True)
+
+
 def model() -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FIXTURES / "sim" / "lab-model.json").read_text())
     return data
@@ -139,3 +146,14 @@ def test_an_ecc_fault_shows_every_symptom(tmp_path: Path) -> None:
         ("gpu.remapped-rows", "gpu002", "GPU3"),
         ("gpu.xid", "gpu002", "GPU3"),
     } <= found
+
+
+def test_a_node_without_persistenced_in_persistence_mode_is_not_healthy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ubuntu's packaged unit runs the daemon with --no-persistence-mode: the checks must see it
+    (DCGM's diag fails Persistence Mode on every GPU), as on a node the role has not fixed."""
+    monkeypatch.setattr(sim, "persistence_on", lambda *_: False)
+    findings = check(model(), "gpu001", tmp_path)
+    assert ("gpu.dcgm", "gpu001") in {(c, n) for c, n, _ in errors(findings)}
+    assert any("Persistence Mode" in f.message for f in findings if f.fails)
