@@ -108,3 +108,22 @@ def test_a_fifo_as_the_spec_is_refused_instead_of_blocking(
 
 def test_a_device_as_the_spec_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     _one_line_exit_2(["spec", "check", "/dev/zero"], capsys, "not a regular file")
+
+
+def test_a_capture_over_the_size_cap_is_refused_before_it_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 200 MB Xid log ended in MemoryError; the cap is checked on the file's size first.
+    log = tmp_path / "dmesg.log"
+    with log.open("wb") as handle:
+        handle.truncate(3_000_000)
+    monkeypatch.setenv("CLUSTER_TOOL_MAX_INPUT_BYTES", "1000000")
+    _one_line_exit_2(["parse", "xid", str(log)], capsys, "3000000 bytes, over the input limit")
+
+
+def test_a_fifo_as_a_capture_is_refused_instead_of_blocking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "dmesg.fifo"
+    os.mkfifo(fifo)
+    _one_line_exit_2(["parse", "xid", str(fifo)], capsys, "not a regular file")
