@@ -40,6 +40,7 @@ from cluster_tool.gate.verdict import (
     DrainPlan,
     NodeVerdict,
     apply_drains,
+    fleet_finding,
     localisation_findings,
     path_finding,
     plan_drains,
@@ -403,15 +404,7 @@ def run_gate(
     elif plan.stopped:
         # Too many nodes guilty (the single rung, say) for the nodes to be the cause: the safety
         # stop is itself a finding that names no node, so no workflow admits anyone on this run.
-        ladder._add(
-            Finding(
-                check="nccl.fleet",
-                severity="error",
-                expected="failures on a few nodes, not a large share of the fleet",
-                observed=plan.stopped,
-                message=f"{plan.stopped}; nothing drained",
-            )
-        )
+        ladder._add(fleet_finding(plan.stopped))
     if opts.drain and not opts.dry_run:
         plan = apply_drains(plan, runner.slurm)
     report = Report.from_findings(

@@ -54,6 +54,18 @@ class NodeVerdict:
     reason: str
 
 
+def fleet_finding(why: str) -> Finding:
+    """`nccl.fleet`: the safety stop, a finding that names no node (so it holds every node the
+    run judged: suspect the fabric or the software, not the nodes)."""
+    return Finding(
+        check="nccl.fleet",
+        severity="error",
+        expected="failures on a few nodes, not a large share of the fleet",
+        observed=why,
+        message=f"{why}; nothing drained",
+    )
+
+
 def localisation_findings(
     loc: Localisation,
     expectation: Expectation,
@@ -66,15 +78,7 @@ def localisation_findings(
     findings: list[Finding] = []
     guilty: list[NodeVerdict] = []
     if loc.stop_reason:
-        findings.append(
-            Finding(
-                check="nccl.fleet",
-                severity="error",
-                expected="failures on a few nodes, not a large share of the fleet",
-                observed=loc.stop_reason,
-                message=f"{loc.stop_reason}; nothing drained",
-            )
-        )
+        findings.append(fleet_finding(loc.stop_reason))
     for node, evidence in sorted(loc.bad.items()):
         partners = list(dict.fromkeys(r.partner_of(node) for r in evidence))
         # The worst job that ran names the fault; one Slurm never started has no busbw to rank.
