@@ -17,6 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.drains import Owner, may_lift
 from cluster_tool.errors import ParseError
+from cluster_tool.fileio import atomic_write, private_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.plan import GateJob
 from cluster_tool.gate.runner import JobRun, SlurmRunner
@@ -254,14 +255,14 @@ class RecordingRunner(SlurmRunner):
 
     def _keep(self, r: JobRun) -> None:
         if self.save_dir is not None:
-            self.save_dir.mkdir(parents=True, exist_ok=True)
-            (self.save_dir / f"{r.job.name}.slurm.out").write_text(r.slurm_text)
+            private_dir(self.save_dir)
+            atomic_write(self.save_dir / f"{r.job.name}.slurm.out", r.slurm_text)
         for step in r.job.steps:
             text = r.texts.get(step.label)
             if text is None:
                 continue
             if self.save_dir is not None:
-                (self.save_dir / f"{r.job.name}.{step.label}.out").write_text(text)
+                atomic_write(self.save_dir / f"{r.job.name}.{step.label}.out", text)
             try:
                 parsed = parse_nccl_tests(text)
             except ParseError:
