@@ -74,13 +74,14 @@ class Secrets:
 
     def redact_value(self, data: Any) -> Any:
         """A copy of JSON-like data (dicts, lists, strings) with the secrets replaced in every
-        string, keys too, before it is encoded as JSON, HTML or XML."""
+        string value before it is encoded as JSON, HTML or XML. Keys are the record's schema
+        (`label`, `nodes`), never data from outside, and stay as they are."""
         if not self.values:
             return data
         if isinstance(data, str):
             return self.redact(data)
         if isinstance(data, Mapping):
-            return {self.redact_value(k): self.redact_value(v) for k, v in data.items()}
+            return {k: self.redact_value(v) for k, v in data.items()}
         if isinstance(data, list | tuple):
             return [self.redact_value(v) for v in data]
         return data

@@ -352,7 +352,6 @@ def reimage(
         vault = load_vault(vault_file, vault_password_file)
     credentials = bmc_credentials(cluster.bmc.credentials, vault=vault)
     secrets = _secrets(cluster)
-    secrets.add(credentials.username)
     secrets.add(credentials.password)
 
     gpu = {n.name: n for n in cluster.gpu_nodes()}

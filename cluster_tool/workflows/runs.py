@@ -53,6 +53,10 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+# Values an environment variable takes as a switch, not as a secret.
+_FLAG = re.compile(r"\d{0,2}|true|false|yes|no|on|off|none|null", re.IGNORECASE)
+
+
 def known_secrets(
     environ: Mapping[str, str] | None = None, munge_key_file: Path | None = None
 ) -> Secrets:
@@ -61,7 +65,9 @@ def known_secrets(
     env = os.environ if environ is None else environ
     found = Secrets()
     for name, value in env.items():
-        if is_secret_name(name):
+        # Named as a secret, whatever its length; but a flag (`USE_KEY=1`, `SKIP_TOKEN=false`)
+        # hides nothing, and replacing every "1" would wreck the record instead.
+        if is_secret_name(name) and not _FLAG.fullmatch(value.strip()):
             found.add(value)
     if munge_key_file is not None:
         # Not generated yet, or not readable by this user: nothing to hide then.
@@ -89,9 +95,11 @@ def cluster_secrets(
     environment variable such a value looks up."""
     env = os.environ if environ is None else environ
     found = known_secrets(env)
-    for ref in (cluster.bmc.credentials.username, cluster.bmc.credentials.password):
-        if ref.env:
-            found.add(env.get(ref.env))
+    # The password, not the user name: a BMC login is `admin` or `root`, words a run record
+    # holds in paths and messages, and it opens nothing without the password.
+    password = cluster.bmc.credentials.password
+    if password.env:
+        found.add(env.get(password.env))
     named = Secrets()
     named.add_named(cluster.ansible_vars)
     for value in named.values:

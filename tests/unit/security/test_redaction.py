@@ -132,3 +132,20 @@ def test_a_secret_named_in_ansible_vars_is_registered_from_the_environment_it_lo
     cluster = load_spec_text(text, "lab.yml")
     found = cluster_secrets(cluster, environ={"SITE_DBD": "s3"}, secret_dirs=[])
     assert "s3" in found.values
+
+
+def test_a_short_user_name_and_a_switch_do_not_wreck_the_record(tmp_path: Path) -> None:
+    """The BMC user name is not a secret (it was: every `lab` in a record, keys included, became
+    `[redacted]`: `"[redacted]el"` for `label`), nor is a switch under a secret-looking name;
+    the password still is, at 3 characters."""
+    from cluster_tool.spec import load_spec
+    from cluster_tool.workflows.runs import cluster_secrets
+    from tests.conftest import REPO
+
+    env = {"LAB_BMC_USERNAME": "lab", "LAB_BMC_PASSWORD": "pw3", "USE_KEY": "1"}
+    secrets = cluster_secrets(load_spec(REPO / "examples" / "lab.yml"), env, secret_dirs=[])
+    record = RunRecord.create(tmp_path / "runs", "bringup", {"spec": "lab.yml"}, secrets)
+    job = {"label": "gpu001+gpu002 all_reduce", "nodes": ["gpu001", "gpu002"], "pw": "pw3"}
+    record.finish({"command": "bringup", "busbw": [job]}, [])
+    summary = json.loads((record.path / "summary.json").read_text(encoding="utf-8"))
+    assert summary["busbw"][0] == {**job, "pw": "[redacted]"}
