@@ -90,9 +90,9 @@ def fabric_check(
     """The discovered fabric against the plan: exit 0 when no error finding, 1 otherwise."""
     from cluster_tool.checks.fabric import check_fabric, plan_for
     from cluster_tool.findings import Report
+    from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
     from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
-    from cluster_tool.remote.validate import select_nodes
     from cluster_tool.render.plan import read_cabling_csv, read_switch_links_csv
 
     cluster = _spec(spec)
@@ -118,7 +118,7 @@ def fabric_check(
         read_cabling_csv(cabling) if cabling else None,
         read_switch_links_csv(switch_links_csv) if switch_links_csv else None,
     )
-    only = select_nodes(cluster, nodes) if nodes else None
+    only = select_gpu_nodes(cluster, nodes) if nodes else None
     findings = check_fabric(cluster, discovered, plan=plan, counters=found_counters, nodes=only)
     report = Report.from_findings(
         findings,
@@ -214,8 +214,9 @@ def validate(
         )  # fmt: skip
     if not gate:
         raise UsageError("--no-gate goes with --after-maintenance (plain validate runs no gate)")
+    from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.remote.fanout import transport_named
-    from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
+    from cluster_tool.remote.validate import junit_xml, run_validate
 
     cluster = _spec(spec, spec_arg)
     if not health and not fabric:
@@ -227,7 +228,7 @@ def validate(
 
         ssh_config = reach_cluster(cluster, ssh_config=ssh_config).ssh_config
     chosen = transport_named(transport, ssh_config)
-    selected = select_nodes(cluster, nodes)
+    selected = select_gpu_nodes(cluster, nodes or None)
 
     def progress(result: object) -> None:
         host = getattr(result, "host", "?")

@@ -135,11 +135,10 @@ def gate(
     """
     if ctx.invoked_subcommand is not None:
         return 0
-    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
     from cluster_tool.gate.from_spec import gate_inputs
     from cluster_tool.gate.ladder import GateOptions, run_gate
     from cluster_tool.gate.runner import SlurmRunner
+    from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.spec import load_spec
 
     if spec is None:
@@ -152,16 +151,7 @@ def gate(
     via = reach_cluster(cluster, ssh_config=ssh_config, slurm_via=slurm_via, gate_workdir=workdir)
     ssh_config, slurm_via, workdir = via.ssh_config, via.slurm_via, via.gate_workdir
     inputs = gate_inputs(cluster)
-    selected = inputs.nodes
-    if nodes:
-        try:
-            wanted = set(NodeSet(nodes))
-        except NodeSetParseError as exc:
-            raise UsageError(f"--nodes: {exc}") from exc
-        unknown = sorted(wanted - set(inputs.nodes))
-        if unknown:
-            raise UsageError(f"--nodes: not GPU nodes of the spec: {NodeSet.fromlist(unknown)}")
-        selected = [n for n in inputs.nodes if n in wanted]
+    selected = select_gpu_nodes(cluster, nodes) if nodes else inputs.nodes
     slurm = _slurm_via(slurm_via, ssh_config) if slurm_via else _slurm()
     runner = SlurmRunner(
         slurm=slurm,

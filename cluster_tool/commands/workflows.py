@@ -109,15 +109,6 @@ def _print(summary: dict[str, Any], record: "RunRecord", json_out: bool) -> None
     out.print(f"{headline}  report: {record.path / 'report.html'}", markup=False)
 
 
-def _hostlist(value: str, option: str) -> list[str]:
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
-
-    try:
-        return list(NodeSet(value))
-    except NodeSetException as exc:
-        raise UsageError(f"{option}: not a hostlist {value!r}: {exc}") from None
-
-
 # --- bringup -------------------------------------------------------------------------------
 
 
@@ -179,6 +170,7 @@ def bringup(
     from ClusterShell.NodeSet import NodeSet
     from rich.markup import escape
 
+    from cluster_tool.bounds import bounded_hostlist
     from cluster_tool.spec import load_spec
     from cluster_tool.workflows.bringup import (
         BringupDeps,
@@ -200,7 +192,7 @@ def bringup(
     if diff and not check:
         raise UsageError("--diff goes with --check")
     if limit:
-        _hostlist(limit, "--limit")
+        bounded_hostlist(limit, "--limit")  # any host of the inventory, not only GPU nodes
     if retry_failed:
         limit = str(NodeSet.fromlist(_last_failed(runs, spec)))
     inputs = {
@@ -316,6 +308,8 @@ def reimage(
     from ClusterShell.NodeSet import NodeSet
 
     from cluster_tool.bmc import SushyBmc, TlsPolicy, bmc_credentials, load_vault
+    from cluster_tool.bounds import bounded_hostlist
+    from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.spec import load_spec
     from cluster_tool.workflows.common import ssh_true, wait_for_ssh
     from cluster_tool.workflows.live import Live, run_summary
@@ -363,7 +357,7 @@ def reimage(
             raise UsageError(
                 f"--resume {resume}: that run is a {inputs.get('command')}, not a reimage"
             )
-        if nodes and set(_hostlist(nodes, "--nodes")) != set(NodeSet(inputs["nodes"])):
+        if nodes and set(bounded_hostlist(nodes, "--nodes")) != set(NodeSet(inputs["nodes"])):
             raise UsageError(
                 f"--resume {resume}: that run re-images {inputs['nodes']}, not {nodes}"
             )
@@ -372,12 +366,9 @@ def reimage(
     else:
         if not nodes:
             raise UsageError("--nodes HOSTLIST is required (or --resume RUN)")
-        wanted = _hostlist(nodes, "--nodes")
-        strangers = [n for n in wanted if n not in gpu and n not in protected]
-        if strangers:
-            raise UsageError(
-                f"--nodes: not GPU nodes of {cluster.name}: {NodeSet.fromlist(strangers)}"
-            )
+        # The controller and the subnet manager pass here so that plan_batches refuses them
+        # in words that say why.
+        wanted = select_gpu_nodes(cluster, nodes, "--nodes", also=protected)
         batches = plan_batches(
             [(n, (gpu[n].su or 0) if n in gpu else 0) for n in wanted], batch, per_su, protected
         )

@@ -11,8 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
 from cluster_tool.checks.fabric import check_fabric
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
@@ -38,7 +36,6 @@ __all__ = [
     "health_probes",
     "junit_xml",
     "run_validate",
-    "select_nodes",
 ]
 
 # Every id a node check can give, and every fabric id: the test cases of the JUnit file.
@@ -115,21 +112,6 @@ class ValidateResult:
     def exit_code(self) -> int:
         """3 when a host could not be reached (the contract), else the report's 0/1."""
         return EXIT_UNREACHABLE if self.unreachable else self.report.exit_code
-
-
-def select_nodes(cluster: Cluster, hostlist: str | None) -> list[str]:
-    """The GPU nodes to check: all, or those of a hostlist (UsageError naming strangers)."""
-    gpu = [n.name for n in cluster.gpu_nodes()]
-    if not hostlist:
-        return gpu
-    try:
-        wanted = list(NodeSet(hostlist))
-    except NodeSetException as exc:
-        raise UsageError(f"--nodes: not a hostlist {hostlist!r}: {exc}") from None
-    strangers = [n for n in wanted if n not in gpu]
-    if strangers:
-        raise UsageError(f"--nodes: not GPU nodes of {cluster.name}: {NodeSet.fromlist(strangers)}")
-    return [n for n in gpu if n in set(wanted)]
 
 
 def health_probes(*, dcgm: bool = True) -> tuple[Probe, ...]:

@@ -9,13 +9,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
 from cluster_tool.checks.fabric import nodes_on_switch as fabric_nodes_on_switch
 from cluster_tool.checks.fabric import plan_for
 from cluster_tool.drains import PENDING_REASON, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
+from cluster_tool.nodes import select_gpu_nodes
 from cluster_tool.slurm import SlurmError
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import (
@@ -61,15 +60,7 @@ def select_after_maintenance(
         raise UsageError("give exactly one of --switch NAME or --nodes HOSTLIST")
     if switch is not None:
         return nodes_on_switch(cluster, switch)
-    gpu = [n.name for n in cluster.gpu_nodes()]
-    try:
-        wanted = set(NodeSet(hostlist))
-    except NodeSetException as exc:
-        raise UsageError(f"--nodes: not a hostlist {hostlist!r}: {exc}") from None
-    strangers = sorted(wanted - set(gpu))
-    if strangers:
-        raise UsageError(f"--nodes: not GPU nodes of {cluster.name}: {NodeSet.fromlist(strangers)}")
-    return [n for n in gpu if n in wanted]
+    return select_gpu_nodes(cluster, hostlist)
 
 
 @dataclass

@@ -9,8 +9,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from xml.etree import ElementTree
 
-import pytest
-
 from cluster_tool.checks.node import expectations_for
 from cluster_tool.drains import Owner, health_reason, may_lift, workflow_reason
 from cluster_tool.findings import Finding
@@ -25,7 +23,7 @@ from cluster_tool.remote.fanout import (
 )
 from cluster_tool.remote.node_check import slurm_health_action
 from cluster_tool.remote.probes import Probe, ProbeOutput, composite_script, split_output
-from cluster_tool.remote.validate import junit_xml, run_validate, select_nodes
+from cluster_tool.remote.validate import junit_xml, run_validate
 from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.slurm import NodeState
 from cluster_tool.spec import load_spec
@@ -183,15 +181,6 @@ def test_junit_has_a_case_per_check_per_node(tmp_path: Path) -> None:
     assert suites == {"gpu001", "gpu002", "gpu003", "gpu004", "fabric"}
     failed = [c.get("name") for c in xml.iter("testcase") if c.find("failure") is not None]
     assert failed == ["fabric.swapped"]
-
-
-def test_select_nodes_refuses_strangers() -> None:
-    from cluster_tool.errors import UsageError
-
-    cluster = load_spec(REPO / "examples" / "lab.yml")
-    assert select_nodes(cluster, "gpu[002-003]") == ["gpu002", "gpu003"]
-    with pytest.raises(UsageError, match="head"):
-        select_nodes(cluster, "head,gpu001")
 
 
 class FakeSlurm:
