@@ -16,14 +16,20 @@ from typing import Any
 from cluster_tool.checks.affinity import check_affinity
 from cluster_tool.checks.gdr import check_gdr
 from cluster_tool.checks.health import check_dcgm, check_gpus, check_ibstat, check_xids
+from cluster_tool.checks.link import check_mlxlink
 from cluster_tool.checks.nccl_env import check_nccl_conf
+from cluster_tool.checks.nvlink import check_nvlink_errors
+from cluster_tool.checks.pcie import check_pcie_links
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
 from cluster_tool.parsers.ibstat import parse_ibstat
 from cluster_tool.parsers.kernel_log import parse_xids
+from cluster_tool.parsers.lspci import parse_lspci
+from cluster_tool.parsers.mlxlink import parse_mlxlink
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi_q
 from cluster_tool.parsers.nvidia_topo import parse_topo_matrix
+from cluster_tool.parsers.nvlink_errors import parse_nvlink_errors
 from cluster_tool.remote.probes import ProbeOutput
 from cluster_tool.spec.models import Cluster, HealthThresholds, NodeProfile
 
@@ -132,6 +138,9 @@ _PROBE_CHECK = {
     "ibstat": ("ib.driver", "ibstat"),
     "kernel-log": ("os.kernel-log", "the kernel log"),
     "dcgmi-diag": ("gpu.dcgm", "dcgmi diag"),
+    "nvlink-errors": ("gpu.nvlink-errors", "nvidia-smi nvlink -e"),
+    "mlxlink": ("link.fec", "mlxlink"),
+    "lspci": ("ib.pcie", "lspci -vv"),
 }
 
 
@@ -223,6 +232,34 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
         if diag is not None:
             findings += check_dcgm(node, diag)
 
+    # Link quality and PCIe links. Judged when collected: a run saved before these probes
+    # existed has none of them.
+    if "nvlink-errors" in outputs:
+        nvlink_problems: list[Finding] = []
+        links = _parse(
+            node, outputs, "nvlink-errors", _or_none(parse_nvlink_errors), nvlink_problems
+        )
+        if smi is not None:  # nvidia-smi failing is gpu.driver's, said once
+            findings += nvlink_problems
+        if links is not None:
+            findings += check_nvlink_errors(node, links, t)
+
+    if "mlxlink" in outputs:
+        ports = _parse(node, outputs, "mlxlink", _or_none(parse_mlxlink), findings, any_rc=True)
+        mlxlink_out = outputs["mlxlink"]
+        if ports is not None and mlxlink_out.rc != 0:
+            findings.append(_probe_problem(node, "mlxlink", mlxlink_out))  # one device failed
+        if ports is not None:
+            compute = {hca.device for hca in profile.hcas}
+            findings += check_mlxlink(node, [p for p in ports if p.device in compute], t)
+
+    if "lspci" in outputs:
+        functions = _parse(node, outputs, "lspci", _or_none(parse_lspci), findings)
+        if functions is not None:
+            pcie = check_pcie_links(node, profile, functions, t)
+            # With nvidia-smi read, its own gpu.pcie judged the same link registers.
+            findings += [f for f in pcie if smi is None or f.check != "gpu.pcie"]
+
     modules_out = outputs.get("modules")
     modules = set(modules_out.stdout.split()) if modules_out and modules_out.rc == 0 else set()
     nvrm = outputs.get("nvidia-version")
@@ -242,6 +279,11 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
             node, expect.nccl_conf, conf.stdout if conf is not None and conf.rc == 0 else None
         )
     return findings
+
+
+def _or_none(parse: Callable[[str], list[Any]]) -> Callable[[str], list[Any]]:
+    # A node without the devices prints nothing: gpu.count and ib.count say what is missing.
+    return lambda text: parse(text) if text.strip() else []
 
 
 def _ibstat_or_none(text: str) -> list[Any]:

@@ -144,6 +144,22 @@ def port_errors(
     return [((*where, "port", "counters", "SymbolErrorCounter"), _positive(symbol, "--symbol"))]
 
 
+def link_ber(
+    data: dict[str, Any], node: str, hca: str, rate: str | float
+) -> list[tuple[Path_, Any]]:
+    """A marginal cable: bit errors at raw BER RATE before FEC (`mlxlink`'s Raw Physical BER).
+    RS-FEC hides them until RATE nears its limit (about 1e-4); past it errors reach the link
+    layer (Effective Physical Errors)."""
+    where = _hca(node, hca)(data)
+    try:
+        value = float(rate)
+    except ValueError as exc:
+        raise FaultError(f"RATE must be a bit error rate such as 1e-9, not {rate!r}") from exc
+    if not 0 < value < 0.5:
+        raise FaultError(f"RATE must be between 0 and 0.5 (a bit error rate), not {value}")
+    return [((*where, "raw_ber"), value)]
+
+
 def spine_link_down(data: dict[str, Any], leaf: str, port: str | int) -> list[tuple[Path_, Any]]:
     """Cut one leaf-to-spine uplink."""
     number = _positive(port, "port")
@@ -196,6 +212,31 @@ def gpu_xid(
     record = data["nodes"][n]["gpus"][g]
     code_ = _positive(code, "Xid code")
     return _xid_changes(("nodes", n, "gpus", g), record, _since_boot(data, n, now), code_)
+
+
+def nvlink_errors(
+    data: dict[str, Any], node: str, gpu: str | int, link: int = 0
+) -> list[tuple[Path_, Any]]:
+    """A failing NVLink: one link of a GPU keeps retransmitting (CRC and replay counters
+    climb; 45068 CRC errors as a failing V100 link counted in a public write-up)."""
+    n, g = _gpu_index(data, node, gpu)
+    counts = dict(data["nodes"][n]["gpus"][g].get("nvlink_errors", {}))
+    counts[str(link)] = {"replay": 310, "recovery": 0, "crc": 45068}
+    return [(("nodes", n, "gpus", g, "nvlink_errors"), counts)]
+
+
+def pcie_width(
+    data: dict[str, Any], node: str, device: str, width: str | int
+) -> list[tuple[Path_, Any]]:
+    """A GPU (by index) or HCA (by mlx5 name) whose PCIe link trained at fewer lanes (a
+    badly seated card or riser): `lspci` LnkSta, and nvidia-smi for a GPU."""
+    lanes = _positive(width, "WIDTH")
+    if lanes not in (1, 2, 4, 8):
+        raise FaultError(f"WIDTH must be 1, 2, 4 or 8 lanes (of 16), not {lanes}")
+    if device.isdigit():
+        n, g = _gpu_index(data, node, device)
+        return [(("nodes", n, "gpus", g, "pcie_width_current"), lanes)]
+    return [((*_hca(node, device)(data), "pcie_width_current"), lanes)]
 
 
 def gpu_hot(
@@ -273,10 +314,13 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("link-down", ("NODE", "HCA"), "cut an HCA's link", link_down),
         FaultKind("link-degrade", ("NODE", "HCA"), "train a link at 1X/2X", link_degrade),
         FaultKind("port-errors", ("NODE", "HCA"), "raise symbol errors", port_errors),
+        FaultKind("link-ber", ("NODE", "HCA", "RATE"), "a raw bit error rate", link_ber),
         FaultKind("spine-link-down", ("LEAF", "PORT"), "cut a leaf uplink", spine_link_down),
         FaultKind("gpu-ecc", ("NODE", "GPU"), "uncorrectable ECC errors", gpu_ecc),
         FaultKind("gpu-xid", ("NODE", "GPU", "CODE"), "an Xid in the kernel log", gpu_xid),
         FaultKind("gpu-hot", ("NODE", "GPU", "CELSIUS"), "a GPU running hot", gpu_hot),
+        FaultKind("nvlink-errors", ("NODE", "GPU"), "NVLink CRC/replay errors", nvlink_errors),
+        FaultKind("pcie-width", ("NODE", "DEVICE", "WIDTH"), "a PCIe link at x1-x8", pcie_width),
         FaultKind("gpu-missing", ("NODE", "GPU"), "a GPU off the bus", gpu_missing),
         FaultKind("slow-node", ("NODE", "FACTOR"), "a straggler node", slow_node),
         FaultKind("module-missing", ("NODE", "MODULE"), "a kernel module gone", module_missing),

@@ -62,6 +62,18 @@ HEALTH_PROBES: tuple[Probe, ...] = (
     Probe("kernel", "uname -r"),
     Probe("nccl-conf", "cat /etc/nccl.conf"),
     Probe("dcgmi-diag", "dcgmi diag -r 1", timeout_s=600),
+    Probe("nvlink-errors", "nvidia-smi nvlink -e"),
+    # Every RDMA device's port 1, each run after its command line (the parser takes the device
+    # from `-d`); the exit status is the last failure's, its `-E-` line on stderr.
+    Probe(
+        "mlxlink",
+        'rc=0; for d in /sys/class/infiniband/*; do [ -e "$d" ] || continue; '
+        'echo "mlxlink -d ${d##*/} -m -c"; mlxlink -d "${d##*/}" -m -c || rc=$?; '
+        "done; exit $rc",
+        timeout_s=300,
+    ),
+    # NVIDIA and Mellanox functions only: a whole `lspci -vv` runs to megabytes.
+    Probe("lspci", "lspci -vv -d 10de: && lspci -vv -d 15b3:"),
 )
 
 # The fabric, from the subnet-manager host.

@@ -31,6 +31,7 @@ from .kernel_state import (
     publish,
 )
 from .render_dcgmi import diag_failed, render_diag, render_discovery, render_kernel_log
+from .render_link import render_lspci, render_mlxlink, render_nvlink_errors
 from .render_smi import (
     QueryError,
     render_list,
@@ -80,6 +81,8 @@ def apply_installed(hw: NodeHardware, node: dict[str, Any], versions: dict[str, 
         hw.driver_version = driver
     if "datacenter-gpu-manager" in versions and "dcgm_version" not in node:
         hw.dcgm_version = versions["datacenter-gpu-manager"]
+    if "mft" in versions:
+        hw.mft_version = versions["mft+"].split(":")[-1]
     nccl = versions.get("libnccl2+", "")
     if nccl and "nccl_version" not in node:
         # "2.21.5-1+cuda12.4": NCCL version, then the CUDA it was built for.
@@ -139,6 +142,8 @@ def nvidia_smi(argv: list[str], model: dict[str, Any], host: str) -> Result:
     if args[:1] == ["nvlink"]:
         if "-s" in args or "--status" in args:
             return Result(render_nvlink_status(hw))
+        if "-e" in args or "--errorcounters" in args:
+            return Result(render_nvlink_errors(hw))
         return Result(_invalid(), 2)
     query = next((a for a in args if a.startswith("--query-gpu=")), None)
     if query is not None:
@@ -192,6 +197,42 @@ def dcgmi(argv: list[str], model: dict[str, Any], host: str) -> Result:
         return Result("", 2, f"Error: Invalid run level {level!r}.\n")
     # dcgmi exits non-zero when any test failed; the table says which.
     return Result(render_diag(hw, number), 226 if diag_failed(hw, number) else 0)
+
+
+def mlxlink(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`mlxlink -d DEV [-p 1] [-m] [-c]` on one of the node's HCAs (by its mlx5 name or PCI
+    address); errors go to stderr as mlxlink's `-E-` lines."""
+    hw = _hardware(model, host)
+    device = None
+    for i, a in enumerate(argv):
+        if a in ("-d", "--device") and i + 1 < len(argv):
+            device = argv[i + 1]
+        elif a.startswith("--device="):
+            device = a.split("=", 1)[1]
+    if device is None:
+        return Result("", 1, "-E- Please provide a device name using -d option\n")
+    hca = None
+    if hw is not None and not node_down(model, host):
+        hca = next(
+            (h for h in hw.hcas if h.present and device in (h.device, h.bus_id, h.bus_id[5:])),
+            None,
+        )
+    if hw is None or hca is None:
+        return Result("", 1, f"-E- Failed to open device: {device}, No such file or directory\n")
+    return Result(render_mlxlink(hw, hca))
+
+
+def lspci(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`lspci [-v|-vv|-vvv] [-d VENDOR:]` over the node's GPUs and Mellanox functions (the host's
+    PCI bus is not the node's)."""
+    hw = _hardware(model, host)
+    if hw is None or node_down(model, host):
+        return Result("")
+    vendors = None
+    for i, a in enumerate(argv):
+        if a == "-d" and i + 1 < len(argv):
+            vendors = (vendors or set()) | {argv[i + 1].split(":")[0].lower()}
+    return Result(render_lspci(hw, vendors))
 
 
 def dmesg(argv: list[str], model: dict[str, Any], host: str) -> Result:
@@ -294,6 +335,8 @@ TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "nvidia-smi": nvidia_smi,
     "dcgmi": dcgmi,
     "dmesg": dmesg,
+    "mlxlink": mlxlink,
+    "lspci": lspci,
     "lsmod": lsmod,
     "modprobe": modprobe,
     "nvidia-persistenced": persistenced,

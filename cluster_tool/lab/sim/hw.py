@@ -157,6 +157,9 @@ class Gpu:
     pcie_width_max: int = 16
     # NVLink links that are down (by link number); the rest run at the model's rate.
     nvlinks_down: list[int] = field(default_factory=list)
+    # NVLink error counters `nvidia-smi nvlink -e` prints, by link number (absent: all zero):
+    # {"replay": n, "recovery": n, "crc": n}.
+    nvlink_errors: dict[int, dict[str, int]] = field(default_factory=dict)
     fabric_state: str = "Completed"
     fabric_status: str = "Success"
     slowdown_temp_c: int = 87  # HW slowdown starts here; the simulator raises thermal events
@@ -203,6 +206,12 @@ class Hca:
     port_guid: str = ""  # 16 hex digits; "" means the node GUID (ConnectX: port 1 = node)
     present: bool = True
     phys_state: str = ""  # "" derives it from the state (Down -> Disabled)
+    # Raw (pre-FEC) bit error rate of the cable; 0 is a clean link (mlxlink prints 15E-255).
+    raw_ber: float = 0.0
+    pcie_gen_current: int = 5
+    pcie_gen_max: int = 5
+    pcie_width_current: int = 16
+    pcie_width_max: int = 16
 
 
 @dataclass
@@ -228,6 +237,7 @@ class NodeHardware:
     cuda_version: str = "12.2"
     dcgm_version: str = "3.3.9"
     nccl_version: str = "2.21.5"
+    mft_version: str = "4.30.1-8"  # what mlxlink prints as its MFT version
     # Straggler factor: 1.0 is healthy; 0.5 moves data at half speed.
     slow_factor: float = 1.0
     # Kernel modules the simulated driver stack offers (a module-missing fault removes one).
@@ -262,6 +272,7 @@ class NodeHardware:
             g["ecc_volatile"] = EccCounts(**g.get("ecc_volatile", {}))
             g["ecc_aggregate"] = EccCounts(**g.get("ecc_aggregate", {}))
             g["xids"] = [(float(t), int(c)) for t, c in g.get("xids", [])]
+            g["nvlink_errors"] = _nvlink_errors(g.get("nvlink_errors", {}))
             gpus.append(Gpu(**g))
         hcas = [Hca(**h) for h in data.get("hcas", [])]
         nics = [Nic(**n) for n in data.get("other_nics", [])]
@@ -269,6 +280,11 @@ class NodeHardware:
         known = {f.name for f in dataclasses.fields(cls)} - {"gpus", "hcas", "other_nics"}
         rest = {k: v for k, v in data.items() if k in known}
         return cls(gpus=gpus, hcas=hcas, other_nics=nics, **rest)
+
+
+def _nvlink_errors(data: dict[Any, Any]) -> dict[int, dict[str, int]]:
+    # JSON keys are strings; links are numbers.
+    return {int(link): {k: int(v) for k, v in counts.items()} for link, counts in data.items()}
 
 
 def _digest(*parts: object) -> str:
@@ -396,6 +412,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
                 pcie_gen_current=int(g.get("pcie_gen_current", 5)),
                 pcie_width_current=int(g.get("pcie_width_current", 16)),
                 nvlinks_down=[int(x) for x in g.get("nvlinks_down", [])],
+                nvlink_errors=_nvlink_errors(g.get("nvlink_errors", {})),
                 xids=xids,
             )
         )
@@ -423,6 +440,9 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
                 symbol_errors=int(counters.get("SymbolErrorCounter", 0)),
                 present=bool(h.get("present", True)),
                 nccl_on_down=str(h.get("nccl_on_down", "error")),
+                raw_ber=float(h.get("raw_ber", 0.0)),
+                pcie_gen_current=int(h.get("pcie_gen_current", 5)),
+                pcie_width_current=int(h.get("pcie_width_current", 16)),
             )
         )
     known = (

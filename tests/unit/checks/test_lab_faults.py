@@ -80,7 +80,25 @@ def probe_outputs(data: dict[str, Any], node: str, tmp: Path) -> dict[str, Probe
         "kernel": ProbeOutput(0, "6.1.0-27-amd64\n"),
         "nccl-conf": ProbeOutput(0, _nccl_conf()),
         "dcgmi-diag": run(sim.dcgmi(["diag", "-r", "1"], data, node)),
+        "nvlink-errors": run(sim.nvidia_smi(["nvlink", "-e"], data, node)),
+        "mlxlink": _mlxlink_loop(data, node, [h.device for h in hw.hcas if h.present]),
+        "lspci": ProbeOutput(
+            0,
+            sim.lspci(["-vv", "-d", "10de:"], data, node).stdout
+            + sim.lspci(["-vv", "-d", "15b3:"], data, node).stdout,
+        ),
     }
+
+
+def _mlxlink_loop(data: dict[str, Any], node: str, devices: list[str]) -> ProbeOutput:
+    """The mlxlink probe's loop: each device's command line, then what mlxlink printed."""
+    out, err, rc = [], [], 0
+    for device in devices:
+        result = sim.mlxlink(["-d", device, "-m", "-c"], data, node)
+        out.append(f"mlxlink -d {device} -m -c\n{result.stdout}")
+        err.append(result.stderr)
+        rc = result.exit_code or rc
+    return ProbeOutput(rc, "".join(out), "".join(err))
 
 
 def _nccl_conf() -> str:
@@ -114,6 +132,11 @@ def test_every_lab_node_is_healthy(tmp_path: Path) -> None:
         (("link-down", "gpu002", "mlx5_4"), {}, {("ib.state", "gpu002", "mlx5_4")}),
         (("link-degrade", "gpu001", "mlx5_9", "1X"), {}, {("ib.rate", "gpu001", "mlx5_9")}),
         (("module-missing", "gpu003", "nvidia"), {}, {("gpu.driver", "gpu003", "nvidia-smi-q")}),
+        # Past what RS-FEC corrects (about 1e-4), errors reach the link layer.
+        (("link-ber", "gpu004", "mlx5_5", "1e-3"), {}, {("link.fec", "gpu004", "mlx5_5")}),
+        (("nvlink-errors", "gpu001", "4"), {}, {("gpu.nvlink-errors", "gpu001", "GPU4 link 0")}),
+        (("pcie-width", "gpu003", "mlx5_10", "8"), {}, {("ib.pcie", "gpu003", "mlx5_10")}),
+        (("pcie-width", "gpu002", "1", "4"), {}, {("gpu.pcie", "gpu002", "GPU1")}),
     ],
 )
 def test_each_node_fault_is_found_and_heals(
@@ -130,7 +153,7 @@ def test_each_node_fault_is_found_and_heals(
     assert expected <= found, found
     # The fault's other symptoms are the same node's, never another node's.
     assert {n for _, n, _ in found} == {node}
-    if fault[0] in ("gpu-missing", "module-missing"):  # one cause, said once
+    if fault[0] in ("gpu-missing", "module-missing", "pcie-width"):  # one cause, said once
         assert found == expected
     heal(data, record["id"])
     assert data["nodes"] == healthy["nodes"]
@@ -157,3 +180,23 @@ def test_a_node_without_persistenced_in_persistence_mode_is_not_healthy(
     findings = check(model(), "gpu001", tmp_path)
     assert ("gpu.dcgm", "gpu001") in {(c, n) for c, n, _ in errors(findings)}
     assert any("Persistence Mode" in f.message for f in findings if f.fails)
+
+
+def test_a_marginal_cable_is_a_ber_warning_until_fec_gives_up(tmp_path: Path) -> None:
+    """A raw BER that RS-FEC still corrects is a warning naming the cable; the node passes."""
+    data = model()
+    record = inject(data, "link-ber", "gpu002", "mlx5_3", "1e-9")
+    findings = check(data, "gpu002", tmp_path)
+    assert errors(findings) == set()
+    warnings = [f for f in findings if f.severity == "warning"]
+    assert [(f.check, f.component) for f in warnings] == [("link.ber", "mlx5_3")]
+    assert warnings[0].observed == "raw BER 1e-09"
+    assert "MCP1650-H001E30" in warnings[0].message
+    heal(data, record["id"])
+    assert not [f for f in check(data, "gpu002", tmp_path) if f.check.startswith("link.")]
+
+
+def test_the_new_probes_of_a_healthy_node_give_no_warning(tmp_path: Path) -> None:
+    findings = check(model(), "gpu003", tmp_path)
+    new = ("link.", "gpu.nvlink-errors", "ib.pcie", "gpu.pcie")
+    assert [f.message for f in findings if f.check.startswith(new)] == []

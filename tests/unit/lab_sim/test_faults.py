@@ -69,6 +69,9 @@ def test_every_fault_kind_heals_back_to_the_original(model: dict[str, Any]) -> N
         "module-missing": ("gpu002", "nvidia_peermem"),
         "nccl-corrupt": ("gpu003",),
         "node-down": ("gpu004",),
+        "link-ber": ("gpu001", "mlx5_10", "1e-9"),
+        "nvlink-errors": ("gpu002", 6),
+        "pcie-width": ("gpu003", "mlx5_11", 8),
     }
     options: dict[str, dict[str, Any]] = {
         "link-degrade": {"width": "1X"},
