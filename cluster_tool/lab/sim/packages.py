@@ -44,6 +44,9 @@ DEFAULT_VERSIONS: dict[str, str] = {
     f"libnvidia-nscq-{DRIVER_BRANCH}": DRIVER_VERSION,
     "datacenter-gpu-manager": "1:3.3.9",
     "doca-ofed": "2.9.1-1",
+    # MFT, which DOCA-Host's doca-ofed profile brings (doca-host-basic is the one "without MFT"):
+    # the release the BlueField-3 mlxlink capture prints.
+    "mft": "4.30.1-8",
     "libnccl2": "2.21.5-1+cuda12.4",
     "libnccl-dev": "2.21.5-1+cuda12.4",
     "nccl-rdma-sharp-plugins": "2.7-1",
@@ -218,6 +221,8 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
                 "usr/local/sbin/modprobe": "modprobe",
                 "usr/local/sbin/lsmod": "lsmod",
                 "usr/local/bin/dmesg": "dmesg",
+                # The node's PCI bus (GPUs and HCAs with their PCIe links), before pciutils'.
+                "usr/local/bin/lspci": "lspci",
             },
             files={driver_doc: _MODULES_README},
             carries_simulator=True,
@@ -267,8 +272,14 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             tools={"usr/sbin/openibd-lab": "openibd"},
             services={"openibd": "/usr/sbin/openibd-lab"},
             carries_simulator=True,
-            # DOCA's profile brings its builds of these; the lab has Debian's.
-            depends=("infiniband-diags", "rdma-core", "ibverbs-utils"),
+            # DOCA's profile brings its builds of these (the lab has Debian's) and MFT.
+            depends=("infiniband-diags", "rdma-core", "ibverbs-utils", "mft"),
+        ),
+        SimPackage(
+            "mft",
+            "NVIDIA Firmware Tools: mlxlink (simulated from the lab's cables)",
+            tools={"usr/bin/mlxlink": "mlxlink"},
+            carries_simulator=True,
         ),
         SimPackage("libnccl2", "NCCL runtime (simulated: nccl-tests carry the model)"),
         SimPackage("libnccl-dev", "NCCL headers (simulated: no payload)"),

@@ -22,9 +22,12 @@ from cluster_tool.lab.sim.packages import (
 )
 from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
 from cluster_tool.parsers.kernel_log import parse_xids
+from cluster_tool.parsers.lspci import parse_lspci
+from cluster_tool.parsers.mlxlink import parse_mlxlink
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.parsers.nvidia_query import parse_query_csv
 from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
+from cluster_tool.parsers.nvlink_errors import parse_nvlink_errors
 from tests.conftest import FIXTURES, REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
@@ -58,8 +61,9 @@ def test_names_and_versions_are_the_vendors(debs: dict[str, Path]) -> None:
     assert _field(debs["datacenter-gpu-manager"], "Version") == "1:3.3.9"
     assert _field(debs["nccl-tests"], "Depends") == "python3"
     assert _field(debs["doca-ofed"], "Depends") == (
-        "python3, infiniband-diags, rdma-core, ibverbs-utils"
+        "python3, infiniband-diags, rdma-core, ibverbs-utils, mft"
     )
+    assert _field(debs["mft"], "Version") == "4.30.1-8"
 
 
 def test_every_package_the_roles_pin_is_built_at_a_matching_version(
@@ -343,3 +347,33 @@ def test_the_driver_package_loads_its_modules_again_at_every_boot(tmp_path: Path
         "nvidia_modeset",
         "nvidia_peermem",
     ]
+
+
+def test_link_tools_run_on_a_bare_python_and_show_the_faults(root: Path, tmp_path: Path) -> None:
+    """What the health probes run: MFT's mlxlink, the driver's nvidia-smi nvlink -e and lspci,
+    read by the real parsers, each showing its fault."""
+
+    def faults(data: dict[str, Any]) -> None:
+        inject(data, "link-ber", "gpu002", "mlx5_4", "1e-9")
+        inject(data, "nvlink-errors", "gpu002", "3")
+        inject(data, "pcie-width", "gpu002", "mlx5_4", "8")
+
+    model = _model(tmp_path, faults)
+    link = _tool(root, "usr/bin/mlxlink", ["-d", "mlx5_4", "-m", "-c"], model, node="gpu002")
+    assert link.returncode == 0, link.stderr
+    (port,) = parse_mlxlink(link.stdout)
+    assert (port.speed, port.raw_ber, port.effective_errors) == ("IB-HDR", 1e-9, 0)
+    assert port.mft_version == "4.30.1-8"  # the installed mft package's version
+    missing = _tool(root, "usr/bin/mlxlink", ["-d", "mlx5_99"], model, node="gpu002")
+    assert missing.returncode != 0 and missing.stderr.startswith("-E- ")
+
+    errors = _tool(root, "usr/bin/nvidia-smi", ["nvlink", "-e"], model, node="gpu002")
+    gpus = parse_nvlink_errors(errors.stdout)
+    assert [(g.index, link.link, link.crc) for g in gpus for link in g.links if link.crc] == [
+        (3, 0, 45068)
+    ]
+
+    pci = _tool(root, "usr/local/bin/lspci", ["-vv", "-d", "15b3:"], model, node="gpu002")
+    widths = {f.address: (f.width, f.width_downgraded) for f in parse_lspci(pci.stdout)}
+    assert widths["0000:4f:00.0"] == (8, True)
+    assert widths["0000:18:00.0"] == (16, False)
