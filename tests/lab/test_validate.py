@@ -234,6 +234,10 @@ def test_a_healthy_converged_lab_validates_with_no_error(converged_lab: LabHandl
         (("gpu-hot", "gpu001", "2", "95"), ("gpu.temperature", "gpu001", "GPU2")),
         (("gpu-missing", "gpu004", "6"), ("gpu.count", "gpu004", None)),
         (("link-down", "gpu002", "mlx5_4"), ("ib.state", "gpu002", "mlx5_4")),
+        # Issue 20: mlxlink, nvidia-smi nvlink -e and lspci, simulated in the nodes.
+        (("link-ber", "gpu003", "mlx5_5", "1e-3"), ("link.fec", "gpu003", "mlx5_5")),
+        (("nvlink-errors", "gpu001", "4"), ("gpu.nvlink-errors", "gpu001", "GPU4 link 0")),
+        (("pcie-width", "gpu002", "mlx5_9", "8"), ("ib.pcie", "gpu002", "mlx5_9")),
     ],
 )
 def test_each_injected_node_fault_is_found_and_heals(
