@@ -34,7 +34,7 @@ from cluster_tool.verdicts import (
     settle,
 )
 from cluster_tool.workflows.common import (
-    guarded_gate,
+    gate_in_reservation,
     keeping_out,
     node_verdicts,
     pick_partner,
@@ -331,13 +331,17 @@ def run_bringup(
         if len(gate_nodes) == 1:
             partner = pick_partner(deps.slurm, [n for n in gpu_nodes if n not in set(scope)])
         ran = gate_nodes + ([partner] if partner else [])
-        deps.slurm.reserve(reservation, ran)
-        try:
-            # Inside the maintenance reservation only our gate jobs can reach these nodes.
-            resume_held(deps.slurm, [n for n in gate_nodes if n in pending], operator_says=False)
-            outcome = guarded_gate(deps.gate, ran)
-        finally:
-            deps.slurm.release(reservation)
+        # Only the tool's own holds are lifted: an operator's drain is theirs (the nodes they
+        # hold are not gated at all). No drain again: admission, below, drains what failed.
+        outcome = gate_in_reservation(
+            deps.slurm,
+            deps.gate,
+            ran,
+            reservation=reservation,
+            lift=[n for n in gate_nodes if n in pending],
+            operator_says=False,
+            hold_again=None,
+        )
         if partner is not None:
             proof.trusted.add(partner)
             outcome.findings = pin_on(gate_nodes[0], partner, outcome.findings)

@@ -399,3 +399,32 @@ def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> 
         for f in outcome.findings
     ]
     return outcome
+
+
+def gate_in_reservation(
+    slurm: Any,
+    gate: Callable[[Sequence[str]], Any],
+    nodes: Sequence[str],
+    *,
+    reservation: str,
+    lift: Sequence[str],
+    operator_says: bool,
+    hold_again: str | None,
+) -> Any:
+    """The gate phase's Slurm steps, in the one order every workflow needs: reserve `nodes` so
+    that only the gate's jobs reach them, resume those of `lift` Slurm holds (`resume_held`),
+    run the guarded gate, drain `lift` again with `hold_again` (when given) and release. The
+    drain and the release happen whatever the gate did, so an interrupted gate leaves no node
+    in service unproven and no reservation behind. `operator_says` is why the callers differ:
+    validate --admit and reimage lift any drain on nodes the operator named for this run;
+    bring-up lifts only the tool's own holds, never an operator's."""
+    slurm.reserve(reservation, nodes)
+    try:
+        resume_held(slurm, lift, operator_says=operator_says)
+        return guarded_gate(gate, nodes)
+    finally:
+        try:
+            if hold_again is not None and lift:
+                slurm.drain(list(lift), hold_again)
+        finally:
+            slurm.release(reservation)

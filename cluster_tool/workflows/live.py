@@ -38,7 +38,12 @@ from cluster_tool.verdicts import (
     settle,
 )
 from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
-from cluster_tool.workflows.common import RecordingRunner, guarded_gate, link_matrix, pin_on
+from cluster_tool.workflows.common import (
+    RecordingRunner,
+    gate_in_reservation,
+    link_matrix,
+    pin_on,
+)
 from cluster_tool.workflows.runs import RunRecord
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
@@ -194,18 +199,20 @@ class Live:
         if self.gate_on:
             nodes = [node] if partner is None else [node, partner]
             name = f"cluster-tool-reimage-{node}"
-            self.slurm.reserve(name, nodes)
-            try:
-                self.slurm.resume([node])
-                rungs = ("single", "pairs") if partner else ("single",)
-                # As in bring-up: a Slurm that would not run the ladder's jobs fails the node
-                # (slurm.error / slurm.unavailable as errors); it is not admitted unproven.
-                outcome = guarded_gate(lambda ns: self.gate(ns, rungs), nodes)
-            finally:
-                try:
-                    self.slurm.drain([node], REIMAGE_REASON)
-                finally:
-                    self.slurm.release(name)
+            rungs = ("single", "pairs") if partner else ("single",)
+            # As in bring-up: a Slurm that would not run the ladder's jobs fails the node
+            # (slurm.error / slurm.unavailable as errors); it is not admitted unproven. The node
+            # is this run's own (named by --nodes, drained by the re-image), whatever its reason
+            # reads now; it is drained again so that admission alone puts it back in service.
+            outcome = gate_in_reservation(
+                self.slurm,
+                lambda ns: self.gate(ns, rungs),
+                nodes,
+                reservation=name,
+                lift=[node],
+                operator_says=True,
+                hold_again=REIMAGE_REASON,
+            )
             self.proof.merge_gate(outcome.summary.get("proof") or {})
             # The partner is known good: a failing pair names the re-imaged node.
             pinned = pin_on(node, partner, outcome.findings) if partner else outcome.findings

@@ -31,6 +31,7 @@ from cluster_tool.verdicts import (
 )
 from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
 from cluster_tool.workflows.common import (
+    gate_in_reservation,
     guarded_gate,
     keeping_out,
     node_verdicts,
@@ -144,15 +145,18 @@ def run_after_maintenance(
         partner = pick_partner(deps.slurm, others) if len(gate_nodes) == 1 else None
         ran = gate_nodes + ([partner] if partner else [])
         if admit:
-            # The nodes may still be drained from the maintenance: let only the gate in.
-            deps.slurm.reserve(reservation, ran)
-            try:
-                resume_held(deps.slurm, gate_nodes, operator_says=True)
-                outcome = guarded_gate(deps.gate, ran)
-                # Out of service again until the verdict: admission below resumes the proven.
-                deps.slurm.drain(gate_nodes, PENDING_REASON)
-            finally:
-                deps.slurm.release(reservation)
+            # The nodes may still be drained from the maintenance, by anyone: --admit is the
+            # operator's word to lift it for the gate. Out of service again until the verdict:
+            # admission below resumes the proven.
+            outcome = gate_in_reservation(
+                deps.slurm,
+                deps.gate,
+                ran,
+                reservation=reservation,
+                lift=gate_nodes,
+                operator_says=True,
+                hold_again=PENDING_REASON,
+            )
         else:
             outcome = guarded_gate(deps.gate, ran)
         if partner is not None:
