@@ -31,7 +31,7 @@ from .kernel_state import (
     publish,
 )
 from .render_dcgmi import diag_failed, render_diag, render_discovery, render_kernel_log
-from .render_link import render_lspci, render_mlxlink, render_nvlink_errors
+from .render_link import nic_port, render_lspci, render_mlxlink, render_nvlink_errors
 from .render_smi import (
     QueryError,
     render_list,
@@ -213,10 +213,8 @@ def mlxlink(argv: list[str], model: dict[str, Any], host: str) -> Result:
         return Result("", 1, "-E- Please provide a device name using -d option\n")
     hca = None
     if hw is not None and not node_down(model, host):
-        hca = next(
-            (h for h in hw.hcas if h.present and device in (h.device, h.bus_id, h.bus_id[5:])),
-            None,
-        )
+        ports = [h for h in hw.hcas if h.present] + [nic_port(n) for n in hw.other_nics]
+        hca = next((h for h in ports if device in (h.device, h.bus_id, h.bus_id[5:])), None)
     if hw is None or hca is None:
         return Result("", 1, f"-E- Failed to open device: {device}, No such file or directory\n")
     return Result(render_mlxlink(hw, hca))

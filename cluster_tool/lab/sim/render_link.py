@@ -10,7 +10,7 @@ import hashlib
 import math
 import time
 
-from .hw import Gpu, Hca, NodeHardware
+from .hw import Gpu, Hca, Nic, NodeHardware
 from .perf import LANE_GBS, WIDTH_LANES
 
 # What mlxlink prints for a BER it counted no error for (the BlueField-3 capture).
@@ -19,6 +19,14 @@ ZERO_BER = "15E-255"
 # corrects up to 15 symbol errors (IEEE 802.3 clause 91 / 134).
 FEC_SYMBOLS, FEC_CORRECTS, SYMBOL_BITS = 544, 15, 10
 _FEC_NAME = {"HDR": "Standard_RS-FEC - (544,514)", "NDR": "Standard_RS-FEC - (544,514)"}
+
+
+def _fec(speed: str) -> str:
+    if speed.endswith("G"):  # Ethernet, as the BlueField-3 capture prints it
+        return "Standard RS-FEC - RS(528,514)"
+    return _FEC_NAME.get(speed, "No FEC")
+
+
 # PCIe generation -> transfer rate per lane as lspci prints it.
 _GT_S = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}
 
@@ -80,15 +88,31 @@ def _cable_serial(hw: NodeHardware, hca: Hca) -> str:
     return f"MT{int(digest[:8], 16) % 10**10:010d}"
 
 
+def nic_port(nic: Nic) -> Hca:
+    """A storage or management NIC as mlxlink sees it: an Ethernet port at its rate, clean."""
+    return Hca(
+        device=nic.device,
+        bus_id=nic.bus_id,
+        gpu_minor=-1,
+        rail=-1,
+        numa_node=nic.numa_node,
+        node_guid="0" * 16,
+        speed=f"{nic.rate_gbps}G",
+    )
+
+
 def render_mlxlink(hw: NodeHardware, hca: Hca, now: float | None = None) -> str:
     """`mlxlink -d DEV -m -c` on port 1 of one HCA: state, FEC, the cable module and the
     counters since the link came up (the node's boot). Raw errors follow the cable's raw BER;
-    errors past FEC are the codewords RS-FEC could not correct."""
+    errors past FEC are the codewords RS-FEC could not correct. An Ethernet NIC (`nic_port`)
+    prints its rate as the BlueField-3 capture does (`100G`) with Clause 91 RS-FEC."""
     now = time.time() if now is None else now
+    ethernet = hca.speed.endswith("G")
     up = hca.state == "Active"
     lanes = WIDTH_LANES.get(hca.width, 4)
     seconds = max(now - hw.boot_time, 60.0) if up else 0.0
-    bits = LANE_GBS.get(hca.speed, 6.25) * 8e9 * lanes * seconds
+    lane_gbps = int(hca.speed[:-1]) / lanes if ethernet else LANE_GBS.get(hca.speed, 6.25) * 8
+    bits = lane_gbps * 1e9 * lanes * seconds
     raw_errors = round(hca.raw_ber * bits)
     per_lane = [raw_errors // lanes + (1 if n < raw_errors % lanes else 0) for n in range(lanes)]
     codewords = bits / (FEC_SYMBOLS * SYMBOL_BITS)
@@ -100,9 +124,9 @@ def render_mlxlink(hw: NodeHardware, hca: Hca, now: float | None = None) -> str:
         [
             ("State", "Active" if up else "Polling"),
             ("Physical state", "LinkUp" if up else "Polling"),
-            ("Speed", f"IB-{hca.speed}" if up else "N/A"),
+            ("Speed", (hca.speed if ethernet else f"IB-{hca.speed}") if up else "N/A"),
             ("Width", f"{lanes}x" if up else "N/A"),
-            ("FEC", _FEC_NAME.get(hca.speed, "No FEC") if up else "N/A"),
+            ("FEC", _fec(hca.speed) if up else "N/A"),
             ("Loopback Mode", "No Loopback"),
             ("Auto Negotiation", "ON"),
         ],
