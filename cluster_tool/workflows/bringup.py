@@ -332,7 +332,7 @@ def run_bringup(
             partner = pick_partner(deps.slurm, [n for n in gpu_nodes if n not in set(scope)])
         ran = gate_nodes + ([partner] if partner else [])
         # Only the tool's own holds are lifted: an operator's drain is theirs (the nodes they
-        # hold are not gated at all). No drain again: admission, below, drains what failed.
+        # hold are not gated at all). Held again until admission, below, resumes the proven.
         outcome = gate_in_reservation(
             deps.slurm,
             deps.gate,
@@ -340,7 +340,7 @@ def run_bringup(
             reservation=reservation,
             lift=[n for n in gate_nodes if n in pending],
             operator_says=False,
-            hold_again=None,
+            hold_again=PENDING_REASON,
         )
         if partner is not None:
             proof.trusted.add(partner)

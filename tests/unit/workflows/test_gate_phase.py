@@ -11,11 +11,12 @@ import pytest
 
 from cluster_tool.drains import PENDING_REASON, REIMAGE_REASON
 from cluster_tool.spec import load_spec
-from cluster_tool.workflows.bringup import GateOutcome, Validation
+from cluster_tool.workflows.bringup import BringupOptions, GateOutcome, Validation, run_bringup
 from cluster_tool.workflows.runs import RunRecord
 from cluster_tool.workflows.validate import AfterMaintenanceDeps, run_after_maintenance
 from tests.conftest import REPO
 from tests.unit.workflows.fakes import SlurmCluster, admin_slurm
+from tests.unit.workflows.test_bringup import Gate, _deps
 from tests.unit.workflows.test_live_ladder import LadderOnly
 
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]
@@ -40,6 +41,22 @@ def test_an_interrupted_gate_after_maintenance_leaves_the_nodes_drained() -> Non
         run_after_maintenance(NODES[:3], deps, admit=True)
     assert in_service_during == [set(NODES[:3])], "the gate ran on the resumed nodes"
     assert {n: slurm.drained.get(n) for n in NODES[:3]} == dict.fromkeys(NODES[:3], PENDING_REASON)
+    assert slurm.reservations == {}
+
+
+class InterruptedGate(Gate):
+    def __call__(self, nodes: Sequence[str]) -> GateOutcome:
+        super().__call__(nodes)  # the jobs start on the resumed nodes...
+        raise KeyboardInterrupt  # ...and the operator presses Ctrl-C
+
+
+def test_an_interrupted_bringup_gate_leaves_the_new_nodes_drained_pending() -> None:
+    slurm = SlurmCluster(NODES, down=set(NODES))
+    deps, gate = _deps(slurm, gate=InterruptedGate(slurm))
+    with pytest.raises(KeyboardInterrupt):
+        run_bringup(NODES, deps, BringupOptions())
+    assert gate.ran_on == NODES
+    assert slurm.drained == dict.fromkeys(NODES, PENDING_REASON)
     assert slurm.reservations == {}
 
 
