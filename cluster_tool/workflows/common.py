@@ -409,11 +409,11 @@ def gate_in_reservation(
     reservation: str,
     lift: Sequence[str],
     operator_says: bool,
-    hold_again: str | None,
+    hold_again: str,
 ) -> Any:
     """The gate phase's Slurm steps, in the one order every workflow needs: reserve `nodes` so
     that only the gate's jobs reach them, resume those of `lift` Slurm holds (`resume_held`),
-    run the guarded gate, drain `lift` again with `hold_again` (when given) and release. The
+    run the guarded gate, drain `lift` again with the `hold_again` reason and release. The
     drain and the release happen whatever the gate did, so an interrupted gate leaves no node
     in service unproven and no reservation behind. `operator_says` is why the callers differ:
     validate --admit and reimage lift any drain on nodes the operator named for this run;
@@ -424,7 +424,7 @@ def gate_in_reservation(
         return guarded_gate(gate, nodes)
     finally:
         try:
-            if hold_again is not None and lift:
+            if lift:
                 slurm.drain(list(lift), hold_again)
         finally:
             slurm.release(reservation)
