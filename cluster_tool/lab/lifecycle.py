@@ -12,6 +12,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -225,27 +226,41 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
                 _wait_bmc(host.bmc_address, lab_name, host.name)
     lap("BMCs answering")
 
-    state.extra["context"] = str(_write_context(config, plan))
+    written = _write_context(config, plan)
+    if written is not None:
+        state.extra["context"] = str(written)
     state.complete = True
     save_state(config.state_file, state)
     return state
+
+
+_LAB_WRITER = re.compile(r"cluster-tool lab up \((.+)\)")
 
 
 def _written_by(config: LabConfig) -> str:
     return f"cluster-tool lab up ({config.lab_dir})"
 
 
-def _write_context(config: LabConfig, plan: LabPlan) -> Path:
+def _write_context(config: LabConfig, plan: LabPlan) -> Path | None:
     """The lab is a cluster like any other: its context says how workflows reach it (the lab's
     inventory, SSH config, Slurm controller, shared folder for the gate, its BMC emulators'
     plain http) and holds the lab-only secrets generated here (slurmdbd password, the BMC
     credentials the spec's {env: ...} names), so `cluster-tool bringup examples/lab.yml`
-    needs nothing more."""
+    needs nothing more. A context someone else wrote for this cluster name (an operator, or
+    another lab still up: a molecule scenario's beside the test lab) is left as it is: None."""
     import secrets as token
 
-    from cluster_tool.context import SiteContext, save_context
+    from cluster_tool.context import SiteContext, load_context, save_context
 
     cluster = plan.cluster
+    try:
+        existing = load_context(cluster.name)
+    except UsageError:
+        existing = None  # unreadable or not ours to trust: replaced by this lab's
+    if existing is not None and existing.written_by != _written_by(config):
+        other = _LAB_WRITER.fullmatch(existing.written_by)
+        if other is None or (Path(other.group(1)) / "state.json").exists():
+            return None
     env = {"CLUSTER_TOOL_SLURMDBD_PASSWORD": token.token_urlsafe(18)}
     creds = cluster.bmc.credentials
     if creds.username.env:

@@ -45,6 +45,9 @@ def test_the_roles_molecule_scenario_converges_is_idempotent_and_verifies(
             "MOLECULE_LAB_PREFIX": "ctm",
             "MOLECULE_LAB_SUBNET": f"{MOLECULE_NET}.0/24",
             "MOLECULE_LAB_SPEC": str(spec),
+            # Its own cluster contexts: the scenario's lab (also named `lab`) neither reads nor
+            # replaces the session lab's.
+            "CLUSTER_TOOL_CONTEXT_DIR": str(lab_dir / "contexts"),
         }
     )
     proc = subprocess.run(

@@ -110,3 +110,31 @@ def test_the_cli_reaches_the_lab_through_its_context(
         app, ["gate", "--spec", str(REPO / "examples" / "lab.yml"), "--dry-run"]
     )
     assert seen == {"host": "head", "ssh_config": tmp_path / "ssh_config"}, result.output
+
+
+def test_a_second_lab_of_the_same_name_leaves_the_running_labs_context(
+    contexts: Path, tmp_path: Path
+) -> None:
+    """Two labs named `lab` on one machine (the test lab beside a molecule scenario's, a demo
+    beside the tests): the first one up keeps the context; the second writes none and so takes
+    none down; a context left by a lab that is gone is replaced."""
+    from cluster_tool.lab.config import LabConfig
+    from cluster_tool.lab.lifecycle import _remove_context, _write_context
+    from cluster_tool.lab.state import LabState
+    from cluster_tool.lab.topology import load_plan
+
+    first = LabConfig.from_env(lab_dir=tmp_path / "first")
+    second = LabConfig.from_env(lab_dir=tmp_path / "second")
+    plan = load_plan(REPO / "examples" / "lab.yml", tmp_path / "inventory")
+    first.lab_dir.mkdir()
+    first.state_file.write_text("{}")  # the first lab is up
+    written = _write_context(first, plan)
+    assert written is not None and load_context("lab") is not None
+    secrets = load_context("lab").env  # type: ignore[union-attr]
+    assert _write_context(second, plan) is None
+    second_state = LabState(prefix="x", bridge="x", subnet="x", lab_dir=str(second.lab_dir))
+    assert not _remove_context(second, second_state)
+    assert load_context("lab").env == secrets  # type: ignore[union-attr]
+    first.state_file.unlink()  # the first lab is gone without `lab down`
+    assert _write_context(second, plan) is not None
+    assert load_context("lab").written_by.endswith(f"({second.lab_dir})")  # type: ignore[union-attr]
