@@ -19,7 +19,8 @@ REAL_OUTPUTS = Path(
 )
 FIXTURES = REPO / "tests" / "fixtures"
 # Cluster contexts (cluster_tool.context): none unless a test writes one, so a demo lab's in
-# ~/.cluster-tool/clusters never steers a test; the lab fixture points this at its own.
+# ~/.cluster-tool/clusters never steers a test; the lab fixture points this at its own, and
+# tests/unit/conftest.py gives every unit test an empty one.
 os.environ["CLUSTER_TOOL_CONTEXT_DIR"] = tempfile.mkdtemp(prefix="cluster-tool-contexts-")
 
 # The machines are shared and noisy: no per-example deadline (timings belong in benchmarks/),

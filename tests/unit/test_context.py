@@ -95,6 +95,9 @@ def test_the_cli_reaches_the_lab_through_its_context(
 
     from cluster_tool.cli import app
 
+    # The context's secrets land in this process's environment: undone after the test.
+    for name in lab_context().env:
+        monkeypatch.delenv(name, raising=False)
     context = lab_context()
     context.gate_workdir = str(tmp_path / "shared")
     context.ssh_config = str(tmp_path / "ssh_config")
