@@ -71,19 +71,29 @@ def save_context(context: SiteContext) -> Path:
     return path
 
 
-def remove_context(cluster: str, written_by: str | None = None) -> bool:
-    """Remove the cluster's context (only one `written_by` wrote, when given)."""
-    context = load_context(cluster)
+def remove_context(
+    cluster: str, written_by: str | None = None, *, path: Path | None = None
+) -> bool:
+    """Remove the cluster's context (at `path`, default where `load_context` looks), only one
+    `written_by` wrote when given; a context that cannot be read is left alone."""
+    path = path or context_dir() / f"{cluster}.json"
+    try:
+        context = _read_context(path, cluster)
+    except UsageError:
+        return False
     if context is None or (written_by is not None and context.written_by != written_by):
         return False
-    context.path().unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
     return True
 
 
 def load_context(cluster: str) -> SiteContext | None:
     """The cluster's context, or None when there is none. A context others may read or write,
     one that is not a regular file or not ours, or one that does not parse: UsageError."""
-    path = context_dir() / f"{cluster}.json"
+    return _read_context(context_dir() / f"{cluster}.json", cluster)
+
+
+def _read_context(path: Path, cluster: str) -> SiteContext | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:

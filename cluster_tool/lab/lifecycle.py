@@ -284,19 +284,12 @@ def _write_context(config: LabConfig, plan: LabPlan) -> Path | None:
 
 def _remove_context(config: LabConfig, state: LabState) -> bool:
     """Remove the context this lab wrote (not one an operator or another lab wrote since)."""
-    from cluster_tool.context import SiteContext
+    from cluster_tool.context import remove_context
 
     path = Path(str(state.extra.get("context") or ""))
     if not path.name:
         return False
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if SiteContext(**data).written_by != _written_by(config):
-            return False
-    except (OSError, ValueError, TypeError):
-        return False
-    path.unlink(missing_ok=True)
-    return True
+    return remove_context(path.stem, _written_by(config), path=path)
 
 
 def _write_fake_sysfs(config: LabConfig, model: hw.HardwareModel) -> None:

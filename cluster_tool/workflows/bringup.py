@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
-from cluster_tool.drains import PENDING_REASON, is_ours, workflow_reason
+from cluster_tool.drains import PENDING_REASON, Owner, may_lift, workflow_reason
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import NodeState, SlurmError
 from cluster_tool.verdicts import (
@@ -411,4 +411,4 @@ def _try_drain(slurm: Any, nodes: Sequence[str], reason: str) -> None:
 
 def _operators(state: NodeState) -> bool:
     """Drained by someone other than cluster-tool (maintenance, an RMA): not ours to lift."""
-    return state.drained and not is_ours(state.reason)
+    return state.drained and not may_lift(state.reason, Owner.WORKFLOW)
