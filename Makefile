@@ -18,8 +18,9 @@ demo: deps
 # Every test: unit, the lab, the roles' molecule scenarios (stock Ansible, each on a lab of
 # its own) and the lab converged from bare nodes by one bring-up (the `converged` tests,
 # last). `make unit`, `make lab-test`, `make lab-molecule` and `make lab-converged` run parts.
+# The slowest tests are listed at the end: CI's budget is 30 minutes on 2 cores.
 test: deps lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=40
 
 unit: deps
 	$(PY) -m pytest -q tests/unit
