@@ -11,10 +11,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from cluster_tool.fabric.plan import CablingRow, SwitchLink, cabling_plan, leaves, switch_links
 from cluster_tool.findings import Finding, Severity
 from cluster_tool.parsers.ibcounters import IbQueryErrors, PerfCounters
 from cluster_tool.parsers.ibnetdiscover import CA, SWITCH, Fabric
-from cluster_tool.render.plan import CablingRow, SwitchLink, cabling_plan, leaves, switch_links
 from cluster_tool.spec.models import LANE_RATE_GBPS, WIDTH_LANES, Cluster
 
 __all__ = [

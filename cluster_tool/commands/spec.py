@@ -27,7 +27,7 @@ spec_app = typer.Typer(
 
 def summary(cluster: "Cluster") -> dict[str, object]:
     """What a valid spec describes, in numbers an SRE checks first."""
-    from cluster_tool.render.plan import leaves, spines
+    from cluster_tool.fabric.plan import leaves, spines
 
     gpus = cluster.gpu_nodes()
     return {

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster_tool.errors import UsageError
+from cluster_tool.fabric.plan import cabling_plan, switch_links
 from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.thresholds import COLLECTIVES, Thresholds, profile_from_node_profile
 from cluster_tool.gate.topology import Topology
-from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.spec import Cluster
 
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster_tool.errors import UsageError
-from cluster_tool.lab import model as hw
-from cluster_tool.render.plan import (
+from cluster_tool.fabric.plan import (
     CablingRow,
     SwitchLink,
     read_cabling_csv,
     read_switch_links_csv,
 )
+from cluster_tool.lab import model as hw
 from cluster_tool.spec import load_spec
 from cluster_tool.spec.models import Cluster
 

@@ -39,7 +39,7 @@ __all__ = ["RenderResult", "diff_rendered", "render", "render_files", "write_ato
 
 def __getattr__(name: str) -> Any:
     # The engine (Jinja2, YAML) loads on first use: `spec check` and the fabric check read
-    # only the cabling plan (render.plan).
+    # only the cabling plan (cluster_tool.fabric).
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.engine"), name)

@@ -15,8 +15,7 @@ import yaml
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.errors import ClusterToolError, UsageError
-from cluster_tool.render.output_dir import OutputDirError, publish, read_rendered
-from cluster_tool.render.plan import (
+from cluster_tool.fabric.plan import (
     cabling_csv,
     cabling_plan,
     leaves,
@@ -24,6 +23,7 @@ from cluster_tool.render.plan import (
     switch_links,
     switch_links_csv,
 )
+from cluster_tool.render.output_dir import OutputDirError, publish, read_rendered
 from cluster_tool.spec.models import (
     ROLE_CONTROLLER,
     ROLE_GPU,

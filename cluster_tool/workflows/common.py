@@ -17,13 +17,13 @@ from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.drains import Owner, may_lift
 from cluster_tool.errors import ParseError
+from cluster_tool.fabric.plan import CablingRow
 from cluster_tool.fileio import atomic_write, private_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.plan import GateJob
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Thresholds
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
-from cluster_tool.render.plan import CablingRow
 from cluster_tool.slurm import NodeState, SlurmCLI, SlurmError, run_command
 from cluster_tool.verdicts import NodeVerdict
 

@@ -20,12 +20,12 @@ from cluster_tool.ansible.runner import (
     run_playbook,
 )
 from cluster_tool.drains import REIMAGE_REASON
+from cluster_tool.fabric.plan import cabling_plan
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
 from cluster_tool.remote.validate import FABRIC_CHECKS, NODE_CHECKS, run_validate
-from cluster_tool.render.plan import cabling_plan
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import (
     FABRIC,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tool.fabric.plan import read_cabling_csv, read_switch_links_csv
 from cluster_tool.lab import fabric, lifecycle
 from cluster_tool.lab.config import LabConfig
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
-from cluster_tool.render.plan import read_cabling_csv, read_switch_links_csv
 from tests.conftest import REPO
 from tests.lab.conftest import TEST_PREFIX, TEST_SUBNET, LabHandle, leftovers, require_root
 

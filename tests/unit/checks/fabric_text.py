@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from cluster_tool.render.plan import CablingRow, SwitchLink
+from cluster_tool.fabric.plan import CablingRow, SwitchLink
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from cluster_tool.checks.fabric import check_fabric, nodes_on_switch, plan_for
+from cluster_tool.fabric.plan import cabling_plan, switch_links
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
-from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.spec import load_spec
 from cluster_tool.spec.models import Cluster
 from tests.conftest import REPO

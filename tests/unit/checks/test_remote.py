@@ -11,6 +11,7 @@ from xml.etree import ElementTree
 
 from cluster_tool.checks.node import expectations_for
 from cluster_tool.drains import Owner, health_reason, may_lift, workflow_reason
+from cluster_tool.fabric.plan import cabling_plan, switch_links
 from cluster_tool.findings import Finding
 from cluster_tool.remote.fanout import (
     HostResult,
@@ -24,7 +25,6 @@ from cluster_tool.remote.fanout import (
 from cluster_tool.remote.node_check import slurm_health_action
 from cluster_tool.remote.probes import Probe, ProbeOutput, composite_script, split_output
 from cluster_tool.remote.validate import junit_xml, run_validate
-from cluster_tool.render.plan import cabling_plan, switch_links
 from cluster_tool.slurm import NodeState
 from cluster_tool.spec import load_spec
 from tests.conftest import REPO, read_real_output

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cluster_tool.errors import ParseError
-from cluster_tool.render.plan import (
+from cluster_tool.fabric.plan import (
     CablingRow,
     SwitchLink,
     cabling_plan,

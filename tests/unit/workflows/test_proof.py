@@ -272,9 +272,9 @@ def test_an_unreadable_kernel_log_is_an_error_and_the_node_is_not_passed() -> No
 
 
 def test_empty_port_counters_are_an_error_that_leaves_every_node_unknown() -> None:
+    from cluster_tool.fabric.plan import cabling_plan, switch_links
     from cluster_tool.remote.fanout import HostResult
     from cluster_tool.remote.validate import _fabric_findings
-    from cluster_tool.render.plan import cabling_plan, switch_links
     from tests.unit.checks.fabric_text import FabricText
 
     cluster = load_spec(LAB)

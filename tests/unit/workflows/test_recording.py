@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cluster_tool.fabric.plan import cabling_plan
 from cluster_tool.findings import Finding
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds
-from cluster_tool.render.plan import cabling_plan
 from cluster_tool.slurm import SlurmCLI
 from cluster_tool.spec import load_spec
 from cluster_tool.workflows.common import RecordingRunner, link_matrix

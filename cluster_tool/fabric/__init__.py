@@ -1,0 +1,7 @@
+"""The one model of the fabric: how every HCA and switch is cabled, and the views of it.
+
+    plan.py       the cabling plan (`cabling.csv`, `switch-links.csv`): node HCA -> leaf port,
+                  leaf up-port -> spine port, from the spec or read back from the rendered files
+
+Checks, the gate, the run record, the report and the lab read these; none rebuilds its own.
+"""
