@@ -1,14 +1,18 @@
-"""docs/findings.md lists exactly the finding ids the code can emit: none missing, none stale.
+"""Every finding id the code can emit is in the registry (cluster_tool/checks/registry.py), every
+registered id is emitted somewhere, and docs/findings.md has exactly one row per registered id,
+with the registry's severities.
 
-The ids are read from the sources, not imported: a finding id is
+The emitted ids are read from the sources, not imported, so an id nobody registered is caught
+before any run emits it: a finding id is
 - any string bound to a parameter or variable named `check` (`Finding(check=...)`,
   `_f("gpu.ecc", ...)`, `self.fail(..., "nccl.wrong")`, `check, why = "fabric.wrong-su", ...`),
   through `x if c else y` and `TABLE.get(key, default)` too; an f-string such as
-  `f"reimage.{step}"` becomes the pattern `reimage.<step>`, documented as written;
+  `f"reimage.{step}"` becomes the pattern `reimage.<step>`, registered as written;
 - the values of a dict bound to a name ending in CHECKS (`STEP_CHECKS`);
 - any other string literal that looks like an id of a health/fabric family
   (`gpu.driver` in a probe table, `nccl.wrong` handed to a helper, `nccl.pair` as a default,
   `f"os.{probe}"` as a fallback), except the few literals below that are something else.
+The registry itself is not scanned: it would find every id it holds.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ import functools
 import re
 from pathlib import Path
 
+from cluster_tool.checks.registry import CHECKS, FABRIC_CHECKS, NEEDS, NODE_CHECKS
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "cluster_tool"
+REGISTRY = SOURCES / "checks" / "registry.py"
 DOC = ROOT / "docs" / "findings.md"
 
 FAMILIES = ("fabric", "gpu", "ib", "gdr", "nccl", "slurm", "os")
@@ -29,12 +36,10 @@ ANY_ID = re.compile(r"^[a-z]+\.[a-z0-9<>_-]+$")
 # Literals that look like finding ids and are not, with where they come from.
 NOT_FINDING_IDS = {
     "nccl.conf": "the rendered file's name (render_files key)",
-    "fabric.state": "an nvidia-smi --query-gpu field the lab simulator answers",
-    "fabric.status": "an nvidia-smi --query-gpu field the lab simulator answers",
 }
 
-# A row of a table in docs/findings.md whose first cell is one backticked id.
-DOC_ROW = re.compile(r"^\|\s*`([a-z]+\.[a-z0-9<>_-]+)`\s*\|", re.MULTILINE)
+# A row of a table in docs/findings.md whose first cell is one backticked id, then its severities.
+DOC_ROW = re.compile(r"^\|\s*`([a-z]+\.[a-z0-9<>_-]+)`\s*\|([^|]*)\|", re.MULTILINE)
 
 
 def _id_values(node: ast.expr) -> list[str]:
@@ -116,6 +121,8 @@ def emitted_ids() -> dict[str, set[str]]:
             found.setdefault(value, set()).add(str(path.relative_to(ROOT)))
 
     for path in sorted(SOURCES.rglob("*.py")):
+        if path == REGISTRY:
+            continue
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         positions = _check_positions(tree)
         for node in ast.walk(tree):
@@ -154,8 +161,13 @@ def emitted_ids() -> dict[str, set[str]]:
     return found
 
 
+def documented_rows() -> list[tuple[str, str]]:
+    """(id, severity cell) of every row of docs/findings.md's tables."""
+    return [(i, sev.strip()) for i, sev in DOC_ROW.findall(DOC.read_text(encoding="utf-8"))]
+
+
 def documented_ids() -> list[str]:
-    return DOC_ROW.findall(DOC.read_text(encoding="utf-8"))
+    return [i for i, _ in documented_rows()]
 
 
 def test_the_collector_sees_ids_however_the_code_builds_them() -> None:
@@ -173,6 +185,7 @@ def test_the_collector_sees_ids_however_the_code_builds_them() -> None:
         "os.<probe>",  # _PROBE_CHECK.get(probe, (f"os.{probe}", probe))
     } <= set(ids)
     assert not set(NOT_FINDING_IDS) & set(ids)
+    assert not any(str(REGISTRY.relative_to(ROOT)) in where for where in ids.values())
 
 
 def test_every_exception_still_names_a_literal_in_the_code() -> None:
@@ -181,22 +194,37 @@ def test_every_exception_still_names_a_literal_in_the_code() -> None:
     assert not stale, f"NOT_FINDING_IDS names literals the code no longer has: {stale}"
 
 
-def test_every_emitted_finding_id_is_documented() -> None:
-    documented = set(documented_ids())
-    missing = {i: sorted(where) for i, where in emitted_ids().items() if i not in documented}
+def test_every_emitted_finding_id_is_registered() -> None:
+    missing = {i: sorted(where) for i, where in emitted_ids().items() if i not in CHECKS}
     assert not missing, (
-        f"finding ids the code emits but {DOC.relative_to(ROOT)} has no row for "
-        "(add a row to the family's table, or to NOT_FINDING_IDS here if the literal is not "
-        "a finding id): " + "; ".join(f"{i} ({', '.join(w)})" for i, w in sorted(missing.items()))
+        f"finding ids the code emits but {REGISTRY.relative_to(ROOT)} does not register (add "
+        "them to CHECKS and a row to docs/findings.md, or to NOT_FINDING_IDS here if the literal "
+        "is not a finding id): "
+        + "; ".join(f"{i} ({', '.join(w)})" for i, w in sorted(missing.items()))
     )
 
 
-def test_every_documented_finding_id_is_emitted() -> None:
-    emitted = set(emitted_ids())
-    stale = sorted(set(documented_ids()) - emitted)
+def test_every_registered_finding_id_is_emitted() -> None:
+    stale = sorted(set(CHECKS) - set(emitted_ids()))
     assert not stale, (
-        f"{DOC.relative_to(ROOT)} documents ids no code emits any more (remove the rows, "
-        f"or fix the id): {', '.join(stale)}"
+        f"{REGISTRY.relative_to(ROOT)} registers ids no code emits any more (remove them and "
+        f"their rows in docs/findings.md, or fix the id): {', '.join(stale)}"
+    )
+
+
+def test_every_registered_finding_id_is_documented() -> None:
+    missing = sorted(set(CHECKS) - set(documented_ids()))
+    assert not missing, (
+        f"{DOC.relative_to(ROOT)} has no row for these registered ids (add one to the family's "
+        f"table): {', '.join(missing)}"
+    )
+
+
+def test_every_documented_finding_id_is_registered() -> None:
+    stale = sorted(set(documented_ids()) - set(CHECKS))
+    assert not stale, (
+        f"{DOC.relative_to(ROOT)} documents ids {REGISTRY.relative_to(ROOT)} does not register "
+        f"(remove the rows, or register the id): {', '.join(stale)}"
     )
 
 
@@ -204,3 +232,18 @@ def test_each_id_has_one_row() -> None:
     rows = documented_ids()
     twice = sorted({i for i in rows if rows.count(i) > 1})
     assert not twice, f"{DOC.relative_to(ROOT)} has more than one row for: {', '.join(twice)}"
+
+
+def test_the_documented_severities_are_the_registered_ones() -> None:
+    differ = {
+        i: (cell, ", ".join(CHECKS[i].severities))
+        for i, cell in documented_rows()
+        if i in CHECKS and {s.strip() for s in cell.split(",")} != set(CHECKS[i].severities)
+    }
+    assert not differ, f"{DOC.relative_to(ROOT)} (documented, registered): {differ}"
+
+
+def test_the_junit_cases_and_their_dependencies_are_registered_ids() -> None:
+    named = {*NODE_CHECKS, *FABRIC_CHECKS, *NEEDS, *(c for cs in NEEDS.values() for c in cs)}
+    assert named - set(CHECKS) == set()
+    assert {CHECKS[c].area for c in FABRIC_CHECKS} == {"fabric"}
