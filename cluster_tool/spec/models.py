@@ -743,6 +743,35 @@ class NcclGateThresholds(StrictModel):
     )
 
 
+class HistoryThresholds(StrictModel):
+    """When a node is worse than its own history (`history.regression`, a warning)."""
+
+    runs: int = Field(
+        20, ge=1, le=200, description="The baseline: the node's last N runs (default 20)."
+    )
+    min_runs: int = Field(
+        5,
+        ge=1,
+        le=200,
+        description="Earlier runs a node needs before it is judged against its own history "
+        "(default 5).",
+    )
+    mad_z: float = Field(
+        3.5,
+        gt=0,
+        description="Worse than the baseline's median by a modified z-score (0.6745 x distance "
+        "/ MAD of the baseline runs) above this (default 3.5, the gate's straggler cut), and "
+        "by min_drop.",
+    )
+    min_drop: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="Worse than the baseline's median by at least this fraction of it (default "
+        "0.05): a node whose busbw never varied (MAD 0) is not flagged for a 1 % wobble.",
+    )
+
+
 class Thresholds(StrictModel):
     """Health-check and nccl-gate limits."""
 
@@ -750,6 +779,7 @@ class Thresholds(StrictModel):
     nccl_gate: NcclGateThresholds = Field(
         default_factory=lambda: NcclGateThresholds.model_validate({})
     )
+    history: HistoryThresholds = Field(default_factory=lambda: HistoryThresholds.model_validate({}))
 
 
 # --- the cluster ---------------------------------------------------------------------
