@@ -39,7 +39,10 @@ def numbers(version: str) -> tuple[int, ...] | None:
 
 def matches(value: str, pattern: str) -> bool:
     """True when `value` is `pattern` or lies under it: `12.4.1` under `12.4`, not `12.40`;
-    words (`dmabuf`, `ConnectX-7`) compare whole, case aside."""
+    words (`dmabuf`, `ConnectX-7`) compare whole, case aside; `*` is any version at all (the
+    component is installed)."""
+    if pattern.strip() == "*":
+        return True
     want, have = numbers(pattern), numbers(value)
     if want is not None and have is not None and _NUMBERS.fullmatch(pattern.strip()):
         return have[: len(want)] == want
@@ -55,6 +58,9 @@ class _Rule(BaseModel):
     see_also: list[_SOURCE] = Field(default_factory=list)
     checked: date
     when: dict[_COMPONENT, str] = Field(default_factory=dict)
+    note: str | None = Field(
+        None, description="What the source does not say (a boundary taken from elsewhere)."
+    )
 
     def components(self) -> set[str]:
         """Every component the rule reads."""

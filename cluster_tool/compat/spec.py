@@ -44,6 +44,8 @@ def spec_pins(cluster: Cluster) -> dict[str, Pin]:
         "cuda": field("cuda_version"),
         "doca": field("doca_ofed_version"),
         "slurm": field("slurm_version"),
+        "nccl": field("nccl_version"),
+        "sharp_plugin": field("sharp_plugin_version"),
     }
     mode = _ansible_var(cluster, "gpudirect_rdma_mode", GPUDIRECT_MODE_DEFAULT)
     if mode is not None:

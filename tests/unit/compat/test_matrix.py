@@ -100,9 +100,38 @@ def test_requires_open_modules_for_dmabuf() -> None:
 
 def test_requires_the_firmware_line_doca_ships() -> None:
     known = {"doca": "2.9.2", "hca_model": "ConnectX-7", "hca_firmware": "28.39.1002"}
-    assert broken(known) == {"doca-2-9-2-connectx-7-firmware": "hca_firmware"}
+    assert broken(known) == {"doca-2-9-connectx-7-firmware": "hca_firmware"}
     assert broken({**known, "hca_firmware": "28.43.2566"}) == {}
     assert broken({**known, "hca_model": "ConnectX-6"}) == {}
+
+
+@pytest.mark.parametrize(
+    ("doca", "bundled", "rule"),
+    [
+        # Each release's "General Support" page, ConnectX-7 row of the bundled firmware table.
+        ("2.9.0", "28.43.1014", "doca-2-9-connectx-7-firmware"),
+        ("2.9.1", "28.43.2026", "doca-2-9-connectx-7-firmware"),
+        ("2.9.3", "28.43.3608", "doca-2-9-connectx-7-firmware"),
+        ("2.10.0", "28.44.1036", "doca-2-10-connectx-7-firmware"),
+        ("3.1.0", "28.46.1006", "doca-3-1-connectx-7-firmware"),
+        ("3.2.2", "28.47.2682", "doca-3-2-connectx-7-firmware"),
+    ],
+)
+def test_each_doca_release_keeps_the_connectx_7_firmware_it_bundles(
+    doca: str, bundled: str, rule: str
+) -> None:
+    known = {"doca": doca, "hca_model": "ConnectX-7", "hca_firmware": bundled}
+    assert broken(known) == {}
+    # The line before it (an adapter a firmware update skipped) breaks the rule.
+    major, line, build = bundled.split(".")
+    assert broken({**known, "hca_firmware": f"{major}.{int(line) - 1}.{build}"}) == {
+        rule: "hca_firmware"
+    }
+
+
+def test_doca_2_10_is_not_held_to_the_2_1_line() -> None:
+    # `2.1` must not match 2.10: versions match number by number.
+    assert broken({"doca": "2.10.0", "hca_model": "ConnectX-7", "hca_firmware": "28.44.1036"}) == {}
 
 
 # --- excludes: DOCA 2.9 and its LTS updates do not support ConnectX-8 ------------------------
@@ -114,6 +143,124 @@ def test_excludes_connectx_8_on_doca_2_9() -> None:
     assert "doca 2.9.1 does not support hca_model ConnectX-8" in violations[0].message
     assert broken({"doca": "3.0.0", "hca_model": "ConnectX-8"}) == {}
     assert broken({"doca": "2.9.1", "hca_model": "ConnectX-7"}) == {}
+
+
+# --- NCCL with the SHARP plugin; Slurm for cgroup v2 --------------------------------------
+
+
+def test_sharp_plugin_needs_nccl_2_7_3() -> None:
+    # SHARP 3.9.1 LTS, "Using NVIDIA SHARP with NVIDIA NCCL": NCCL version 2.7.3 or higher.
+    assert broken({"sharp_plugin": "3.9.0", "nccl": "2.7.2-1+cuda11.0"}) == {
+        "sharp-plugin-min-nccl": "nccl"
+    }
+    assert broken({"sharp_plugin": "3.9.0", "nccl": "2.21.5-1+cuda12.4"}) == {}
+    # Without the plugin the rule does not apply.
+    assert broken({"nccl": "2.7.2-1+cuda11.0"}) == {}
+
+
+def test_slurm_below_22_05_is_refused_for_cgroup_v2() -> None:
+    assert broken({"slurm": "21.08.8"}) == {"slurm-cgroup-v2": "slurm"}
+    assert broken({"slurm": "22.05.8"}) == {}
+    assert broken({"slurm": "24.05.5"}) == {}
+
+
+@pytest.mark.parametrize(
+    ("branch", "driver"),
+    [("535", "535.183.01"), ("550", "550.127.08"), ("560", "560.35.03"), ("570", "570.172.08")],
+)
+def test_each_driver_branch_with_its_fabric_manager(branch: str, driver: str) -> None:
+    known = {"nvidia_driver_branch": branch, "nvidia_driver": driver, "fabricmanager": driver}
+    assert broken(known) == {}
+    # One patch behind the driver: the fabric manager refuses to start.
+    major, minor, patch = driver.split(".")
+    behind = f"{major}.{minor}.{int(patch) - 1:02d}"
+    assert broken({**known, "fabricmanager": behind}) == {
+        "fabricmanager-equals-driver": "fabricmanager"
+    }
+    # Another branch's fabric manager is just as wrong.
+    assert "fabricmanager-equals-driver" in broken({**known, "fabricmanager": "525.147.05"})
+
+
+# --- every rule: one set of versions that breaks it, and the shipped examples keep it ----------
+
+BREAKS: dict[str, dict[str, str]] = {
+    "driver-branch": {"nvidia_driver_branch": "550", "nvidia_driver": "535.183.01"},
+    "fabricmanager-equals-driver": {"fabricmanager": "550.127.05", "nvidia_driver": "550.127.08"},
+    "cuda-12-0-min-driver": {"cuda": "12.0", "nvidia_driver": "525.60.12"},
+    "cuda-12-1-min-driver": {"cuda": "12.1", "nvidia_driver": "530.30.01"},
+    "cuda-12-2-min-driver": {"cuda": "12.2", "nvidia_driver": "535.54.02"},
+    "cuda-12-3-min-driver": {"cuda": "12.3", "nvidia_driver": "545.23.05"},
+    "cuda-12-4-min-driver": {"cuda": "12.4", "nvidia_driver": "550.54.13"},
+    "cuda-12-5-min-driver": {"cuda": "12.5", "nvidia_driver": "555.42.01"},
+    "cuda-12-6-min-driver": {"cuda": "12.6", "nvidia_driver": "560.28.02"},
+    "cuda-12-8-min-driver": {"cuda": "12.8", "nvidia_driver": "570.25"},
+    "cuda-12-9-min-driver": {"cuda": "12.9", "nvidia_driver": "575.51.02"},
+    "dmabuf-open-modules": {"gpudirect_mode": "dmabuf", "nvidia_open_modules": "false"},
+    "dmabuf-min-driver": {"gpudirect_mode": "dmabuf", "nvidia_driver": "510.108.03"},
+    "dmabuf-min-cuda": {"gpudirect_mode": "dmabuf", "cuda": "11.6"},
+    "dmabuf-min-kernel": {"gpudirect_mode": "dmabuf", "kernel": "5.10.0-30-amd64"},
+    "doca-2-9-no-connectx-8": {"doca": "2.9.2", "hca_model": "ConnectX-8"},
+    "doca-2-9-connectx-7-firmware": {
+        "doca": "2.9.1",
+        "hca_model": "ConnectX-7",
+        "hca_firmware": "28.41.1000",
+    },
+    "doca-2-10-connectx-7-firmware": {
+        "doca": "2.10.0",
+        "hca_model": "ConnectX-7",
+        "hca_firmware": "28.43.2566",
+    },
+    "doca-3-1-connectx-7-firmware": {
+        "doca": "3.1.0",
+        "hca_model": "ConnectX-7",
+        "hca_firmware": "28.44.1036",
+    },
+    "doca-3-2-connectx-7-firmware": {
+        "doca": "3.2.2",
+        "hca_model": "ConnectX-7",
+        "hca_firmware": "28.46.1006",
+    },
+    "sharp-plugin-min-nccl": {"sharp_plugin": "3.9.0", "nccl": "2.7.2-1+cuda11.0"},
+    "pyxis-built-for-slurm": {"pyxis_slurm": "23.11.10", "slurm": "24.05.5"},
+    "slurm-cgroup-v2": {"slurm": "21.08.8"},
+}
+
+
+def test_every_rule_has_a_case_that_breaks_it() -> None:
+    assert sorted(BREAKS) == sorted(rule.id for rule in MATRIX.rules)
+
+
+@pytest.mark.parametrize("rule_id", sorted(BREAKS))
+def test_each_rule_fires_on_versions_that_break_it(rule_id: str) -> None:
+    assert rule_id in broken(BREAKS[rule_id])
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("rule_id", sorted(BREAKS))
+def test_no_rule_fires_on_the_examples_pins_with_a_node_that_runs_them(
+    path: Path, rule_id: str
+) -> None:
+    """The example's pins, with a node that runs exactly them (fabric manager = driver, pyxis
+    built for the pinned Slurm, ConnectX-7 on the firmware its DOCA bundles, a 6.8 kernel):
+    only what the breaking case changes makes the rule fire."""
+    from cluster_tool.compat.spec import spec_pins
+    from cluster_tool.spec import load_spec
+
+    pins = {c: p.version for c, p in spec_pins(load_spec(path)).items()}
+    assert pins["doca"].startswith("2.9"), "the node below runs DOCA 2.9's firmware line"
+    node = {
+        "fabricmanager": pins["nvidia_driver"],
+        "pyxis_slurm": pins["slurm"],
+        "kernel": "6.8.0-45-generic",
+        "hca_model": "ConnectX-7",
+        "hca_firmware": "28.43.2566",
+    }
+    assert broken({**pins, **node}) == {}
+    changed = {**pins, **node, **BREAKS[rule_id]}
+    assert rule_id in broken(changed)
 
 
 # --- the data itself ---------------------------------------------------------------------

@@ -37,8 +37,10 @@ def spec(software: str) -> Cluster:
     return load_spec_text(LAB.rstrip("\n") + "\nsoftware:\n" + software, "c.yml")
 
 
+# DOCA 2.7 has no firmware rule in the matrix: the 28.41 adapters keep every rule under it.
 MATCHING = (
     '  nvidia_driver_branch: "535"\n  nvidia_driver_version: 535.161.08\n  cuda_version: "12.2"\n'
+    '  doca_ofed_version: "2.7.0"\n'
 )
 
 
@@ -56,7 +58,9 @@ def test_a_node_that_runs_what_the_spec_pins_has_no_finding() -> None:
 
 def test_drift_from_the_pinned_driver_and_the_rules_it_breaks() -> None:
     # The lab spec pins driver 550.127.08 (branch 550) with CUDA 12.4 (needs >= 550.54.14).
-    findings = check_node_versions(spec('  cuda_version: "12.4"\n'), [NODE])
+    findings = check_node_versions(
+        spec('  cuda_version: "12.4"\n  doca_ofed_version: "2.7.0"\n'), [NODE]
+    )
     drift = [f for f in findings if f.check == "version.drift"]
     assert [(f.node, f.component, f.expected, f.observed) for f in drift] == [
         ("gpu001", "nvidia_driver", "550.127.08", "535.161.08")
@@ -75,11 +79,11 @@ def test_drift_from_the_pinned_driver_and_the_rules_it_breaks() -> None:
 
 def test_firmware_off_the_line_doca_ships_is_named_per_adapter() -> None:
     # DOCA 2.9.2 bundles ConnectX-7 firmware 28.43.2566; these adapters run 28.41.1000.
-    findings = check_node_versions(spec(MATCHING + '  doca_ofed_version: "2.9.2"\n'), [NODE])
+    findings = check_node_versions(spec(MATCHING.replace('"2.7.0"', '"2.9.2"')), [NODE])
     assert [(f.check, f.component, f.observed) for f in findings] == [
         ("version.incompatible", f"hca_firmware {name}", "28.41.1000") for name in CX7
     ]
-    assert "doca-2-9-2-connectx-7-firmware" in findings[0].message
+    assert "doca-2-9-connectx-7-firmware" in findings[0].message
     # The default DOCA 2.9.1 has no firmware rule yet.
     assert check_node_versions(spec(MATCHING), [NODE]) == []
 

@@ -119,3 +119,19 @@ def test_role_defaults_the_check_assumes_are_the_roles() -> None:
     driver = yaml.safe_load((ROOT / "roles/nvidia_driver/defaults/main.yml").read_text())
     assert gdr["gpudirect_rdma_mode"] == GPUDIRECT_MODE_DEFAULT
     assert driver["nvidia_driver_open_modules"] is OPEN_MODULES_DEFAULT
+
+
+def test_slurm_too_old_for_cgroup_v2_and_nccl_too_old_for_the_plugin_are_located() -> None:
+    text = with_tail('software:\n  slurm_version: "21.08.8"\n  nccl_version: "2.7.2-1+cuda11.0"\n')
+    problems = problems_of(text)
+    assert len(problems) == 2
+    nccl = next(p for p in problems if "nccl_version" in p)
+    assert nccl.startswith(
+        f"c.yml:{line_of(text, 'nccl_version')}:17: software.nccl_version: "
+        "sharp_plugin 3.9.0 needs nccl >= 2.7.3, not 2.7.2-1+cuda11.0 [sharp-plugin-min-nccl:"
+    )
+    slurm = next(p for p in problems if "slurm_version" in p)
+    assert slurm.startswith(
+        f"c.yml:{line_of(text, 'slurm_version')}:18: software.slurm_version: "
+        "needs slurm >= 22.05, not 21.08.8 [slurm-cgroup-v2: https://slurm.schedmd.com/"
+    )
