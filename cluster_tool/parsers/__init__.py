@@ -23,6 +23,7 @@ MODULES = (
     "ibnetdiscover",
     "ibstat",
     "kernel_log",
+    "link_events",
     "lspci",
     "mlxlink",
     "nccl_tests",
