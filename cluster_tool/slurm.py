@@ -1,4 +1,5 @@
-"""The one door to Slurm: submit, poll, cancel, drain/resume, node states; parsers of their output.
+"""The one door to Slurm: submit, poll, cancel, drain/resume, node states, maintenance
+reservations; parsers of their output; `connect()`, the one factory every command uses.
 
 `SlurmCLI` runs the real commands through a `CommandRunner`; tests hand it one that
 replays captured text, so everything above it runs unchanged against a fake cluster.
@@ -6,7 +7,10 @@ replays captured text, so everything above it runs unchanged against a fake clus
 
 from __future__ import annotations
 
+import getpass
+import os
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -153,6 +157,20 @@ def parse_squeue(text: str) -> dict[str, JobState]:
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z/_]*)=")
 
 
+def parse_squeue_nodes(text: str) -> dict[str, list[str]]:
+    """`squeue -h -o %i|%N` lines (`123|gpu[001-002]`): the job ids running on each node."""
+    found: dict[str, list[str]] = {}
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("|")
+        if len(parts) != 2:
+            raise ParseError("expected JOBID|NODELIST", line_no=no, line=line)
+        for node in NodeSet(parts[1].strip()):
+            found.setdefault(node, []).append(parts[0].strip())
+    return found
+
+
 def parse_scontrol_fields(line: str) -> dict[str, str]:
     """Split one `scontrol show ... -o` line into its fields, keeping spaces inside values."""
     matches = list(_FIELD.finditer(line))
@@ -220,6 +238,16 @@ class Slurm(Protocol):
     def node_states(self, nodes: Iterable[str] | None = None) -> list[NodeState]: ...
 
 
+class SlurmAdmin(Slurm, Protocol):
+    """What the workflows need beyond the gate: the jobs on a node, cancelling them (only under
+    --force), and the maintenance reservation the gate's jobs are submitted into."""
+
+    def jobs_on(self, nodes: Iterable[str]) -> dict[str, list[str]]: ...
+    def cancel_jobs_on(self, nodes: Iterable[str]) -> None: ...
+    def reserve(self, name: str, nodes: Iterable[str]) -> None: ...
+    def release(self, name: str) -> None: ...
+
+
 @dataclass
 class SlurmCLI:
     """Slurm through its client commands (sbatch, squeue, sacct, scancel, scontrol)."""
@@ -278,3 +306,80 @@ class SlurmCLI:
         if nodes is not None:
             argv.append(str(NodeSet.fromlist(list(nodes))))
         return parse_scontrol_nodes(self.run(argv))
+
+
+def ssh_command_runner(
+    host: str, ssh_config: Path | None = None, timeout: float = 120.0
+) -> Callable[[Sequence[str]], str]:
+    """Run Slurm client commands on `host` over SSH (the controller, when this machine is not a
+    Slurm client); same contract as `run_command`."""
+
+    def run(argv: Sequence[str]) -> str:
+        ssh = ["ssh", "-o", "BatchMode=yes"]
+        if ssh_config is not None:
+            ssh += ["-F", str(ssh_config)]
+        try:
+            return run_command([*ssh, host, shlex.join(argv)], timeout=timeout)
+        except SlurmError as exc:
+            # run_command names its first words ("ssh -o"); name the Slurm command instead.
+            why = str(exc).split(": ", 1)[-1]
+            raise SlurmError(f"{' '.join(argv[:2])} (on {host}): {why}") from None
+
+    return run
+
+
+@dataclass
+class AdminSlurm(SlurmCLI):
+    """The shared Slurm client plus what workflows need beyond the gate: the jobs on a node,
+    cancelling them (only under --force), and maintenance reservations the gate submits into."""
+
+    reservation: str | None = None
+
+    def __post_init__(self) -> None:
+        inner = self.run
+
+        def run(argv: Sequence[str]) -> str:
+            # Gate jobs go into the maintenance reservation, so they may use nodes that no
+            # user job can reach while they are being validated.
+            if argv and argv[0] == "sbatch" and self.reservation:
+                argv = ["sbatch", f"--reservation={self.reservation}", *argv[1:]]
+            return inner(argv)
+
+        self.run = run
+
+    def jobs_on(self, nodes: Iterable[str]) -> dict[str, list[str]]:
+        """Running (or completing) job ids per node, from `squeue -w`."""
+        names = str(NodeSet.fromlist(list(nodes)))
+        text = self.run(["squeue", "-h", "-w", names, "-t", "RUNNING,COMPLETING", "-o", "%i|%N"])
+        return parse_squeue_nodes(text)
+
+    def cancel_jobs_on(self, nodes: Iterable[str]) -> None:
+        self.run(["scancel", "-w", str(NodeSet.fromlist(list(nodes)))])
+
+    def reserve(self, name: str, nodes: Iterable[str]) -> None:
+        """A maintenance reservation on `nodes` for this user; existing jobs are not touched."""
+        names = str(NodeSet.fromlist(list(nodes)))
+        self.run(
+            [
+                "scontrol", "create", "reservation", f"ReservationName={name}",
+                f"Nodes={names}", "StartTime=now", "Duration=infinite",
+                f"Users={getpass.getuser()}", "Flags=maint,ignore_jobs",
+            ]
+        )  # fmt: skip
+        self.reservation = name
+
+    def release(self, name: str) -> None:
+        try:
+            self.run(["scontrol", "delete", f"ReservationName={name}"])
+        finally:
+            if self.reservation == name:
+                self.reservation = None
+
+
+def connect(via: str | None = None, ssh_config: Path | None = None) -> AdminSlurm:
+    """The Slurm every command talks to: the client commands here, or over SSH on `via` (the
+    controller; default $CLUSTER_TOOL_SLURM_VIA) when this machine is not a Slurm client."""
+    host = via or os.environ.get("CLUSTER_TOOL_SLURM_VIA")
+    if host:
+        return AdminSlurm(run=ssh_command_runner(host, ssh_config))
+    return AdminSlurm()

@@ -16,7 +16,6 @@ from cluster_tool.gate.rungs import RUNG_NAMES
 # and --help, starts without them.
 if TYPE_CHECKING:
     from cluster_tool.gate.ladder import GateResult
-    from cluster_tool.slurm import Slurm
 
 gate_app = typer.Typer(
     name="gate",
@@ -24,21 +23,6 @@ gate_app = typer.Typer(
     no_args_is_help=False,
     invoke_without_command=True,
 )
-
-
-def _slurm() -> "Slurm":
-    """The real Slurm client commands; tests replace this with a fake that replays captures."""
-    from cluster_tool.slurm import SlurmCLI
-
-    return SlurmCLI()
-
-
-def _slurm_via(host: str, ssh_config: Path | None) -> "Slurm":
-    """Slurm's client commands run over SSH on `host` (this machine is not a Slurm client)."""
-    from cluster_tool.slurm import SlurmCLI
-    from cluster_tool.workflows.common import ssh_command_runner
-
-    return SlurmCLI(run=ssh_command_runner(host, ssh_config))
 
 
 def _default_workdir() -> Path:
@@ -135,6 +119,7 @@ def gate(
     """
     if ctx.invoked_subcommand is not None:
         return 0
+    from cluster_tool import slurm as slurm_door
     from cluster_tool.gate.from_spec import gate_inputs
     from cluster_tool.gate.ladder import GateOptions, run_gate
     from cluster_tool.gate.runner import SlurmRunner
@@ -152,9 +137,8 @@ def gate(
     ssh_config, slurm_via, workdir = via.ssh_config, via.slurm_via, via.gate_workdir
     inputs = gate_inputs(cluster)
     selected = select_gpu_nodes(cluster, nodes) if nodes else inputs.nodes
-    slurm = _slurm_via(slurm_via, ssh_config) if slurm_via else _slurm()
     runner = SlurmRunner(
-        slurm=slurm,
+        slurm=slurm_door.connect(slurm_via, ssh_config),
         workdir=(workdir or _default_workdir()).resolve(),
         params=inputs.params,
         gpus_per_node=inputs.thresholds.profile.gpus_per_node,

@@ -2,7 +2,6 @@
 each writing a run record (runs/<timestamp>-<id>/) and each safe to interrupt and re-run."""
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -65,13 +64,9 @@ def _secrets(cluster: "Cluster") -> "Secrets":
 
 
 def _slurm(slurm_via: str | None, ssh_config: Path | None) -> Any:
-    from cluster_tool.workflows.common import AdminSlurm, ssh_command_runner
+    from cluster_tool.slurm import connect
 
-    # The environment covers `validate --after-maintenance`, whose options are the checks'.
-    via = slurm_via or os.environ.get("CLUSTER_TOOL_SLURM_VIA")
-    if via:
-        return AdminSlurm(run=ssh_command_runner(via, ssh_config))
-    return AdminSlurm()
+    return connect(slurm_via, ssh_config)
 
 
 def _inventory(cluster: "Cluster", given: Path | None, record: "RunRecord", check: bool) -> Path:

@@ -17,7 +17,7 @@ from ClusterShell.NodeSet import NodeSet
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
 from cluster_tool.drains import PENDING_REASON, Owner, may_lift, workflow_reason
 from cluster_tool.findings import Finding
-from cluster_tool.slurm import NodeState, SlurmError
+from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
 from cluster_tool.verdicts import (
     CONVERGE,
     FABRIC,
@@ -34,11 +34,13 @@ from cluster_tool.verdicts import (
     settle,
 )
 from cluster_tool.workflows.common import (
-    gate_in_reservation,
+    GateOutcome,
+    Hold,
+    Phase,
+    Validation,
+    gate_phase,
     keeping_out,
     node_verdicts,
-    pick_partner,
-    pin_on,
     resume_held,
 )
 
@@ -63,29 +65,13 @@ class Converge(Protocol):
 
 
 @dataclass
-class Validation:
-    """What the health + fabric validation gave: its findings and who did not answer."""
-
-    findings: list[Finding]
-    unreachable: list[str] = field(default_factory=list)
-    fabric_checked: bool = True
-
-
-@dataclass
-class GateOutcome:
-    findings: list[Finding]
-    busbw: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class BringupDeps:
     """The edges bring-up drives; unit tests hand fakes, the CLI the real ones."""
 
     converge: Converge
     validate: Callable[[Sequence[str]], Validation]
     gate: Callable[[Sequence[str]], GateOutcome]
-    slurm: Any  # drain, resume, node_states, reserve, release (workflows.common.AdminSlurm)
+    slurm: SlurmAdmin
 
 
 @dataclass(frozen=True)
@@ -97,22 +83,6 @@ class BringupOptions:
     gate: bool = True
     # The operator's explicit word: admit a node whose only gap is the gate's proof.
     admit_unproven: bool = False
-
-
-@dataclass
-class Phase:
-    name: str
-    status: str  # passed, failed, skipped
-    elapsed_s: float = 0.0
-    detail: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "elapsed_s": self.elapsed_s,
-            "detail": self.detail,
-        }
 
 
 @dataclass
@@ -204,7 +174,7 @@ def converge_findings(result: PlaybookResult) -> list[Finding]:
     return findings
 
 
-def _states(slurm: Any, nodes: Sequence[str]) -> dict[str, NodeState]:
+def _states(slurm: SlurmAdmin, nodes: Sequence[str]) -> dict[str, NodeState]:
     try:
         return {s.name: s for s in slurm.node_states(nodes)}
     except SlurmError:
@@ -325,38 +295,21 @@ def run_bringup(
     held = {n for n in candidates if n in before and _operators(before[n])}
     gate_nodes = [n for n in candidates if n not in health_bad and n not in held]
     if options.gate and gate_nodes:
-        started = time.monotonic()
-        # A lone node has nobody to prove a multi-node path with: a node in service joins it.
-        partner = None
-        if len(gate_nodes) == 1:
-            partner = pick_partner(deps.slurm, [n for n in gpu_nodes if n not in set(scope)])
-        ran = gate_nodes + ([partner] if partner else [])
         # Only the tool's own holds are lifted: an operator's drain is theirs (the nodes they
         # hold are not gated at all). Held again until admission, below, resumes the proven.
-        outcome = gate_in_reservation(
-            deps.slurm,
-            deps.gate,
-            ran,
-            reservation=reservation,
+        hold = Hold(
+            reservation,
             lift=[n for n in gate_nodes if n in pending],
             operator_says=False,
             hold_again=PENDING_REASON,
         )
-        if partner is not None:
-            proof.trusted.add(partner)
-            outcome.findings = pin_on(gate_nodes[0], partner, outcome.findings)
+        outside = [n for n in gpu_nodes if n not in set(scope)]
+        outcome, phase = gate_phase(
+            deps.slurm, deps.gate, gate_nodes, proof, outside=outside, hold=hold
+        )
         findings += outcome.findings
         busbw = outcome.busbw
-        proof.merge_gate(outcome.summary.get("proof") or {})
-        gate_bad = {f.node for f in outcome.findings if f.fails and f.node}
-        phases.append(
-            Phase(
-                "gate",
-                "failed" if any(f.fails for f in outcome.findings) else "passed",
-                round(time.monotonic() - started, 1),
-                f"{len(gate_nodes)} node(s), {len(gate_bad)} named",
-            )
-        )
+        phases.append(phase)
     else:
         why = "--no-gate" if not options.gate else "no node passed validation"
         proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
@@ -403,7 +356,7 @@ def run_bringup(
     )
 
 
-def _try_drain(slurm: Any, nodes: Sequence[str], reason: str) -> None:
+def _try_drain(slurm: SlurmAdmin, nodes: Sequence[str], reason: str) -> None:
     # No controller yet (first bring-up): the drain after the converge covers them.
     with contextlib.suppress(SlurmError):
         slurm.drain(nodes, reason)

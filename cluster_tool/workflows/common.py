@@ -1,10 +1,9 @@
-"""Pieces the three workflows share: Slurm admin steps (drain and wait, reservations), waiting for
-SSH, converging through ansible-runner, the node ladder, and turning results into run-record data
+"""Pieces the three workflows share: the phase and outcome records, Slurm admin steps (drain and
+wait, the gate phase in a reservation), waiting for SSH, and turning results into run-record data
 (the rail × node link matrix, busbw rows per rung)."""
 
 from __future__ import annotations
 
-import getpass
 import socket
 import subprocess
 import time
@@ -12,8 +11,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.drains import Owner, may_lift
 from cluster_tool.errors import ParseError
@@ -24,89 +21,47 @@ from cluster_tool.gate.plan import GateJob
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Thresholds
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
-from cluster_tool.slurm import NodeState, SlurmCLI, SlurmError, run_command
-from cluster_tool.verdicts import NodeVerdict
-
-# Base states in which a drained node runs no job any more.
-_QUIET = frozenset({"IDLE", "DOWN", "FUTURE", "UNKNOWN"})
-
-
-def ssh_command_runner(
-    host: str, ssh_config: Path | None = None, timeout: float = 120.0
-) -> Callable[[Sequence[str]], str]:
-    """Run Slurm client commands on `host` over SSH (the controller, when this machine is not a
-    Slurm client); same contract as `cluster_tool.slurm.run_command`."""
-    import shlex
-
-    def run(argv: Sequence[str]) -> str:
-        ssh = ["ssh", "-o", "BatchMode=yes"]
-        if ssh_config is not None:
-            ssh += ["-F", str(ssh_config)]
-        try:
-            return run_command([*ssh, host, shlex.join(argv)], timeout=timeout)
-        except SlurmError as exc:
-            # run_command names its first words ("ssh -o"); name the Slurm command instead.
-            why = str(exc).split(": ", 1)[-1]
-            raise SlurmError(f"{' '.join(argv[:2])} (on {host}): {why}") from None
-
-    return run
+from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
+from cluster_tool.verdicts import NodeVerdict, Proof
 
 
 @dataclass
-class AdminSlurm(SlurmCLI):
-    """The shared Slurm client plus what workflows need beyond the gate: the jobs on a node,
-    cancelling them (only under --force), and maintenance reservations the gate submits into."""
+class Phase:
+    name: str
+    status: str  # passed, failed, skipped
+    elapsed_s: float = 0.0
+    detail: str | None = None
 
-    reservation: str | None = None
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "elapsed_s": self.elapsed_s,
+            "detail": self.detail,
+        }
 
-    def __post_init__(self) -> None:
-        inner = self.run
 
-        def run(argv: Sequence[str]) -> str:
-            # Gate jobs go into the maintenance reservation, so they may use nodes that no
-            # user job can reach while they are being validated.
-            if argv and argv[0] == "sbatch" and self.reservation:
-                argv = ["sbatch", f"--reservation={self.reservation}", *argv[1:]]
-            return inner(argv)
+@dataclass
+class Validation:
+    """What the health + fabric validation gave: its findings and who did not answer."""
 
-        self.run = run
+    findings: list[Finding]
+    unreachable: list[str] = field(default_factory=list)
+    fabric_checked: bool = True
 
-    def jobs_on(self, nodes: Iterable[str]) -> dict[str, list[str]]:
-        """Running (or completing) job ids per node, from `squeue -w`."""
-        names = str(NodeSet.fromlist(list(nodes)))
-        text = self.run(["squeue", "-h", "-w", names, "-t", "RUNNING,COMPLETING", "-o", "%i|%N"])
-        found: dict[str, list[str]] = {}
-        for no, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            parts = line.split("|")
-            if len(parts) != 2:
-                raise ParseError("expected JOBID|NODELIST", line_no=no, line=line)
-            for node in NodeSet(parts[1].strip()):
-                found.setdefault(node, []).append(parts[0].strip())
-        return found
 
-    def cancel_jobs_on(self, nodes: Iterable[str]) -> None:
-        self.run(["scancel", "-w", str(NodeSet.fromlist(list(nodes)))])
+@dataclass
+class GateOutcome:
+    """What the gate gave a workflow: its findings, busbw rows for the report, and its summary
+    (the proof it adds, under "proof")."""
 
-    def reserve(self, name: str, nodes: Iterable[str]) -> None:
-        """A maintenance reservation on `nodes` for this user; existing jobs are not touched."""
-        names = str(NodeSet.fromlist(list(nodes)))
-        self.run(
-            [
-                "scontrol", "create", "reservation", f"ReservationName={name}",
-                f"Nodes={names}", "StartTime=now", "Duration=infinite",
-                f"Users={getpass.getuser()}", "Flags=maint,ignore_jobs",
-            ]
-        )  # fmt: skip
-        self.reservation = name
+    findings: list[Finding]
+    busbw: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
 
-    def release(self, name: str) -> None:
-        try:
-            self.run(["scontrol", "delete", f"ReservationName={name}"])
-        finally:
-            if self.reservation == name:
-                self.reservation = None
+
+# Base states in which a drained node runs no job any more.
+_QUIET = frozenset({"IDLE", "DOWN", "FUTURE", "UNKNOWN"})
 
 
 @dataclass
@@ -123,7 +78,7 @@ def _quiet(state: NodeState | None) -> bool:
 
 
 def drain_and_wait(
-    slurm: Any,
+    slurm: SlurmAdmin,
     nodes: Sequence[str],
     reason: str,
     *,
@@ -324,7 +279,7 @@ def _slurm_text(st: NodeState | None) -> str | None:
     return f"{text} ({st.reason})" if st.reason else text
 
 
-def resume_held(slurm: Any, nodes: Sequence[str], *, operator_says: bool) -> list[str]:
+def resume_held(slurm: SlurmAdmin, nodes: Sequence[str], *, operator_says: bool) -> list[str]:
     """Resume those of `nodes` that Slurm holds drained or down and that this run may lift
     (`cluster_tool.drains.may_lift`: the tool's own drains, or any with `operator_says`);
     returns them. Slurm refuses to resume a node already in service ("Invalid node state
@@ -343,7 +298,7 @@ def resume_held(slurm: Any, nodes: Sequence[str], *, operator_says: bool) -> lis
     return wanted
 
 
-def pick_partner(slurm: Any, outside: Sequence[str]) -> str | None:
+def pick_partner(slurm: SlurmAdmin, outside: Sequence[str]) -> str | None:
     """A known-good node for a lone node's pair job: the first of `outside` (GPU nodes this run
     does not judge) that Slurm has in service; None when there is none or Slurm cannot say."""
     if not outside:
@@ -363,11 +318,9 @@ def pin_on(node: str, partner: str, findings: Sequence[Finding]) -> list[Finding
     ]
 
 
-def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> Any:
+def guarded_gate(gate: Callable[[Sequence[str]], GateOutcome], nodes: Sequence[str]) -> GateOutcome:
     """Run the gate; a Slurm that cannot be reached becomes a finding, so the run still ends
     with its record written and the nodes' verdicts (they cannot pass without their gate)."""
-    from cluster_tool.workflows.bringup import GateOutcome
-
     try:
         outcome = gate(nodes)
     except SlurmError as exc:
@@ -402,15 +355,15 @@ def guarded_gate(gate: Callable[[Sequence[str]], Any], nodes: Sequence[str]) -> 
 
 
 def gate_in_reservation(
-    slurm: Any,
-    gate: Callable[[Sequence[str]], Any],
+    slurm: SlurmAdmin,
+    gate: Callable[[Sequence[str]], GateOutcome],
     nodes: Sequence[str],
     *,
     reservation: str,
     lift: Sequence[str],
     operator_says: bool,
     hold_again: str,
-) -> Any:
+) -> GateOutcome:
     """The gate phase's Slurm steps, in the one order every workflow needs: reserve `nodes` so
     that only the gate's jobs reach them, resume those of `lift` Slurm holds (`resume_held`),
     run the guarded gate, drain `lift` again with the `hold_again` reason and release. The
@@ -428,3 +381,56 @@ def gate_in_reservation(
                 slurm.drain(list(lift), hold_again)
         finally:
             slurm.release(reservation)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """How a gate phase holds its nodes (`gate_in_reservation`): the reservation's name, the
+    nodes it lifts and drains again (with `hold_again`), and whose drains it may lift."""
+
+    reservation: str
+    lift: Sequence[str]
+    operator_says: bool
+    hold_again: str
+
+
+def gate_phase(
+    slurm: SlurmAdmin,
+    gate: Callable[[Sequence[str]], GateOutcome],
+    nodes: Sequence[str],
+    proof: Proof,
+    *,
+    outside: Sequence[str],
+    hold: Hold | None,
+) -> tuple[GateOutcome, Phase]:
+    """The gate phase of bring-up and validate after maintenance: a lone node gets a partner in
+    service from `outside` (a multi-node path needs two), the gate runs (in a reservation with
+    `hold`, else only guarded), what fails in a job with the partner is pinned on the node,
+    and the gate's proof lands in `proof`. Returns the outcome and the run's "gate" phase."""
+    started = time.monotonic()
+    partner = pick_partner(slurm, outside) if len(nodes) == 1 else None
+    ran = [*nodes, partner] if partner else list(nodes)
+    if hold is None:
+        outcome = guarded_gate(gate, ran)
+    else:
+        outcome = gate_in_reservation(
+            slurm,
+            gate,
+            ran,
+            reservation=hold.reservation,
+            lift=hold.lift,
+            operator_says=hold.operator_says,
+            hold_again=hold.hold_again,
+        )
+    if partner is not None:
+        proof.trusted.add(partner)
+        outcome.findings = pin_on(nodes[0], partner, outcome.findings)
+    proof.merge_gate(outcome.summary.get("proof") or {})
+    named = {f.node for f in outcome.findings if f.fails and f.node}
+    phase = Phase(
+        "gate",
+        "failed" if any(f.fails for f in outcome.findings) else "passed",
+        round(time.monotonic() - started, 1),
+        f"{len(nodes)} node(s), {len(named)} named",
+    )
+    return outcome, phase

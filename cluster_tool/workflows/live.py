@@ -26,6 +26,7 @@ from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
 from cluster_tool.remote.validate import FABRIC_CHECKS, NODE_CHECKS, run_validate
+from cluster_tool.slurm import SlurmAdmin
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import (
     FABRIC,
@@ -37,9 +38,11 @@ from cluster_tool.verdicts import (
     may_admit,
     settle,
 )
-from cluster_tool.workflows.bringup import TOLERATE_ALL, GateOutcome, Validation
+from cluster_tool.workflows.bringup import TOLERATE_ALL
 from cluster_tool.workflows.common import (
+    GateOutcome,
     RecordingRunner,
+    Validation,
     gate_in_reservation,
     link_matrix,
     pin_on,
@@ -65,7 +68,7 @@ class Live:
     cluster: Cluster
     inventory: Path
     record: RunRecord
-    slurm: Any
+    slurm: SlurmAdmin
     ssh_config: Path | None = None
     transport: Transport | None = None
     gate_workdir: Path | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -19,6 +19,7 @@ from cluster_tool.bmc.redfish import Bmc, BmcError, wait_power
 from cluster_tool.drains import REIMAGE_REASON, Owner, step_reason, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
+from cluster_tool.slurm import SlurmAdmin
 from cluster_tool.workflows.common import drain_and_wait
 from cluster_tool.workflows.runs import RunRecord
 
@@ -62,7 +63,7 @@ STEP_CHECKS: dict[str, str] = {
 class ReimageDeps:
     """The edges the state machine drives; tests hand fakes that replay real behaviour."""
 
-    slurm: Any  # drain, resume, node_states, cancel_jobs_on (workflows.common.AdminSlurm)
+    slurm: SlurmAdmin
     bmc: Bmc
     wait_ssh: Callable[[str, float], bool]
     converge: Converge

@@ -15,7 +15,7 @@ from cluster_tool.drains import PENDING_REASON, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.nodes import select_gpu_nodes
-from cluster_tool.slurm import SlurmError
+from cluster_tool.slurm import SlurmAdmin, SlurmError
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import (
     FABRIC,
@@ -29,14 +29,14 @@ from cluster_tool.verdicts import (
     may_admit,
     settle,
 )
-from cluster_tool.workflows.bringup import GateOutcome, Phase, Validation
 from cluster_tool.workflows.common import (
-    gate_in_reservation,
-    guarded_gate,
+    GateOutcome,
+    Hold,
+    Phase,
+    Validation,
+    gate_phase,
     keeping_out,
     node_verdicts,
-    pick_partner,
-    pin_on,
     resume_held,
 )
 
@@ -69,7 +69,7 @@ class AfterMaintenanceDeps:
     fabric: Callable[[], Validation]  # the whole fabric, every cable
     health: Callable[[Sequence[str]], Validation]
     gate: Callable[[Sequence[str]], GateOutcome]
-    slurm: Any
+    slurm: SlurmAdmin
 
 
 @dataclass
@@ -140,39 +140,20 @@ def run_after_maintenance(
     busbw: list[dict[str, Any]] = []
     gate_nodes = [n for n in nodes if n not in bad]
     if gate and gate_nodes:
-        started = time.monotonic()
-        # A lone node has nobody to prove a multi-node path with: a node in service joins it.
-        partner = pick_partner(deps.slurm, others) if len(gate_nodes) == 1 else None
-        ran = gate_nodes + ([partner] if partner else [])
-        if admit:
-            # The nodes may still be drained from the maintenance, by anyone: --admit is the
-            # operator's word to lift it for the gate. Out of service again until the verdict:
-            # admission below resumes the proven.
-            outcome = gate_in_reservation(
-                deps.slurm,
-                deps.gate,
-                ran,
-                reservation=reservation,
-                lift=gate_nodes,
-                operator_says=True,
-                hold_again=PENDING_REASON,
-            )
-        else:
-            outcome = guarded_gate(deps.gate, ran)
-        if partner is not None:
-            proof.trusted.add(partner)
-            outcome.findings = pin_on(gate_nodes[0], partner, outcome.findings)
+        # With --admit the nodes may still be drained from the maintenance, by anyone: --admit
+        # is the operator's word to lift it for the gate. Out of service again until the
+        # verdict: admission below resumes the proven.
+        hold = (
+            Hold(reservation, gate_nodes, operator_says=True, hold_again=PENDING_REASON)
+            if admit
+            else None
+        )
+        outcome, phase = gate_phase(
+            deps.slurm, deps.gate, gate_nodes, proof, outside=others, hold=hold
+        )
         findings += outcome.findings
         busbw = outcome.busbw
-        proof.merge_gate(outcome.summary.get("proof") or {})
-        phases.append(
-            Phase(
-                "gate",
-                "failed" if any(f.fails for f in outcome.findings) else "passed",
-                round(time.monotonic() - started, 1),
-                f"{len(gate_nodes)} node(s)",
-            )
-        )
+        phases.append(phase)
     else:
         why = "--no-gate" if not gate else "no node left"
         proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why

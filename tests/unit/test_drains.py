@@ -26,7 +26,8 @@ from cluster_tool.drains import (
 from cluster_tool.findings import Finding
 from cluster_tool.remote.node_check import slurm_health_action
 from cluster_tool.slurm import NodeState
-from cluster_tool.workflows.common import AdminSlurm, resume_held
+from cluster_tool.slurm import AdminSlurm
+from cluster_tool.workflows.common import resume_held
 from tests.unit.workflows.fakes import SlurmCluster
 
 IDS = st.sampled_from(

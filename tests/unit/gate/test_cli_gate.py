@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from cluster_tool.cli import main
-from cluster_tool.commands import gate as gate_commands
-from cluster_tool.slurm import SlurmCLI
+from cluster_tool.slurm import AdminSlurm
 from tests.unit.gate.fakes import ReplaySlurm
 from tests.unit.gate.test_ladder import answers
 
@@ -51,7 +50,7 @@ def test_drain_and_dry_run_are_exclusive() -> None:
 
 
 def _use_replay(monkeypatch: pytest.MonkeyPatch, replay: ReplaySlurm) -> None:
-    monkeypatch.setattr(gate_commands, "_slurm", lambda: SlurmCLI(run=replay))
+    monkeypatch.setattr("cluster_tool.slurm.connect", lambda *_: AdminSlurm(run=replay))
 
 
 def test_live_gate_on_the_lab_spec_dry_run(

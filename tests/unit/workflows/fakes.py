@@ -13,8 +13,7 @@ from ClusterShell.NodeSet import NodeSet
 from cluster_tool.bmc.redfish import BmcError
 from cluster_tool.drains import is_ours
 from cluster_tool.findings import Finding
-from cluster_tool.slurm import SlurmError
-from cluster_tool.workflows.common import AdminSlurm
+from cluster_tool.slurm import AdminSlurm, SlurmError
 
 
 @dataclass
