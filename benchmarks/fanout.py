@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster_lab import lifecycle
-from cluster_lab.config import LabConfig
+from cluster_tool.lab import lifecycle
+from cluster_tool.lab.config import LabConfig
 from cluster_tool.remote.fanout import (
     OpenSshTransport,
     ParamikoTransport,

@@ -88,9 +88,9 @@ def expectations_for(
     if host.profile is None:
         raise UsageError(f"{node} is not a GPU node (no profile): nothing to health-check")
     if nccl_conf is None:
-        from cluster_tool.render.engine import render_files
+        from cluster_tool.render.engine import render_nccl_conf
 
-        nccl_conf = render_files(cluster).get("nccl.conf")
+        nccl_conf = render_nccl_conf(cluster)
     if gpudirect_mode is None:
         mode = cluster.ansible_vars.get("gpudirect_rdma_mode")
         gpudirect_mode = mode if mode in ("dmabuf", "peermem") else None

@@ -125,6 +125,12 @@ def render_files(cluster: Cluster) -> dict[str, str]:
     return dict(sorted(files.items()))
 
 
+def render_nccl_conf(cluster: Cluster) -> str:
+    """The rendered `nccl.conf` alone (what the health check compares /etc/nccl.conf with),
+    without rendering the rest of the inventory; the same text `render_files` gives."""
+    return _environment().get_template("nccl.conf.j2").render(_context(cluster))
+
+
 def write_atomically(files: dict[str, str], out_dir: Path) -> None:
     """Write into a private sibling folder, then swap it with `out_dir` in one rename, under a
     lock (`render.output_dir`). A failure leaves the previous output untouched."""

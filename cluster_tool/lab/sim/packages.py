@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from cluster_tool.errors import ClusterToolError
 
 if TYPE_CHECKING:
-    from cluster_lab.config import LabConfig
+    from cluster_tool.lab.config import LabConfig
 
 SIM_SOURCE = Path(__file__).resolve().parent
-REPO_ROOT = SIM_SOURCE.parents[1]
+REPO_ROOT = SIM_SOURCE.parents[2]
 # Where the payload keeps the vendored simulator inside a node.
 LIB_DIR = "usr/lib/cluster-tool-lab"
 VENDORED_AS = "labsim"
@@ -197,7 +197,7 @@ sys.exit(main("{tool}", sys.argv[1:]))
 _MODULES_README = """The NVIDIA kernel modules of the cluster-tool lab are simulated.
 
 A lab node shares the host's kernel, so nothing can really be loaded, and /proc and /sys
-are the host's. The convention (documented in cluster_lab/sim/README.md):
+are the host's. The convention (documented in cluster_tool/lab/sim/README.md):
 - /usr/local/sbin/modprobe loads a simulated module by recording it under
   /run/cluster-tool-lab/modules/ (a tmpfs: gone after a reboot, like a loaded module);
   other modules go to the real /usr/sbin/modprobe;
@@ -458,7 +458,7 @@ def build_sim_packages(dest_dir: Path, versions: Mapping[str, str] | None = None
 
 def publish_to_lab_repo(config: LabConfig, versions: Mapping[str, str] | None = None) -> list[Path]:
     """Build the simulator packages into the lab repository's `sim/` and re-index it."""
-    from cluster_lab import repo
+    from cluster_tool.lab import repo
 
     built = build_sim_packages(repo.sim_debs_dir(config), versions)
     repo.reindex(config)

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_lab import bmc, fabric, nodes, repo
-from cluster_lab import model as hw
-from cluster_lab.base import ensure_base, ensure_layer
-from cluster_lab.config import DEFAULT_SPEC, LabConfig
-from cluster_lab.faults import operator_view
-from cluster_lab.host import (
+from cluster_tool.errors import UsageError
+from cluster_tool.lab import bmc, fabric, nodes, repo
+from cluster_tool.lab import model as hw
+from cluster_tool.lab.base import ensure_base, ensure_layer
+from cluster_tool.lab.config import DEFAULT_SPEC, LabConfig
+from cluster_tool.lab.faults import operator_view
+from cluster_tool.lab.host import (
     LabError,
     ProcRef,
     require_host_features,
@@ -35,10 +36,9 @@ from cluster_lab.host import (
     spawn,
     stop_process,
 )
-from cluster_lab.sim.packages import publish_to_lab_repo
-from cluster_lab.state import LabState, load_state, running_lab, save_state
-from cluster_lab.topology import LabPlan, build_model, load_plan
-from cluster_tool.errors import UsageError
+from cluster_tool.lab.sim.packages import publish_to_lab_repo
+from cluster_tool.lab.state import LabState, load_state, running_lab, save_state
+from cluster_tool.lab.topology import LabPlan, build_model, load_plan
 
 # Packages the head node boots with (a cached layer): the subnet manager lives outside it, so the
 # real diags (and the umad2sim preload that aims them at ibsim) come with the lab.
@@ -295,7 +295,7 @@ def _remove_context(config: LabConfig, state: LabState) -> bool:
 def _write_fake_sysfs(config: LabConfig, model: hw.HardwareModel) -> None:
     """Each node's fake /sys/class (HCAs for the real ibstat), mounted at its boot (part 2)."""
     try:
-        from cluster_lab.sim.sysfs import write_all_sysfs_trees
+        from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees
     except ImportError:  # a checkout without the device simulators: nodes without HCAs
         return
     write_all_sysfs_trees(model.model_dump(mode="json"), config.nodes_dir)
@@ -338,9 +338,9 @@ def _start_agent(config: LabConfig) -> ProcRef:
     import sys
 
     return spawn(
-        [sys.executable, "-m", "cluster_lab.agent", json.dumps(config_to_json(config))],
+        [sys.executable, "-m", "cluster_tool.lab.agent", json.dumps(config_to_json(config))],
         log=config.log_dir / "agent.log",
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
 
 

@@ -14,7 +14,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output on stdout.
 
 def _kinds() -> str:
     # The fault registry pulls in the lab's simulators: loaded by `inject` and its --help only.
-    from cluster_lab.faults import FAULTS
+    from cluster_tool.lab.faults import FAULTS
 
     return "\n".join(f"  {k.name} {' '.join(k.args)}: {k.help}" for k in FAULTS.values())
 
@@ -35,8 +35,8 @@ def inject(
     json_out: JsonOpt = False,
 ) -> int:
     """Inject a fault into the running lab; every tool that shows the hardware shows it."""
-    from cluster_lab.config import LabConfig
-    from cluster_lab.faults import FAULTS, inject_fault, operator_view
+    from cluster_tool.lab.config import LabConfig
+    from cluster_tool.lab.faults import FAULTS, inject_fault, operator_view
 
     if kind not in FAULTS:
         raise UsageError(f"unknown fault {kind!r}; faults:\n{_kinds()}")
@@ -71,8 +71,8 @@ def heal(
     json_out: JsonOpt = False,
 ) -> int:
     """Undo an injected fault (or all of them, newest first)."""
-    from cluster_lab.config import LabConfig
-    from cluster_lab.faults import heal_faults
+    from cluster_tool.lab.config import LabConfig
+    from cluster_tool.lab.faults import heal_faults
 
     if (fault_id is None) == (not all_faults):
         raise UsageError("name one FAULT-ID or give --all")

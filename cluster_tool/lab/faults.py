@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cluster_lab.sim.perf import LANE_GBS, WIDTH_LANES
-from cluster_lab.state import running_lab
 from cluster_tool.errors import UsageError
+from cluster_tool.lab.sim.perf import LANE_GBS, WIDTH_LANES
+from cluster_tool.lab.state import running_lab
 
 if TYPE_CHECKING:
-    from cluster_lab.config import LabConfig
+    from cluster_tool.lab.config import LabConfig
 
 # Kernel modules the simulated driver stack loads (a node without the key has all of them).
 DEFAULT_MODULES = ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem"]
@@ -441,7 +441,7 @@ def _change_model(
     config: LabConfig, change: Callable[[dict[str, Any]], Any]
 ) -> tuple[Any, dict[str, Any]]:
     """Run `change` on the model's JSON form under the model lock and save the result."""
-    from cluster_lab import model as hw
+    from cluster_tool.lab import model as hw
 
     result: list[Any] = []
 
@@ -459,7 +459,7 @@ def _change_model(
 
 def _recable(config: LabConfig, data: dict[str, Any], node: str, devices: list[str]) -> None:
     """Put the fabric simulator's cables of `devices` where the model now has them."""
-    from cluster_lab import fabric
+    from cluster_tool.lab import fabric
 
     for device in devices:
         fabric.unlink_hca(config, node, device)
@@ -471,7 +471,7 @@ def _recable(config: LabConfig, data: dict[str, Any], node: str, devices: list[s
 
 def _fabric(config: LabConfig, data: dict[str, Any], record: dict[str, Any], healing: bool) -> None:
     """What the fault changes outside the model file: ibsim's cables and counters, power."""
-    from cluster_lab import fabric, lifecycle
+    from cluster_tool.lab import fabric, lifecycle
 
     kind, args = record["kind"], record.get("args", record["target"].split())
     if kind == "cable-swap":
@@ -500,7 +500,7 @@ def _fabric(config: LabConfig, data: dict[str, Any], record: dict[str, Any], hea
 
 
 def _refresh_views(config: LabConfig, data: dict[str, Any]) -> None:
-    from cluster_lab.sim.sysfs import write_all_sysfs_trees
+    from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees
 
     write_all_sysfs_trees(data, config.nodes_dir)
 
