@@ -8,7 +8,7 @@ head, or from the node file the roles install (`/etc/cluster-tool/node.json`) wh
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,15 +22,22 @@ from cluster_tool.checks.nvlink import check_nvlink_errors
 from cluster_tool.checks.pcie import check_pcie_links
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.parsers.dcgmi import parse_dcgmi_diag
-from cluster_tool.parsers.ibstat import parse_ibstat
-from cluster_tool.parsers.kernel_log import parse_xids
-from cluster_tool.parsers.lspci import parse_lspci
-from cluster_tool.parsers.mlxlink import parse_mlxlink
-from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi_q
-from cluster_tool.parsers.nvidia_topo import parse_topo_matrix
-from cluster_tool.parsers.nvlink_errors import parse_nvlink_errors
-from cluster_tool.remote.probes import ProbeOutput
+from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport
+from cluster_tool.probes import Probe, ProbeOutput, lines
+from cluster_tool.probes.node import (
+    DcgmiDiag,
+    Ibstat,
+    KernelLog,
+    KernelRelease,
+    Lspci,
+    Mlxlink,
+    Modules,
+    NcclConf,
+    NvidiaSmiQ,
+    NvidiaSmiTopo,
+    NvidiaVersion,
+    NvlinkErrorCounters,
+)
 from cluster_tool.spec.models import Cluster, HealthThresholds, NodeProfile
 
 __all__ = [
@@ -131,23 +138,10 @@ def read_node_file(path: Path = NODE_FILE) -> NodeExpectations:
         raise UsageError(f"{path}: not a valid node file: {exc}") from None
 
 
-# Which check id answers for a tool that is missing or whose output cannot be read.
-_PROBE_CHECK = {
-    "nvidia-smi-q": ("gpu.driver", "nvidia-smi -q"),
-    "nvidia-smi-topo": ("ib.affinity", "nvidia-smi topo -m"),
-    "ibstat": ("ib.driver", "ibstat"),
-    "kernel-log": ("os.kernel-log", "the kernel log"),
-    "dcgmi-diag": ("gpu.dcgm", "dcgmi diag"),
-    "nvlink-errors": ("gpu.nvlink-errors", "nvidia-smi nvlink -e"),
-    "mlxlink": ("link.fec", "mlxlink"),
-    "lspci": ("ib.pcie", "lspci -vv"),
-}
-
-
 def _probe_problem(
-    node: str, probe: str, output: ProbeOutput | None, error: str | None = None
+    node: str, probe: Probe, output: ProbeOutput | None, error: str | None = None
 ) -> Finding:
-    check, what = _PROBE_CHECK.get(probe, (f"os.{probe}", probe))
+    what = probe.described
     if output is None:
         observed, message = "not collected", f"{what} was not collected"
     elif output.not_installed:
@@ -159,36 +153,37 @@ def _probe_problem(
         observed = f"exit {output.rc}"
         message = f"{what} failed (exit {output.rc})" + (f": {last[-1][:200]}" if last else "")
     return Finding(
-        check=check,
+        check=probe.check_id,
         node=node,
-        component=probe,
+        component=probe.name,
         expected="runs",
         observed=observed,
         message=f"{node}: {message}",
     )
 
 
-def _parse(
-    node: str,
-    outputs: Mapping[str, ProbeOutput],
-    probe: str,
-    parse: Callable[[str], Any],
-    problems: list[Finding],
-    *,
-    any_rc: bool = False,
+def _read(
+    node: str, outputs: Mapping[str, ProbeOutput], probe: Probe, problems: list[Finding]
 ) -> Any:
-    output = outputs.get(probe)
+    """The probe's parsed output, or None with the finding that says why it has none."""
+    output = outputs.get(probe.name)
     if output is None or output.not_installed:
         problems.append(_probe_problem(node, probe, output))
         return None
-    if output.rc != 0 and not (any_rc and output.stdout.strip()):
+    if output.rc != 0 and not (probe.reads_failed_runs and output.stdout.strip()):
         problems.append(_probe_problem(node, probe, output))
         return None
     try:
-        return parse(output.stdout)
+        return probe.process(lines(output.stdout))
     except ParseError as exc:
         problems.append(_probe_problem(node, probe, output, str(exc)))
         return None
+
+
+def _text(outputs: Mapping[str, ProbeOutput], probe: Probe) -> Any:
+    """A probe that ran cleanly, read; None when it did not (its check says what that means)."""
+    output = outputs.get(probe.name)
+    return probe.process(lines(output.stdout)) if output is not None and output.rc == 0 else None
 
 
 def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> list[Finding]:
@@ -197,95 +192,74 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
     node, profile, t = expect.node, expect.profile, expect.thresholds
     findings: list[Finding] = []
 
-    smi: NvidiaSmiReport | None = _parse(
-        node, outputs, "nvidia-smi-q", parse_nvidia_smi_q, findings
-    )
+    smi: NvidiaSmiReport | None = _read(node, outputs, NvidiaSmiQ(), findings)
     if smi is not None:
         findings += check_gpus(node, profile, t, smi)
 
     # With nvidia-smi itself failing, `topo -m` fails for the same reason: say it once.
     topo_problems: list[Finding] = []
-    topo = _parse(node, outputs, "nvidia-smi-topo", parse_topo_matrix, topo_problems)
+    topo = _read(node, outputs, NvidiaSmiTopo(), topo_problems)
     if smi is not None:
         findings += topo_problems
     if topo is not None:
         present = [g.pci for g in smi.gpus] if smi is not None else None
         findings += check_affinity(node, profile, topo, present)
 
-    cas = _parse(node, outputs, "ibstat", _ibstat_or_none, findings)
+    cas = _read(node, outputs, Ibstat(), findings)
     if cas is not None:
         findings += check_ibstat(node, profile, cas)
 
-    log = outputs.get("kernel-log")
+    log = outputs.get(KernelLog.name)
     if log is not None and log.rc == 0:
-        events = _parse(node, outputs, "kernel-log", parse_xids, findings)
+        events = _read(node, outputs, KernelLog(), findings)
         if events is not None:
             pcis = [g.pci for g in smi.gpus] if smi is not None else []
             findings += check_xids(node, profile, t, events, pcis)
     else:
         # Xids unchecked: not a warning to read past, a check that did not run (the node's
         # verdict is `unknown`, cluster_tool.verdicts).
-        findings.append(_probe_problem(node, "kernel-log", log))
+        findings.append(_probe_problem(node, KernelLog(), log))
 
-    if "dcgmi-diag" in outputs:
-        diag = _parse(node, outputs, "dcgmi-diag", parse_dcgmi_diag, findings, any_rc=True)
+    if DcgmiDiag.name in outputs:
+        diag = _read(node, outputs, DcgmiDiag(), findings)
         if diag is not None:
             findings += check_dcgm(node, diag)
 
     # Link quality and PCIe links. Judged when collected: a run saved before these probes
     # existed has none of them.
-    if "nvlink-errors" in outputs:
+    if NvlinkErrorCounters.name in outputs:
         nvlink_problems: list[Finding] = []
-        links = _parse(
-            node, outputs, "nvlink-errors", _or_none(parse_nvlink_errors), nvlink_problems
-        )
+        links = _read(node, outputs, NvlinkErrorCounters(), nvlink_problems)
         if smi is not None:  # nvidia-smi failing is gpu.driver's, said once
             findings += nvlink_problems
         if links is not None:
             findings += check_nvlink_errors(node, links, t)
 
-    if "mlxlink" in outputs:
-        ports = _parse(node, outputs, "mlxlink", _or_none(parse_mlxlink), findings, any_rc=True)
-        mlxlink_out = outputs["mlxlink"]
+    if Mlxlink.name in outputs:
+        ports = _read(node, outputs, Mlxlink(), findings)
+        mlxlink_out = outputs[Mlxlink.name]
         if ports is not None and mlxlink_out.rc != 0:
-            findings.append(_probe_problem(node, "mlxlink", mlxlink_out))  # one device failed
+            findings.append(_probe_problem(node, Mlxlink(), mlxlink_out))  # one device failed
         if ports is not None:
             compute = {hca.device for hca in profile.hcas}
             findings += check_mlxlink(node, [p for p in ports if p.device in compute], t)
 
-    if "lspci" in outputs:
-        functions = _parse(node, outputs, "lspci", _or_none(parse_lspci), findings)
+    if Lspci.name in outputs:
+        functions = _read(node, outputs, Lspci(), findings)
         if functions is not None:
             pcie = check_pcie_links(node, profile, functions, t)
             # With nvidia-smi read, its own gpu.pcie judged the same link registers.
             findings += [f for f in pcie if smi is None or f.check != "gpu.pcie"]
 
-    modules_out = outputs.get("modules")
-    modules = set(modules_out.stdout.split()) if modules_out and modules_out.rc == 0 else set()
-    nvrm = outputs.get("nvidia-version")
-    kernel = outputs.get("kernel")
     if smi is not None:  # with no driver answering, gpu.driver says it; GPUDirect is moot
         findings += check_gdr(
             node,
-            modules,
-            nvrm.stdout if nvrm is not None and nvrm.rc == 0 else None,
-            kernel.stdout.strip() if kernel is not None and kernel.rc == 0 else None,
+            _text(outputs, Modules()) or set(),
+            _text(outputs, NvidiaVersion()),
+            _text(outputs, KernelRelease()),
             expect.gpudirect_mode,
         )
 
     if expect.nccl_conf is not None:
-        conf = outputs.get("nccl-conf")
-        findings += check_nccl_conf(
-            node, expect.nccl_conf, conf.stdout if conf is not None and conf.rc == 0 else None
-        )
+        findings += check_nccl_conf(node, expect.nccl_conf, _text(outputs, NcclConf()))
     return findings
-
-
-def _or_none(parse: Callable[[str], list[Any]]) -> Callable[[str], list[Any]]:
-    # A node without the devices prints nothing: gpu.count and ib.count say what is missing.
-    return lambda text: parse(text) if text.strip() else []
-
-
-def _ibstat_or_none(text: str) -> list[Any]:
-    # A node without any RDMA device prints nothing: no HCA, which check_ibstat reports.
-    return parse_ibstat(text) if text.strip() else []

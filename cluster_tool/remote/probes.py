@@ -1,4 +1,4 @@
-"""The read-only probes a health check needs, packed into ONE shell script per node.
+"""The probes of one node packed into ONE shell script, and its output split back per probe.
 
 On one machine SSH handshakes dominate, so every probe of a node rides one session: the
 script runs the probes side by side, then prints each one's exit status, stdout and stderr
@@ -12,9 +12,11 @@ import re
 import secrets
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from cluster_tool.errors import ParseError
+from cluster_tool.probes import Probe, ProbeOutput
+from cluster_tool.probes.fabric import FABRIC_PROBES
+from cluster_tool.probes.node import HEALTH_PROBES
 
 __all__ = [
     "FABRIC_PROBES",
@@ -22,65 +24,12 @@ __all__ = [
     "Probe",
     "ProbeOutput",
     "composite_script",
+    "outputs_to_json",
     "split_output",
 ]
 
-
-@dataclass(frozen=True)
-class Probe:
-    """One read-only command and the name its output is filed under."""
-
-    name: str
-    command: str
-    timeout_s: int = 120
-
-
-@dataclass(frozen=True)
-class ProbeOutput:
-    """What one probe printed, and how it ended (127: the tool is not installed)."""
-
-    rc: int
-    stdout: str
-    stderr: str = ""
-
-    @property
-    def not_installed(self) -> bool:
-        return self.rc in (126, 127)
-
-
-# Node health. `/sys/module` lists loaded modules on real nodes and in the lab (whose
-# simulated driver mounts its own view there); dmesg falls back to the journal where
-# dmesg is restricted.
-HEALTH_PROBES: tuple[Probe, ...] = (
-    Probe("hostname", "hostname"),
-    Probe("nvidia-smi-q", "nvidia-smi -q"),
-    Probe("nvidia-smi-topo", "nvidia-smi topo -m"),
-    Probe("ibstat", "ibstat"),
-    Probe("kernel-log", "dmesg 2>/dev/null || journalctl -k -b --no-pager -q"),
-    Probe("modules", "ls -1 /sys/module"),
-    Probe("nvidia-version", "cat /proc/driver/nvidia/version"),
-    Probe("kernel", "uname -r"),
-    Probe("nccl-conf", "cat /etc/nccl.conf"),
-    Probe("dcgmi-diag", "dcgmi diag -r 1", timeout_s=600),
-    Probe("nvlink-errors", "nvidia-smi nvlink -e"),
-    # Every RDMA device's port 1, each run after its command line (the parser takes the device
-    # from `-d`); the exit status is the last failure's, its `-E-` line on stderr.
-    Probe(
-        "mlxlink",
-        'rc=0; for d in /sys/class/infiniband/*; do [ -e "$d" ] || continue; '
-        'echo "mlxlink -d ${d##*/} -m -c"; mlxlink -d "${d##*/}" -m -c || rc=$?; '
-        "done; exit $rc",
-        timeout_s=300,
-    ),
-    # NVIDIA and Mellanox functions only: a whole `lspci -vv` runs to megabytes.
-    Probe("lspci", "lspci -vv -d 10de: && lspci -vv -d 15b3:"),
-)
-
-# The fabric, from the subnet-manager host.
-FABRIC_PROBES: tuple[Probe, ...] = (
-    Probe("ibnetdiscover", "ibnetdiscover", timeout_s=300),
-    Probe("ibqueryerrors", "ibqueryerrors", timeout_s=300),
-)
+# The probes themselves live in cluster_tool.probes; they are named here too for the callers of
+# their former home.
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -108,7 +57,7 @@ def composite_script(probes: Iterable[Probe], token: str | None = None) -> tuple
     for probe in probes:
         if not _NAME.match(probe.name):
             raise ValueError(f"bad probe name {probe.name!r}")
-        lines.append(f"run {probe.name} {int(probe.timeout_s)} {shlex.quote(probe.command)} &")
+        lines.append(f"run {probe.name} {int(probe.timeout_s)} {shlex.quote(probe.command())} &")
     lines.append("wait")
     names = " ".join(p.name for p in probes)
     lines += [

@@ -13,6 +13,8 @@ from cluster_tool.checks.node import expectations_for
 from cluster_tool.drains import Owner, health_reason, may_lift, workflow_reason
 from cluster_tool.fabric.plan import cabling_plan, switch_links
 from cluster_tool.findings import Finding
+from cluster_tool.probes import ProbeOutput
+from cluster_tool.probes import Shell as Probe
 from cluster_tool.remote.fanout import (
     HostResult,
     LocalTransport,
@@ -23,7 +25,7 @@ from cluster_tool.remote.fanout import (
     save_capture,
 )
 from cluster_tool.remote.node_check import slurm_health_action
-from cluster_tool.remote.probes import Probe, ProbeOutput, composite_script, split_output
+from cluster_tool.remote.probes import composite_script, split_output
 from cluster_tool.remote.validate import junit_xml, run_validate
 from cluster_tool.slurm import NodeState
 from cluster_tool.spec import load_spec

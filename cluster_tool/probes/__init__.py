@@ -1,0 +1,77 @@
+"""Probes: each a read-only command on a node and how its output is read, in one class.
+
+A probe has pyinfra's fact shape (`command()` and `process(output)`, output as lines) without
+importing pyinfra, so `node-check` starts without it; `cluster_tool.remote.facts` runs probes
+through pyinfra. `process` calls the probe's pure parser in `cluster_tool.parsers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Probe", "ProbeOutput", "Shell", "lines"]
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    """What one probe printed, and how it ended (127: the tool is not installed)."""
+
+    rc: int
+    stdout: str
+    stderr: str = ""
+
+    @property
+    def not_installed(self) -> bool:
+        return self.rc in (126, 127)
+
+
+def lines(text: str) -> list[str]:
+    """`text` as a fact's output lines; `"\\n".join` gives the text back byte for byte."""
+    return text.split("\n")
+
+
+class Probe:
+    """One read-only command, the name its output is filed under, and its reader.
+
+    `check` is the finding id that answers for the probe when its tool is missing, fails or
+    prints something unreadable, `what` how that finding names it; `reads_failed_runs` says its
+    output is read even when the tool exits non-zero (DCGM's diag exits 1 on a failed test).
+    """
+
+    name: str
+    timeout_s: int = 120
+    check: str | None = None  # None: os.<name>
+    what: str | None = None  # None: the name
+    reads_failed_runs: bool = False
+
+    def command(self) -> str:
+        raise NotImplementedError
+
+    def process(self, output: list[str]) -> Any:
+        """The parsed record; the default is the text itself."""
+        return "\n".join(output)
+
+    @property
+    def check_id(self) -> str:
+        return self.check or f"os.{self.name}"
+
+    @property
+    def described(self) -> str:
+        return self.what or self.name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Shell(Probe):
+    """A probe made on the spot from a name and a command; its output is kept as text."""
+
+    def __init__(self, name: str, command: str, timeout_s: int = 120) -> None:
+        self.name, self._command, self.timeout_s = name, command, timeout_s
+
+    def command(self) -> str:
+        return self._command
+
+    def __repr__(self) -> str:
+        return f"Shell({self.name!r}, {self._command!r}, timeout_s={self.timeout_s})"
