@@ -2,6 +2,7 @@
 
 import sys
 import traceback
+from importlib import metadata
 from typing import Annotated
 
 import typer
@@ -9,7 +10,7 @@ import typer
 from cluster_tool import __version__, output
 from cluster_tool.commands import checks as checks_commands
 from cluster_tool.commands import gate as gate_commands
-from cluster_tool.commands import lab as lab_commands
+from cluster_tool.commands import history as history_commands
 from cluster_tool.commands import parse as parse_commands
 from cluster_tool.commands import plan as plan_commands
 from cluster_tool.commands import spec as spec_commands
@@ -52,12 +53,19 @@ _AREAS: tuple = (
     spec_commands,
     plan_commands,
     gate_commands,
-    lab_commands,
     checks_commands,
     workflow_commands,
+    history_commands,
 )
 for _module in _AREAS:
     _module.register(app)
+
+# Areas another distribution adds when it is installed: each entry point of this group names a
+# `register(app)` (the lab's `lab` command comes from cluster-tool-lab, the `[lab]` extra).
+# Without it, `cluster-tool lab` is an unknown command; the product never imports the lab.
+EXTRA_AREAS_GROUP = "cluster_tool.commands"
+for _entry in metadata.entry_points(group=EXTRA_AREAS_GROUP):
+    _entry.load()(app)
 
 
 def main(argv: list[str] | None = None) -> int:
