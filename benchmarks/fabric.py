@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
-from cluster_tool.checks.fabric import check_fabric, plan_for
-from cluster_tool.fabric.plan import cabling_plan, switch_links
+from cluster_tool.checks.fabric import check_fabric
+from cluster_tool.fabric.plan import cabling_plan, plan_for, switch_links
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
 from cluster_tool.spec.loader import load_spec_text
 from tests.unit.checks.fabric_text import FabricText

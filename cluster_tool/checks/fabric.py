@@ -11,19 +11,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from cluster_tool.fabric.plan import CablingRow, SwitchLink, cabling_plan, leaves, switch_links
+from cluster_tool.fabric.plan import CablingRow, FabricPlan, plan_for
 from cluster_tool.findings import Finding, Severity
 from cluster_tool.parsers.ibcounters import IbQueryErrors, PerfCounters
 from cluster_tool.parsers.ibnetdiscover import CA, SWITCH, Fabric
 from cluster_tool.spec.models import LANE_RATE_GBPS, WIDTH_LANES, Cluster
 
 __all__ = [
-    "FabricPlan",
     "PortLocation",
     "check_counters",
     "check_fabric",
-    "nodes_on_switch",
-    "plan_for",
 ]
 
 
@@ -38,42 +35,6 @@ class PortLocation:
 
     def __str__(self) -> str:
         return f"{self.switch} port {self.port}"
-
-
-@dataclass(frozen=True)
-class FabricPlan:
-    """What the fabric should be: HCA rows, leaf-spine links, and the switches they name."""
-
-    rows: tuple[CablingRow, ...]
-    links: tuple[SwitchLink, ...]
-    leaf_of: dict[str, tuple[int, int]]  # leaf name -> (su, rail)
-    spines: frozenset[str]
-
-
-def plan_for(
-    cluster: Cluster,
-    rows: Sequence[CablingRow] | None = None,
-    links: Sequence[SwitchLink] | None = None,
-) -> FabricPlan:
-    """The plan from the spec, or from rendered `cabling.csv` / `switch-links.csv` rows."""
-    rows = list(rows) if rows is not None else cabling_plan(cluster)
-    links = list(links) if links is not None else switch_links(cluster)
-    leaf_of = {leaf.name: (leaf.su, leaf.rail) for leaf in leaves(cluster)}
-    for row in rows:  # a hand-edited cabling.csv may name leaves the spec does not derive
-        leaf_of.setdefault(row.leaf, (row.su, row.rail))
-    spines = frozenset(link.spine for link in links)
-    return FabricPlan(tuple(rows), tuple(links), leaf_of, spines)
-
-
-def nodes_on_switch(plan: FabricPlan, switch: str) -> list[str]:
-    """GPU nodes with a cable on `switch` (a leaf: its SU's nodes on that rail; a spine:
-    every node whose leaf uplinks to it), in plan order; [] for a switch not in the plan."""
-    leaves = {switch} | {link.leaf for link in plan.links if link.spine == switch}
-    seen: dict[str, None] = {}
-    for row in plan.rows:
-        if row.leaf in leaves:
-            seen.setdefault(row.node)
-    return list(seen)
 
 
 def _expected_links(cluster: Cluster) -> dict[str | None, tuple[int, str]]:

@@ -88,8 +88,8 @@ def fabric_check(
     json_out: JsonOpt = False,
 ) -> int:
     """The discovered fabric against the plan: exit 0 when no error finding, 1 otherwise."""
-    from cluster_tool.checks.fabric import check_fabric, plan_for
-    from cluster_tool.fabric.plan import read_cabling_csv, read_switch_links_csv
+    from cluster_tool.checks.fabric import check_fabric
+    from cluster_tool.fabric.plan import plan_for, read_cabling_csv, read_switch_links_csv
     from cluster_tool.findings import Report
     from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery

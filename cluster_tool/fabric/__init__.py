@@ -1,7 +1,9 @@
 """The one model of the fabric: how every HCA and switch is cabled, and the views of it.
 
     plan.py       the cabling plan (`cabling.csv`, `switch-links.csv`): node HCA -> leaf port,
-                  leaf up-port -> spine port, from the spec or read back from the rendered files
+                  leaf up-port -> spine port, from the spec or read back from the rendered
+                  files; `FabricPlan` holds both as one value
+    topology.py   where nodes sit (SU, leaf per rail, spines per leaf): the gate's view
 
 Checks, the gate, the run record, the report and the lab read these; none rebuilds its own.
 """

@@ -2,13 +2,15 @@
 
 SuperPOD rule: in SU s, node i's rail-r HCA goes to leaf (s, r), down-port i; a leaf's
 up-ports (those after the SU's down-ports) go round-robin over the spines, so each spine
-gets the same number of links from every leaf.
+gets the same number of links from every leaf. `FabricPlan` holds both tables as the one
+value the wiring check, the gate's topology and the run record's link matrix are read from.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -112,6 +114,44 @@ def switch_links(cluster: Cluster) -> list[SwitchLink]:
                 )
             )
     return links
+
+
+# --- the plan as one value --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FabricPlan:
+    """What the fabric should be: HCA rows, leaf-spine links, and the switches they name."""
+
+    rows: tuple[CablingRow, ...]
+    links: tuple[SwitchLink, ...]
+    leaf_of: dict[str, tuple[int, int]]  # leaf name -> (su, rail)
+    spines: frozenset[str]
+
+
+def plan_for(
+    cluster: Cluster,
+    rows: Sequence[CablingRow] | None = None,
+    links: Sequence[SwitchLink] | None = None,
+) -> FabricPlan:
+    """The plan from the spec, or from rendered `cabling.csv` / `switch-links.csv` rows."""
+    rows = list(rows) if rows is not None else cabling_plan(cluster)
+    links = list(links) if links is not None else switch_links(cluster)
+    leaf_of = {leaf.name: (leaf.su, leaf.rail) for leaf in leaves(cluster)}
+    for row in rows:  # a hand-edited cabling.csv may name leaves the spec does not derive
+        leaf_of.setdefault(row.leaf, (row.su, row.rail))
+    return FabricPlan(tuple(rows), tuple(links), leaf_of, frozenset(link.spine for link in links))
+
+
+def nodes_on_switch(plan: FabricPlan, switch: str) -> list[str]:
+    """GPU nodes with a cable on `switch` (a leaf: its SU's nodes on that rail; a spine:
+    every node whose leaf uplinks to it), in plan order; [] for a switch not in the plan."""
+    cabled = {switch} | {link.leaf for link in plan.links if link.spine == switch}
+    seen: dict[str, None] = {}
+    for row in plan.rows:
+        if row.leaf in cabled:
+            seen.setdefault(row.node)
+    return list(seen)
 
 
 # --- CSV -------------------------------------------------------------------------------

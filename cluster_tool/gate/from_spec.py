@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cluster_tool.errors import UsageError
-from cluster_tool.fabric.plan import cabling_plan, switch_links
+from cluster_tool.fabric.plan import plan_for
+from cluster_tool.fabric.topology import Topology
 from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.thresholds import COLLECTIVES, Thresholds, profile_from_node_profile
-from cluster_tool.gate.topology import Topology
 from cluster_tool.spec import Cluster
 
 
@@ -56,7 +56,7 @@ def gate_inputs(cluster: Cluster) -> GateInputs:
         bin_dir=tests.binary_dir,
         partition=partition,
     )
-    topology = Topology.from_plan(cabling_plan(cluster), switch_links(cluster))
+    topology = Topology.from_plan(plan_for(cluster))
     return GateInputs(
         nodes=[n.name for n in nodes],
         thresholds=Thresholds(gate_profile, min_fraction=limits.busbw_fraction),

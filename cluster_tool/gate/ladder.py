@@ -13,6 +13,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.drains import gate_reason
+from cluster_tool.fabric.topology import Topology
 from cluster_tool.findings import Finding, Report
 from cluster_tool.gate.classify import GdrUse, gdr_findings
 from cluster_tool.gate.evaluate import JobOutcome, evaluate_job
@@ -35,7 +36,6 @@ from cluster_tool.gate.plan import (
 from cluster_tool.gate.rungs import RUNG_NAMES
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Rung, Thresholds
-from cluster_tool.gate.topology import Topology
 from cluster_tool.gate.verdict import (
     DrainPlan,
     NodeVerdict,

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cluster_tool.fabric.topology import Topology
 from cluster_tool.gate.localize import PairResult
 from cluster_tool.gate.plan import GateJob, NcclTestParams, Step, pair_rotation
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Expectation, GateProfile, Rung, Thresholds
-from cluster_tool.gate.topology import Topology
 from cluster_tool.slurm import JobState, NodeState, SlurmError
 
 # A simulated job: an all_reduce sweep to 16 GiB takes a few minutes with allocation and NCCL

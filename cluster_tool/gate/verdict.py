@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tool.drains import gate_reason
+from cluster_tool.fabric.topology import Topology
 from cluster_tool.findings import Finding
 from cluster_tool.gate.localize import Localisation, PairResult
 from cluster_tool.gate.thresholds import Expectation
-from cluster_tool.gate.topology import Topology
 from cluster_tool.slurm import Slurm
 
 

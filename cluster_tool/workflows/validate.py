@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_tool.checks.fabric import nodes_on_switch as fabric_nodes_on_switch
-from cluster_tool.checks.fabric import plan_for
 from cluster_tool.drains import PENDING_REASON, workflow_reason
 from cluster_tool.errors import UsageError
+from cluster_tool.fabric.plan import nodes_on_switch as fabric_nodes_on_switch
+from cluster_tool.fabric.plan import plan_for
 from cluster_tool.findings import Finding
 from cluster_tool.nodes import select_gpu_nodes
 from cluster_tool.slurm import SlurmAdmin, SlurmError

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tool.checks.fabric import check_fabric, nodes_on_switch, plan_for
-from cluster_tool.fabric.plan import cabling_plan, switch_links
+from cluster_tool.checks.fabric import check_fabric
+from cluster_tool.fabric.plan import cabling_plan, nodes_on_switch, plan_for, switch_links
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover

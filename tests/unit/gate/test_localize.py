@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from cluster_tool.fabric.topology import Topology
 from cluster_tool.gate.localize import (
     DEFAULT_RETESTS,
     Localisation,
@@ -15,7 +16,6 @@ from cluster_tool.gate.localize import (
 )
 from cluster_tool.gate.simulate import NodeFault, SimulatedFleet, plant_fleet, simulate
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds
-from cluster_tool.gate.topology import Topology
 from cluster_tool.gate.verdict import localisation_findings, plan_drains
 
 EXP = Thresholds(GateProfile(), min_fraction=0.9).expect(Rung.PAIRS)

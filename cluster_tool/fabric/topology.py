@@ -1,4 +1,4 @@
-"""Where nodes sit on the fabric (SU, leaf per rail, spines per leaf), from the cabling plan.
+"""Where nodes sit on the fabric (SU, leaf per rail, spines per leaf): the gate's view of the plan.
 
 The gate needs it twice: to prefer pairs that cross SUs, and to name the leaf/spine hops
 between two nodes that fail only together.
@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.fabric.plan import FabricPlan
 
 
 @dataclass(frozen=True)
@@ -24,19 +25,18 @@ class Topology:
     spines_of: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @classmethod
-    def from_plan(cls, cabling: Iterable[Any], switch_links: Iterable[Any] = ()) -> Topology:
-        """From cabling rows (node,hca,gpu,rail,su,leaf,leaf_port) and leaf–spine links."""
+    def from_plan(cls, plan: FabricPlan) -> Topology:
+        """From the plan's cabling rows and leaf–spine links."""
         su_of: dict[str, int] = {}
         leaf_of: dict[tuple[str, int], str] = {}
         hca_of: dict[tuple[str, int], str] = {}
-        for row in cabling:
-            rail = int(row.rail)
-            su_of[str(row.node)] = int(row.su)
-            leaf_of[(str(row.node), rail)] = str(row.leaf)
-            hca_of[(str(row.node), rail)] = str(row.hca)
+        for row in plan.rows:
+            su_of[row.node] = row.su
+            leaf_of[(row.node, row.rail)] = row.leaf
+            hca_of[(row.node, row.rail)] = row.hca
         spines: dict[str, set[str]] = defaultdict(set)
-        for link in switch_links:
-            spines[str(link.leaf)].add(str(link.spine))
+        for link in plan.links:
+            spines[link.leaf].add(link.spine)
         return cls(su_of, leaf_of, hca_of, {k: frozenset(v) for k, v in spines.items()})
 
     def rails_of(self, node: str) -> list[int]:
