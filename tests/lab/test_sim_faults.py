@@ -30,10 +30,10 @@ def prepare(lab: LabHandle) -> None:
     """What part 2 needs from the lab: the simulator packages in the lab repository, the
     sysfs trees mounted at node boot (`lab up` writes them; a node booted without one is
     power-cycled), then the packages installed as the roles would."""
-    from cluster_tool.lab import lifecycle
-    from cluster_tool.lab import model as hw
-    from cluster_tool.lab.sim.packages import publish_to_lab_repo
-    from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees
+    from cluster_lab import lifecycle
+    from cluster_lab import model as hw
+    from cluster_lab.sim.packages import publish_to_lab_repo
+    from cluster_lab.sim.sysfs import write_all_sysfs_trees
 
     config = lab.config
     publish_to_lab_repo(config)  # type: ignore[arg-type]
@@ -57,7 +57,7 @@ def prepare(lab: LabHandle) -> None:
 def sim(lab: LabHandle) -> Iterator[LabHandle]:
     prepare(lab)
     yield lab
-    from cluster_tool.lab.faults import heal_faults
+    from cluster_lab.live_faults import heal_faults
 
     heal_faults(lab.config)  # type: ignore[arg-type]
 
@@ -69,14 +69,14 @@ def _ssh_ok(lab: LabHandle, node: str, command: str, timeout: float = 120) -> st
 
 
 def _inject(lab: LabHandle, kind: str, *args: object, **options: object) -> str:
-    from cluster_tool.lab.faults import inject_fault
+    from cluster_lab.faults import inject_fault
 
     record = inject_fault(lab.config, kind, *args, **options)  # type: ignore[arg-type]
     return str(record["id"])
 
 
 def _heal(lab: LabHandle, fault_id: str) -> None:
-    from cluster_tool.lab.faults import heal_faults
+    from cluster_lab.live_faults import heal_faults
 
     heal_faults(lab.config, fault_id)  # type: ignore[arg-type]
 
@@ -189,7 +189,7 @@ def test_slow_node_lowers_two_node_busbw_and_heals(sim: LabHandle) -> None:
 
 
 def test_faults_are_listed_in_lab_status_json(sim: LabHandle) -> None:
-    from cluster_tool.lab import lifecycle
+    from cluster_lab import lifecycle
 
     fault = _inject(sim, "gpu-hot", "gpu001", 2, 95)
     try:

@@ -1,0 +1,465 @@
+"""The device simulator packages: .debs under the vendors' package names and versions, whose
+payload is the simulator (this package, vendored) behind the vendors' executables.
+
+Built on the lab host with `dpkg-deb`; the lab publishes them in its apt repository, so the
+roles install them exactly as they would install NVIDIA's, Mellanox's or DCGM's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cluster_tool.errors import ClusterToolError
+
+if TYPE_CHECKING:
+    from cluster_lab.config import LabConfig
+
+SIM_SOURCE = Path(__file__).resolve().parent
+REPO_ROOT = SIM_SOURCE.parents[1]
+# Where the payload keeps the vendored simulator inside a node.
+LIB_DIR = "usr/lib/cluster-tool-lab"
+VENDORED_AS = "labsim"
+# Modules of this package that are host-side only and never go into a node.
+HOST_ONLY = {"packages.py"}
+
+# Timestamp of every file in the packages (reproducible builds): 2024-01-01T00:00:00Z.
+BUILD_EPOCH = 1_704_067_200
+
+DRIVER_BRANCH = "550"
+DRIVER_VERSION = "550.127.08-1"
+
+# Package name -> version, as the roles pin them (roles/*/vars/Debian_12.yml, defaults/).
+DEFAULT_VERSIONS: dict[str, str] = {
+    "nvidia-open-kernel-dkms": DRIVER_VERSION,
+    "nvidia-driver-cuda": DRIVER_VERSION,
+    "nvidia-persistenced": DRIVER_VERSION,
+    f"nvidia-fabricmanager-{DRIVER_BRANCH}": DRIVER_VERSION,
+    f"libnvidia-nscq-{DRIVER_BRANCH}": DRIVER_VERSION,
+    "datacenter-gpu-manager": "1:3.3.9",
+    "doca-ofed": "2.9.1-1",
+    # MFT, which DOCA-Host's doca-ofed profile brings (doca-host-basic is the one "without MFT"):
+    # the release the BlueField-3 mlxlink capture prints.
+    "mft": "4.30.1-8",
+    "libnccl2": "2.21.5-1+cuda12.4",
+    "libnccl-dev": "2.21.5-1+cuda12.4",
+    "nccl-rdma-sharp-plugins": "2.7-1",
+    "nccl-tests": "2.13.11-1",
+}
+
+
+class PackageBuildError(ClusterToolError):
+    """dpkg-deb is missing or refused a package."""
+
+
+@dataclass
+class SimPackage:
+    """One simulator package: what it is called, what it simulates, which files it carries."""
+
+    name: str
+    summary: str
+    # Executables: path in the node -> simulated tool name (the dispatch key in sim.cli).
+    tools: dict[str, str] = field(default_factory=dict)
+    # Init scripts: service name -> the simulated daemon's executable (a tool in `tools`).
+    services: dict[str, str] = field(default_factory=dict)
+    # Plain files: path in the node -> content.
+    files: dict[str, str] = field(default_factory=dict)
+    carries_simulator: bool = False
+    # One-shot boot scripts: init script name -> what `start` runs (enabled at install).
+    boot_scripts: dict[str, str] = field(default_factory=dict)
+    postinst: str = ""
+    # Real Debian packages the vendor's package would bring along (in the lab repository).
+    depends: tuple[str, ...] = ()
+
+
+# Where the package puts the binaries (nccl_tests_package_bin_dir); the nccl_tests role links
+# them into /opt/nccl-tests/build, where the gate's job scripts run them.
+NCCL_TESTS_DIR = "usr/bin"
+_NCCL_TESTS = ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf")
+
+# nvidia-persistenced.service as Ubuntu's nvidia-compute-utils-<branch> package ships it.
+PERSISTENCED_UNIT = """\
+[Unit]
+Description=NVIDIA Persistence Daemon
+Wants=syslog.target
+StopWhenUnneeded=true
+Before=systemd-backlight@backlight:nvidia_0.service
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
+"""
+
+_INIT = """#!/bin/sh
+### BEGIN INIT INFO
+# Provides:          {service}
+# Required-Start:    $remote_fs
+# Required-Stop:     $remote_fs
+# Default-Start:     2 3 4 5
+# Default-Stop:      0 1 6
+# Short-Description: {service} (cluster-tool lab simulator)
+### END INIT INFO
+# The lab's nodes run SysV init: start-stop-daemon keeps the pidfile the status check reads.
+PIDFILE=/run/{service}.pid
+ACTION="$1"
+# A package that ships a systemd unit starts its daemon as systemd would: the unit's ExecStart
+# as the drop-ins in /etc/systemd/system/<unit>.d/*.conf override it, in name order (an empty
+# ExecStart= clears it), so a role's drop-in takes effect here as on a real node.
+COMMAND={daemon}
+UNIT=/lib/systemd/system/{service}.service
+if [ -f "$UNIT" ]; then
+  for f in "$UNIT" /etc/systemd/system/{service}.service.d/*.conf; do
+    [ -f "$f" ] || continue
+    while IFS= read -r line; do
+      case "$line" in ExecStart=*) COMMAND="${{line#ExecStart=}}" ;; esac
+    done < "$f"
+  done
+fi
+set -f
+# shellcheck disable=SC2086  # the command line splits into words, as systemd splits it
+set -- $COMMAND
+set +f
+DAEMON="$1"
+[ $# -gt 0 ] && shift
+case "$ACTION" in
+  start)
+    start-stop-daemon --start --quiet --oknodo --background --make-pidfile \\
+      --pidfile "$PIDFILE" --startas "$DAEMON" -- "$@" ;;
+  stop)
+    start-stop-daemon --stop --quiet --pidfile "$PIDFILE" --remove-pidfile --oknodo ;;
+  restart|force-reload)
+    "$0" stop; "$0" start ;;
+  status)
+    start-stop-daemon --status --pidfile "$PIDFILE"; rc=$?
+    [ $rc -eq 0 ] && echo "{service} is running" || echo "{service} is not running"
+    exit $rc ;;
+  *)
+    echo "Usage: $0 {{start|stop|restart|status}}" >&2; exit 3 ;;
+esac
+"""
+
+_BOOT = """#!/bin/sh
+### BEGIN INIT INFO
+# Provides:          {name}
+# Required-Start:    $remote_fs
+# Required-Stop:
+# Default-Start:     2 3 4 5
+# Default-Stop:
+# Short-Description: {name} (cluster-tool lab simulator, runs once at boot)
+### END INIT INFO
+case "$1" in
+  start)
+{body}    ;;
+  stop|restart|force-reload|status) ;;
+  *)
+    echo "Usage: $0 {{start|stop|restart|status}}" >&2; exit 3 ;;
+esac
+"""
+
+# What udev's coldplug (the PCI devices' modaliases) and systemd-modules-load do at every boot
+# on a real node: the driver's modules load, then whatever /etc/modules-load.d/ names
+# (nvidia_peermem in peermem mode). Loaded modules are gone after a reboot in the lab too.
+_LOAD_MODULES_AT_BOOT = """    for m in nvidia nvidia_uvm nvidia_modeset; do
+      /usr/local/sbin/modprobe "$m" || true
+    done
+    for f in /etc/modules /etc/modules-load.d/*.conf; do
+      [ -f "$f" ] || continue
+      sed -e 's/#.*//' "$f" | while read -r m _; do
+        [ -n "$m" ] && { /usr/local/sbin/modprobe "$m" || true; }
+      done
+    done
+"""
+
+_WRAPPER = """#!/usr/bin/python3
+# cluster-tool lab simulator of `{tool}`: answers from the lab's hardware model.
+import os
+import sys
+
+# The simulator lives {depth} levels up, under {lib} (also when the package is unpacked
+# somewhere else to look at it).
+# realpath: the nccl_tests role runs us through links in /opt/nccl-tests/build.
+root = os.path.dirname(os.path.realpath(__file__))
+for _ in range({depth}):
+    root = os.path.dirname(root)
+sys.path.insert(0, os.path.join(root, "{lib}"))
+from {pkg}.cli import main  # noqa: E402
+
+sys.exit(main("{tool}", sys.argv[1:]))
+"""
+
+_MODULES_README = """The NVIDIA kernel modules of the cluster-tool lab are simulated.
+
+A lab node shares the host's kernel, so nothing can really be loaded, and /proc and /sys
+are the host's. The convention (documented in cluster_lab/sim/README.md):
+- /usr/local/sbin/modprobe loads a simulated module by recording it under
+  /run/cluster-tool-lab/modules/ (a tmpfs: gone after a reboot, like a loaded module);
+  other modules go to the real /usr/sbin/modprobe;
+- /usr/local/sbin/lsmod lists the simulated modules that are loaded and that the lab's
+  hardware model still has (a module-missing fault takes one away), then the kernel's;
+- /usr/local/bin/dmesg shows the node's simulated kernel log (driver load lines, Xids);
+- the loaded modules show in /proc/driver/nvidia/version and /sys/module/<module>/: the
+  simulated tools bind-mount a tree kept under /run/cluster-tool-lab/kernel/ over
+  /proc/driver and /sys/module in the node's own mount namespace, and the simulated
+  nvidia-persistenced keeps it in step with the lab model.
+"""
+
+
+def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
+    driver_doc = "/usr/share/doc/cluster-tool-lab/MODULES"
+    return [
+        SimPackage(
+            "nvidia-open-kernel-dkms",
+            "NVIDIA open GPU kernel modules (simulated: modprobe/lsmod/dmesg shims)",
+            tools={
+                "usr/local/sbin/modprobe": "modprobe",
+                "usr/local/sbin/lsmod": "lsmod",
+                "usr/local/bin/dmesg": "dmesg",
+                # The node's PCI bus (GPUs and HCAs with their PCIe links), before pciutils'.
+                "usr/local/bin/lspci": "lspci",
+            },
+            files={driver_doc: _MODULES_README},
+            carries_simulator=True,
+            boot_scripts={"nvidia-kernel-modules": _LOAD_MODULES_AT_BOOT},
+            # As udev would on real hardware, the modules load when the driver lands.
+            postinst="/usr/local/sbin/modprobe nvidia || true\n"
+            "/usr/local/sbin/modprobe nvidia_uvm || true\n"
+            "/usr/local/sbin/modprobe nvidia_peermem || true\n",
+        ),
+        SimPackage(
+            "nvidia-driver-cuda",
+            "NVIDIA driver CUDA user space and nvidia-smi (simulated)",
+            tools={"usr/bin/nvidia-smi": "nvidia-smi"},
+            carries_simulator=True,
+        ),
+        SimPackage(
+            "nvidia-persistenced",
+            "NVIDIA persistence daemon (simulated: keeps the module view in step with the lab)",
+            tools={"usr/bin/nvidia-persistenced": "nvidia-persistenced"},
+            services={"nvidia-persistenced": "/usr/bin/nvidia-persistenced"},
+            # Ubuntu's unit (nvidia-compute-utils-<branch>): persistence mode off until a
+            # drop-in says otherwise.
+            files={"/lib/systemd/system/nvidia-persistenced.service": PERSISTENCED_UNIT},
+            carries_simulator=True,
+        ),
+        SimPackage(
+            f"nvidia-fabricmanager-{branch}",
+            "NVIDIA NVSwitch fabric manager (simulated)",
+            tools={"usr/bin/nv-fabricmanager": "nv-fabricmanager"},
+            services={"nvidia-fabricmanager": "/usr/bin/nv-fabricmanager"},
+            carries_simulator=True,
+        ),
+        SimPackage(
+            f"libnvidia-nscq-{branch}",
+            "NVSwitch configuration and query library (simulated: no payload)",
+        ),
+        SimPackage(
+            "datacenter-gpu-manager",
+            "NVIDIA DCGM: dcgmi diag (simulated) and nv-hostengine",
+            tools={"usr/bin/dcgmi": "dcgmi", "usr/bin/nv-hostengine": "nv-hostengine"},
+            services={"nvidia-dcgm": "/usr/bin/nv-hostengine"},
+            carries_simulator=True,
+        ),
+        SimPackage(
+            "doca-ofed",
+            "NVIDIA DOCA-OFED (simulated: the HCAs come from the lab's sysfs tree)",
+            tools={"usr/sbin/openibd-lab": "openibd"},
+            services={"openibd": "/usr/sbin/openibd-lab"},
+            carries_simulator=True,
+            # DOCA's profile brings its builds of these (the lab has Debian's) and MFT.
+            depends=("infiniband-diags", "rdma-core", "ibverbs-utils", "mft"),
+        ),
+        SimPackage(
+            "mft",
+            "NVIDIA Firmware Tools: mlxlink (simulated from the lab's cables)",
+            tools={"usr/bin/mlxlink": "mlxlink"},
+            carries_simulator=True,
+        ),
+        SimPackage("libnccl2", "NCCL runtime (simulated: nccl-tests carry the model)"),
+        SimPackage("libnccl-dev", "NCCL headers (simulated: no payload)"),
+        SimPackage("nccl-rdma-sharp-plugins", "NCCL RDMA/SHARP network plugin (simulated)"),
+        SimPackage(
+            "nccl-tests",
+            "nccl-tests benchmarks (simulated from the lab's hardware model)",
+            tools={f"{NCCL_TESTS_DIR}/{t}": t for t in _NCCL_TESTS},
+            carries_simulator=True,
+        ),
+    ]
+
+
+def _control(pkg: SimPackage, version: str) -> str:
+    return (
+        f"Package: {pkg.name}\n"
+        f"Version: {version}\n"
+        "Architecture: amd64\n"
+        "Maintainer: cluster-tool lab <lab@cluster-tool.invalid>\n"
+        f"Depends: {', '.join(('python3', *pkg.depends))}\n"
+        "Section: misc\n"
+        "Priority: optional\n"
+        f"Description: {pkg.summary}\n"
+        " Built by the cluster-tool lab under the vendor's name and version; the tools\n"
+        " answer from the lab's hardware model at /run/lab-model/model.json.\n"
+    )
+
+
+def _vendor(root: Path, package: str) -> None:
+    """Copy the simulator modules (stdlib only) into the payload as package `labsim`, in a
+    directory of the package's own (dpkg refuses two packages owning one file)."""
+    dest = root / LIB_DIR / package / VENDORED_AS
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in sorted(SIM_SOURCE.glob("*.py")):
+        if src.name not in HOST_ONLY:
+            shutil.copy2(src, dest / src.name)
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> Path:
+    root = work / pkg.name
+    (root / "DEBIAN").mkdir(parents=True)
+    _write(root / "DEBIAN" / "control", _control(pkg, version), 0o644)
+    # The simulated tools report the versions of what is installed (nvidia-smi's driver
+    # version is the driver package's, as the roles' version checks expect).
+    _write(root / LIB_DIR / "versions" / pkg.name, version + "\n", 0o644)
+    if pkg.carries_simulator:
+        _vendor(root, pkg.name)
+    for path, tool in pkg.tools.items():
+        depth = path.count("/")
+        lib = f"{LIB_DIR}/{pkg.name}"
+        text = _WRAPPER.format(tool=tool, lib=lib, pkg=VENDORED_AS, depth=depth)
+        _write(root / path, text, 0o755)
+    for service, daemon in pkg.services.items():
+        _write(
+            root / "etc" / "init.d" / service, _INIT.format(service=service, daemon=daemon), 0o755
+        )
+    for path, text in pkg.files.items():
+        _write(root / path.lstrip("/"), text, 0o644)
+    postinst = pkg.postinst
+    for name, body in pkg.boot_scripts.items():
+        _write(root / "etc" / "init.d" / name, _BOOT.format(name=name, body=body), 0o755)
+        postinst = f"update-rc.d {name} defaults >/dev/null 2>&1 || true\n" + postinst
+    if pkg.carries_simulator:
+        # Byte-compile once as root: jobs run the tools as users who cannot write the cache.
+        lib = f"/{LIB_DIR}/{pkg.name}/{VENDORED_AS}"
+        postinst = f"python3 -m compileall -q {lib} >/dev/null || true\n" + postinst
+        _write(root / "DEBIAN" / "prerm", f"#!/bin/sh\nset -e\nrm -rf {lib}/__pycache__\n", 0o755)
+    if postinst:
+        _write(root / "DEBIAN" / "postinst", "#!/bin/sh\nset -e\n" + postinst, 0o755)
+    if not any(p.is_file() for p in root.rglob("*") if "DEBIAN" not in p.parts):
+        # dpkg accepts an empty package, but a file list tells an operator what this is.
+        _write(root / "usr" / "share" / "doc" / pkg.name / "README.lab", pkg.summary + "\n", 0o644)
+    out = dest_dir / f"{pkg.name}_{version.split(':')[-1]}_amd64.deb"
+    dpkg_deb = shutil.which("dpkg-deb")
+    if dpkg_deb is None:
+        raise PackageBuildError("dpkg-deb not found: install dpkg to build the lab's packages")
+    # Reproducible: the same sources give the same bytes, so a rebuild under a running lab
+    # leaves its repository index valid (apt refuses a .deb whose size or hash changed).
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            os.utime(os.path.join(dirpath, name), (BUILD_EPOCH, BUILD_EPOCH))
+        os.utime(dirpath, (BUILD_EPOCH, BUILD_EPOCH))
+    built = work / out.name
+    done = subprocess.run(
+        [dpkg_deb, "--root-owner-group", "-Zgzip", "--build", str(root), str(built)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)},
+    )
+    if done.returncode != 0:
+        raise PackageBuildError(f"dpkg-deb failed for {pkg.name}: {done.stderr.strip()}")
+    if not (out.is_file() and out.read_bytes() == built.read_bytes()):
+        # Atomic: a node fetching from the repository never sees half a package.
+        tmp = out.with_name(f".{out.name}.tmp")
+        shutil.copyfile(built, tmp)
+        os.replace(tmp, out)
+    return out
+
+
+def _concrete(pattern: str) -> str:
+    """A version that satisfies an apt pin pattern ("2.9.1-*" -> "2.9.1-1")."""
+    return pattern.replace("*", "1")
+
+
+def role_pins(roles_dir: Path) -> dict[str, str]:
+    """Package name -> the version pattern the roles pin on Debian 12 (from their defaults)."""
+    import yaml
+
+    def defaults(role: str) -> dict[str, Any]:
+        path = roles_dir / role / "defaults" / "main.yml"
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+        return data or {}
+
+    pins: dict[str, str] = {}
+    driver = defaults("nvidia_driver")
+    if driver:
+        branch, version = str(driver["nvidia_driver_branch"]), str(driver["nvidia_driver_version"])
+        for name in (
+            "nvidia-open-kernel-dkms",
+            "nvidia-driver-cuda",
+            "nvidia-persistenced",
+            f"nvidia-fabricmanager-{branch}",
+            f"libnvidia-nscq-{branch}",
+        ):
+            pins[name] = f"{version}-*"
+    dcgm = defaults("dcgm")
+    if dcgm and str(dcgm.get("dcgm_major", 3)) == "3":
+        pins["datacenter-gpu-manager"] = f"1:{dcgm['dcgm_version']}"
+    doca = defaults("doca_ofed")
+    if doca:
+        pins["doca-ofed"] = f"{doca['doca_ofed_version']}-*"
+    nccl = defaults("nccl")
+    if nccl:
+        pins["libnccl2"] = pins["libnccl-dev"] = str(nccl["nccl_version"])
+        pins["nccl-rdma-sharp-plugins"] = str(nccl.get("nccl_plugin_version", "2.7-*"))
+    tests = defaults("nccl_tests")
+    if tests:
+        pins["nccl-tests"] = str(tests["nccl_tests_package_version"])
+    return pins
+
+
+def build_sim_packages(dest_dir: Path, versions: Mapping[str, str] | None = None) -> list[Path]:
+    """Build every simulator .deb into `dest_dir` (the lab's `repo/sim/`). Versions: what the
+    roles in this checkout pin, then `versions` (package name -> version) on top. Returns the
+    files."""
+    pinned = {name: _concrete(p) for name, p in role_pins(REPO_ROOT / "roles").items()}
+    chosen = {**DEFAULT_VERSIONS, **pinned, **(versions or {})}
+    # The driver branch names two packages: the caller's choice, else the roles', else ours.
+    branch = DRIVER_BRANCH
+    for source in (pinned, versions or {}):
+        for name in source:
+            if name.startswith("nvidia-fabricmanager-"):
+                branch = name.rsplit("-", 1)[1]
+    packages = _packages(branch)
+    chosen = {
+        n: v for n, v in chosen.items() if n in {p.name for p in packages} or n in (versions or {})
+    }
+    unknown = set(chosen) - {p.name for p in packages}
+    if unknown:
+        raise PackageBuildError(f"no simulator for package(s): {', '.join(sorted(unknown))}")
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    built = []
+    with tempfile.TemporaryDirectory(prefix="lab-sim-debs-") as tmp:
+        for pkg in packages:
+            built.append(build_package(pkg, chosen[pkg.name], dest_dir, Path(tmp)))
+    return built
+
+
+def publish_to_lab_repo(config: LabConfig, versions: Mapping[str, str] | None = None) -> list[Path]:
+    """Build the simulator packages into the lab repository's `sim/` and re-index it."""
+    from cluster_lab import repo
+
+    built = build_sim_packages(repo.sim_debs_dir(config), versions)
+    repo.reindex(config)
+    return built
