@@ -99,7 +99,7 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("gdr.mode", "health", "warning", "the other GPUDirect mode than the configured one is active"),
     ("nccl.env", "health", "error, warning", "/etc/nccl.conf differs from the rendered one"),
     ("os.kernel-log", "health", "error", "the kernel log could not be read"),
-    ("os.<probe>", "health", "error", "a probe without an id of its own failed"),
+    ("os.<name>", "health", "error", "a probe without an id of its own failed"),
     ("link.fec", "health", "error", "errors got past FEC on a compute HCA's link"),
     ("link.ber", "health", "warning", "raw BER above the warning threshold"),
     ("link.module-temp", "health", "warning", "the cable module runs hot"),

@@ -11,7 +11,7 @@ before any run emits it: a finding id is
 - the values of a dict bound to a name ending in CHECKS (`STEP_CHECKS`);
 - any other string literal that looks like an id of a health/fabric family
   (`gpu.driver` in a probe table, `nccl.wrong` handed to a helper, `nccl.pair` as a default,
-  `f"os.{probe}"` as a fallback), except the few literals below that are something else.
+  `f"os.{self.name}"` as a fallback), except the few literals below that are something else.
 The registry itself is not scanned: it would find every id it holds.
 """
 
@@ -56,7 +56,10 @@ def _id_values(node: ast.expr) -> list[str]:
             if isinstance(value, ast.Constant):
                 parts.append(str(value.value))
             elif isinstance(value, ast.FormattedValue):
-                parts.append(f"<{ast.unparse(value.value)}>")
+                # f"os.{self.name}" is the pattern os.<name>
+                named = value.value
+                word = named.attr if isinstance(named, ast.Attribute) else ast.unparse(named)
+                parts.append(f"<{word}>")
         return ["".join(parts)]
     return []
 
@@ -182,7 +185,7 @@ def test_the_collector_sees_ids_however_the_code_builds_them() -> None:
         "reimage.<step>",  # check=STEP_CHECKS.get(step, f"reimage.{step}")
         "nccl.wrong",  # fail(..., "nccl.wrong")
         "fabric.wrong-su",  # check, why = "fabric.wrong-su", ...
-        "os.<probe>",  # _PROBE_CHECK.get(probe, (f"os.{probe}", probe))
+        "os.<name>",  # Probe.check_id: self.check or f"os.{self.name}"
     } <= set(ids)
     assert not set(NOT_FINDING_IDS) & set(ids)
     assert not any(str(REGISTRY.relative_to(ROOT)) in where for where in ids.values())
