@@ -103,6 +103,12 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("link.fec", "health", "error", "errors got past FEC on a compute HCA's link"),
     ("link.ber", "health", "warning", "raw BER above the warning threshold"),
     ("link.module-temp", "health", "warning", "the cable module runs hot"),
+    # --- port counters as deltas and link flaps (checks/counters.py) --------------------------
+    ("link.flap", "fabric", "error", "a link went down while traffic ran, or again and again"),
+    ("link.errors", "fabric", "error", "error counters climbed faster than the per-hour limits"),
+    ("link.congestion", "fabric", "info, warning", "PortXmitWait climbed: congestion"),
+    ("link.counters-unknown", "fabric", "warning", "a counter reset or saturated between reads"),
+    ("link.downed-reboot", "fabric", "info", "LinkDowned of a rebooted node, not held against it"),
     # --- the nccl-tests gate (gate/) ----------------------------------------------------------
     ("nccl.single", "gate", "error", "a one-node job below its floor"),
     ("nccl.pair", "gate", "error", "the node fails the pairs rung with two partners"),

@@ -662,6 +662,45 @@ class HealthThresholds(StrictModel):
     ib_link_error_recovery_max: int = Field(
         5, ge=0, description="LinkErrorRecoveryCounter (default 5)."
     )
+    ib_symbol_errors_per_hour: float = Field(
+        10,
+        ge=0,
+        description="SymbolErrorCounter increase per port per hour while the run's traffic "
+        "ran, when counters are judged as deltas (default 10).",
+    )
+    ib_link_error_recovery_per_hour: float = Field(
+        0, ge=0, description="LinkErrorRecoveryCounter increase per port per hour (default 0)."
+    )
+    ib_link_downed_per_hour: float = Field(
+        0,
+        ge=0,
+        description="LinkDownedCounter increase per port per hour (default 0: a link that "
+        "went down while the traffic ran is a link.flap).",
+    )
+    ib_rcv_errors_per_hour: float = Field(
+        10, ge=0, description="PortRcvErrors increase per port per hour (default 10)."
+    )
+    ib_xmit_discards_per_hour: float = Field(
+        10, ge=0, description="PortXmitDiscards increase per port per hour (default 10)."
+    )
+    ib_buffer_overrun_per_hour: float = Field(
+        0,
+        ge=0,
+        description="ExcessiveBufferOverrunErrors increase per port per hour (default 0).",
+    )
+    ib_xmit_wait_warn_per_hour: float | None = Field(
+        None,
+        ge=0,
+        description="PortXmitWait (congestion, never an error) increase per port per hour "
+        "above which link.congestion is a warning; default none: reported as info only.",
+    )
+    ib_link_flaps_max: int = Field(
+        1,
+        ge=0,
+        description="Times one HCA port may go down in the node's kernel log (Link down, or "
+        "a Link up after a Link up) before it is a link.flap (default 1: a reboot, a re-seat "
+        "or a switch reboot is one).",
+    )
     ib_raw_ber_warn: float = Field(
         1e-12,
         gt=0,

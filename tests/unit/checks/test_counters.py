@@ -1,0 +1,234 @@
+"""Port counters judged as deltas between a snapshot before the run's traffic and one after,
+and link flaps from those deltas and from the kernel log. Figures are hand-counted; the cable
+names come from the lab spec's cabling plan (gpu003 mlx5_0 on su1-leaf-r0 port 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_tool.checks.counters import (
+    CounterSnapshot,
+    check_counter_deltas,
+    check_kernel_link_flaps,
+    drop_reboot_link_downs,
+    port_deltas,
+    snapshot,
+)
+from cluster_tool.checks.fabric import check_fabric
+from cluster_tool.fabric.plan import cabling_plan, switch_links
+from cluster_tool.findings import Finding
+from cluster_tool.parsers.ibcounters import IbQueryErrors, parse_ibqueryerrors
+from cluster_tool.parsers.ibnetdiscover import Fabric, parse_ibnetdiscover
+from cluster_tool.parsers.link_events import parse_link_events
+from cluster_tool.spec import load_spec
+from cluster_tool.spec.models import Cluster
+from tests.conftest import REPO
+from tests.unit.checks.fabric_text import FabricText
+
+LEAF = "MF0;su1-leaf-r0:MQM8700/U1"
+HOUR = 3600.0
+
+
+@pytest.fixture(scope="module")
+def lab() -> Cluster:
+    return load_spec(REPO / "examples" / "lab.yml")
+
+
+@pytest.fixture(scope="module")
+def fabric(lab: Cluster) -> Fabric:
+    text = FabricText.from_plan(cabling_plan(lab), switch_links(lab), speed="HDR")
+    text.model = "MQM8700"
+    return parse_ibnetdiscover(text.text())
+
+
+def ibqueryerrors(*lines: str, pma_failures: int = 0) -> IbQueryErrors:
+    """ibqueryerrors output with `lines` (`node|port|[Counter == n] ...`) and its summary."""
+    out = []
+    for line in lines:
+        node, port, counters = line.split("|")
+        head = f'Errors for 0x9c05910300000000 "{node}"' if node == LEAF else f'Errors for "{node}"'
+        out += [head, f"   GUID 0x9c05910300000000 port {port}: {counters}"]
+    out += [
+        "",
+        "## Summary: 45 nodes checked, 1 bad nodes found",
+        f"##          110 ports checked, {len(lines)} ports have errors beyond threshold",
+    ]
+    if pma_failures:
+        out.append(f"##          {pma_failures} PMA query failures")
+    return parse_ibqueryerrors("\n".join(out) + "\n")
+
+
+def snap(at: float, *lines: str) -> CounterSnapshot:
+    return snapshot(ibqueryerrors(*lines), at)
+
+
+def only(findings: list[Finding]) -> Finding:
+    assert len(findings) == 1, [f.message for f in findings]
+    return findings[0]
+
+
+def test_link_downs_of_a_reboot_before_the_snapshot_do_not_fail_the_node(
+    lab: Cluster, fabric: Fabric
+) -> None:
+    # gpu003 was power-cycled in the maintenance: the leaf end counted its link going down
+    # twice, and the HCA end (reset at boot) nothing. The run's traffic then changed nothing.
+    reading = (f"{LEAF}|3|[LinkDownedCounter == 2]",)
+    before, after = snap(0, *reading), snap(HOUR / 4, *reading)
+    assert check_counter_deltas(lab, fabric, before, after) == []
+    # Judged as an absolute count (today's rule), the same reading fails gpu003.
+    absolute = check_fabric(lab, fabric, counters=ibqueryerrors(*reading))
+    assert [(f.check, f.node, f.severity) for f in absolute] == [
+        ("fabric.errors", "gpu003", "error")
+    ]
+
+
+def test_a_link_that_went_down_during_the_traffic_is_a_flap_naming_its_cable(
+    lab: Cluster, fabric: Fabric
+) -> None:
+    before = snap(0, f"{LEAF}|3|[LinkDownedCounter == 2]")
+    after = snap(
+        HOUR / 4,
+        f"{LEAF}|3|[LinkDownedCounter == 5]",
+        "gpu003 mlx5_0|1|[LinkDownedCounter == 3]",
+    )
+    f = only(check_counter_deltas(lab, fabric, before, after))
+    assert (f.check, f.severity, f.node, f.component) == ("link.flap", "error", "gpu003", "mlx5_0")
+    assert f.message.startswith("gpu003 mlx5_0 ↔ su1-leaf-r0 port 3: the link went down")
+    assert f.message.endswith(
+        "and is up again now (at su1-leaf-r0 port 3: LinkDownedCounter +3; "
+        "at gpu003 mlx5_0: LinkDownedCounter +3, 15 min of traffic)"
+    )
+
+
+def test_error_counters_are_judged_per_hour_of_traffic(lab: Cluster, fabric: Fabric) -> None:
+    # SymbolErrorCounter's limit is 10 an hour: 30 minutes of traffic may add 5, not 6.
+    before = snap(0, f"{LEAF}|3|[SymbolErrorCounter == 100]")
+    five = snap(HOUR / 2, f"{LEAF}|3|[SymbolErrorCounter == 105]")
+    six = snap(HOUR / 2, f"{LEAF}|3|[SymbolErrorCounter == 106]")
+    assert check_counter_deltas(lab, fabric, before, five) == []
+    f = only(check_counter_deltas(lab, fabric, before, six))
+    assert (f.check, f.severity, f.node, f.component) == (
+        "link.errors",
+        "error",
+        "gpu003",
+        "mlx5_0",
+    )
+    assert f.observed == "at su1-leaf-r0 port 3: SymbolErrorCounter +6 (limit 10/h)"
+    # A port absent before (ibqueryerrors lists only ports above zero) read zero then.
+    fresh = snap(HOUR / 2, "gpu002 mlx5_3|1|[PortRcvErrors == 11] [PortXmitDiscards == 1]")
+    f = only(check_counter_deltas(lab, fabric, snap(0), fresh))
+    assert (f.check, f.node, f.component, f.observed) == (
+        "link.errors",
+        "gpu002",
+        "mlx5_3",
+        "at gpu002 mlx5_3: PortRcvErrors +11 (limit 10/h)",
+    )
+
+
+def test_a_counter_cleared_between_the_reads_is_unknown_never_negative(
+    lab: Cluster, fabric: Fabric
+) -> None:
+    before = snap(0, f"{LEAF}|3|[SymbolErrorCounter == 500] [LinkDownedCounter == 4]")
+    after = snap(HOUR, f"{LEAF}|3|[SymbolErrorCounter == 20] [LinkDownedCounter == 4]")
+    (delta,) = port_deltas(before, after)
+    assert delta.delta == {} and "SymbolErrorCounter" in delta.unknown
+    f = only(check_counter_deltas(lab, fabric, before, after))
+    assert (f.check, f.severity, f.node) == ("link.counters-unknown", "warning", "gpu003")
+    assert "read 20 after 500" in f.message
+
+
+def test_a_saturated_counter_counts_as_at_least_its_climb(lab: Cluster, fabric: Fabric) -> None:
+    # LinkErrorRecoveryCounter is 8 bits: it stops at 255. 250 -> 255 is at least 5 recoveries.
+    before = snap(0, "gpu003 mlx5_0|1|[LinkErrorRecoveryCounter == 250]")
+    after = snap(HOUR, "gpu003 mlx5_0|1|[LinkErrorRecoveryCounter == 255]")
+    f = only(check_counter_deltas(lab, fabric, before, after))
+    assert (f.check, f.observed) == (
+        "link.errors",
+        "at gpu003 mlx5_0: LinkErrorRecoveryCounter +at least 5 (limit 0/h)",
+    )
+    # Pinned at the maximum in both reads: nothing can be said, and the run says so.
+    stuck = snap(0, "gpu003 mlx5_0|1|[LinkErrorRecoveryCounter == 255]")
+    f = only(check_counter_deltas(lab, fabric, stuck, after))
+    assert (f.check, f.severity) == ("link.counters-unknown", "warning")
+
+
+def test_transmit_wait_is_congestion_never_an_error(lab: Cluster, fabric: Fabric) -> None:
+    before = snap(0, f"{LEAF}|3|[PortXmitWait == 1000]")
+    after = snap(HOUR, f"{LEAF}|3|[PortXmitWait == 5001000]")
+    f = only(check_counter_deltas(lab, fabric, before, after))
+    assert (f.check, f.severity) == ("link.congestion", "info")
+    assert f.observed == "at su1-leaf-r0 port 3: PortXmitWait +5000000"
+    strict = lab.model_copy(deep=True)
+    strict.thresholds.health.ib_xmit_wait_warn_per_hour = 1_000_000
+    f = only(check_counter_deltas(strict, fabric, before, after))
+    assert (f.check, f.severity) == ("link.congestion", "warning")
+
+
+def test_ports_one_read_could_not_answer_for_are_not_judged(lab: Cluster, fabric: Fabric) -> None:
+    # A PMA query failed in the second read: a port it does not list may not be zero.
+    before = snap(0, f"{LEAF}|3|[SymbolErrorCounter == 100]")
+    after = snapshot(ibqueryerrors(pma_failures=1), HOUR)
+    assert not after.complete
+    assert check_counter_deltas(lab, fabric, before, after) == []
+
+
+def test_the_snapshot_survives_the_run_record(lab: Cluster, fabric: Fabric) -> None:
+    before = snap(1700000000.5, f"{LEAF}|3|[LinkDownedCounter == 2] [PortXmitWait == 7]")
+    assert CounterSnapshot.from_json(before.to_json()) == before
+    with pytest.raises(ValueError, match="not a port counter snapshot"):
+        CounterSnapshot.from_json({"taken_at": "soon", "ports": []})
+
+
+def test_absolute_link_downs_of_a_rebooted_node_are_set_aside_only_for_it(
+    lab: Cluster, fabric: Fabric
+) -> None:
+    counters = ibqueryerrors(
+        f"{LEAF}|3|[LinkDownedCounter == 2]",  # gpu003 mlx5_0's leaf end
+        f"{LEAF}|2|[LinkDownedCounter == 1]",  # gpu002 mlx5_0's leaf end
+    )
+    kept, notes = drop_reboot_link_downs(lab, fabric, counters, rebooted={"gpu003"})
+    f = only(check_fabric(lab, fabric, counters=kept))
+    assert (f.check, f.node) == ("fabric.errors", "gpu002")
+    note = only(notes)
+    assert (note.check, note.severity, note.node, note.component) == (
+        "link.downed-reboot",
+        "info",
+        "gpu003",
+        "mlx5_0",
+    )
+    # Another counter on the rebooted node's cable is still judged.
+    dirty = ibqueryerrors(f"{LEAF}|3|[SymbolErrorCounter == 60] [LinkDownedCounter == 2]")
+    kept, _ = drop_reboot_link_downs(lab, fabric, dirty, rebooted={"gpu003"})
+    f = only(check_fabric(lab, fabric, counters=kept))
+    assert (f.check, f.node, f.observed) == ("fabric.errors", "gpu003", "SymbolErrorCounter 60")
+
+
+def test_a_port_that_goes_down_again_and_again_in_the_kernel_log_is_a_flap() -> None:
+    one_su = load_spec(REPO / "examples" / "h100-1su.yml")
+    node = one_su.gpu_nodes()[0]
+    assert node.profile is not None
+    rows = {(r.node, r.hca): r for r in cabling_plan(one_su)}
+    row = rows[(node.name, "mlx5_0")]  # 0000:18:00.0 ibp24s0 in the HGX profile
+    log = (
+        "[   20.5] mlx5_core 0000:18:00.0 ibp24s0: Link up\n"
+        "[ 3600.1] mlx5_core 0000:18:00.0 ibp24s0: Link down\n"
+        "[ 3601.9] mlx5_core 0000:18:00.0 ibp24s0: Link up\n"
+        "[ 7200.0] mlx5_core 0000:18:00.0 ibp24s0: Link up\n"  # a change the driver saw late
+        "[ 7300.0] mlx5_core 0000:29:00.0 enp41s0f0np0: Link down\n"  # storage NIC: not judged
+        "[ 7301.0] mlx5_core 0000:29:00.0 enp41s0f0np0: Link down\n"
+    )
+    events = parse_link_events(log)
+    h = one_su.thresholds.health
+    f = only(check_kernel_link_flaps(node.name, events, node.profile.compute_hcas, h, rows=rows))
+    assert (f.check, f.severity, f.node, f.component, f.observed) == (
+        "link.flap",
+        "error",
+        node.name,
+        "mlx5_0",
+        "down 2 times",
+    )
+    assert f.message.startswith(f"{node.name} mlx5_0 ↔ {row.leaf} port {row.leaf_port}: ")
+    assert "it is up now" in f.message
+    # One down and back (a reboot, a re-seat) is not a flap.
+    once = parse_link_events(log.split("\n", 3)[0] + "\n" + log.split("\n", 3)[1] + "\n")
+    assert check_kernel_link_flaps(node.name, once, node.profile.compute_hcas, h, rows=rows) == []
