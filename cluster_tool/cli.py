@@ -14,6 +14,7 @@ from cluster_tool.commands import history as history_commands
 from cluster_tool.commands import parse as parse_commands
 from cluster_tool.commands import plan as plan_commands
 from cluster_tool.commands import spec as spec_commands
+from cluster_tool.commands import versions as versions_commands
 from cluster_tool.commands import workflows as workflow_commands
 from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
 
@@ -56,6 +57,7 @@ _AREAS: tuple = (
     checks_commands,
     workflow_commands,
     history_commands,
+    versions_commands,
 )
 for _module in _AREAS:
     _module.register(app)

@@ -6,22 +6,37 @@ docs/compat.md lists the rules and says how to add a release.
 
 from __future__ import annotations
 
-from cluster_tool.compat.matrix import (
-    MATRIX_FILE,
-    EqualRule,
-    ExcludesRule,
-    Matrix,
-    MatrixError,
-    RangeRule,
-    RequiresRule,
-    Violation,
-    evaluate,
-    load_matrix,
-    matches,
-    numbers,
-    parse_matrix,
-)
-from cluster_tool.compat.spec import Pin, spec_pins, spec_problems
+from typing import Any
+
+# Loaded on first use: the version probe (cluster_tool.compat.probe) rides in every node-check,
+# which must not pay for the matrix's YAML and pydantic models.
+_FROM = {
+    "MATRIX_FILE": "matrix",
+    "EqualRule": "matrix",
+    "ExcludesRule": "matrix",
+    "Matrix": "matrix",
+    "MatrixError": "matrix",
+    "RangeRule": "matrix",
+    "RequiresRule": "matrix",
+    "Violation": "matrix",
+    "evaluate": "matrix",
+    "load_matrix": "matrix",
+    "matches": "matrix",
+    "numbers": "matrix",
+    "parse_matrix": "matrix",
+    "Pin": "spec",
+    "spec_pins": "spec",
+    "spec_problems": "spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FROM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_FROM[name]}"), name)
+
 
 __all__ = [
     "MATRIX_FILE",

@@ -8,8 +8,8 @@ Pure: text in, findings out. Collecting the text from the nodes is the probe's j
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from cluster_tool.compat.matrix import Matrix, Violation, evaluate, load_matrix
 from cluster_tool.compat.spec import spec_pins
@@ -24,14 +24,24 @@ HCA_MODELS = {"MT4129": "ConnectX-7", "MT4131": "ConnectX-8", "MT41692": "BlueFi
 
 _HCA_COMPONENTS = {"hca_model", "hca_firmware"}
 
+# What the roles install at exactly the spec's pin, so a node that runs another is drift. Slurm
+# is not here: with the default slurm_package_source the OS's own release is installed.
+_DRIFT = {"nvidia_driver": "NVIDIA driver", "doca": "DOCA-OFED", "nccl": "NCCL"}
+
+
+def _same(read: str, pin: str) -> bool:
+    """The node runs the pin: `2.9.1` pins 2.9.1 and its packaging revisions, whole otherwise."""
+    return read == pin or read.split("-")[0] == pin
+
 
 @dataclass(frozen=True)
 class Hca:
-    """One adapter as ibstat reports it."""
+    """One adapter as ibstat or sysfs reports it (PSID: the board's firmware image id)."""
 
     name: str
     model: str | None
     firmware: str | None
+    psid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,16 @@ class NodeVersions:
     nvidia_driver: str | None = None
     hcas: tuple[Hca, ...] = ()
     vbios: tuple[str | None, ...] = ()  # per GPU, in nvidia-smi's index order
+    # Matrix component -> what runs (kernel, fabricmanager, doca, nccl, sharp_plugin, slurm), and
+    # a few shown but not judged (mlx5_core, pyxis).
+    other: Mapping[str, str] = field(default_factory=dict)
+
+    def components(self) -> dict[str, str]:
+        """Every single-valued component read from the node, the driver included."""
+        read = dict(self.other)
+        if self.nvidia_driver is not None:
+            read["nvidia_driver"] = self.nvidia_driver
+        return read
 
 
 def read_node_versions(
@@ -73,19 +93,18 @@ def check_node_versions(
     pins = {component: pin.version for component, pin in spec_pins(cluster).items()}
     findings: list[Finding] = []
     for node in nodes:
-        read: dict[str, str] = {}
-        if node.nvidia_driver is not None:
-            read["nvidia_driver"] = node.nvidia_driver
-            if node.nvidia_driver != pins["nvidia_driver"]:
+        read = node.components()
+        for component in _DRIFT:
+            if component in read and not _same(read[component], pins[component]):
                 findings.append(
                     Finding(
                         check="version.drift",
                         node=node.node,
-                        component="nvidia_driver",
-                        expected=pins["nvidia_driver"],
-                        observed=node.nvidia_driver,
-                        message=f"{node.node} runs NVIDIA driver {node.nvidia_driver}; the "
-                        f"spec pins {pins['nvidia_driver']}",
+                        component=component,
+                        expected=pins[component],
+                        observed=read[component],
+                        message=f"{node.node} runs {_DRIFT[component]} {read[component]}; the "
+                        f"spec pins {pins[component]}",
                     )
                 )
         for violation in _node_rules(matrix, {**pins, **read}, set(read)):

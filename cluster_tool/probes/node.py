@@ -3,6 +3,7 @@ SSH and `node-check` runs on the node itself, each with the parser that reads it
 
 from __future__ import annotations
 
+from cluster_tool.compat.probe import Versions
 from cluster_tool.parsers.dcgmi import DcgmDiag, parse_dcgmi_diag
 from cluster_tool.parsers.ibstat import IbstatCa, parse_ibstat
 from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
@@ -209,4 +210,5 @@ HEALTH_PROBES: tuple[Probe, ...] = (
     NvlinkErrorCounters(),
     Mlxlink(),
     Lspci(),
+    Versions(),  # read by `cluster-tool versions` (cluster_tool.compat), not by check_node
 )
