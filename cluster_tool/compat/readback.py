@@ -29,6 +29,16 @@ _HCA_COMPONENTS = {"hca_model", "hca_firmware"}
 _DRIFT = {"nvidia_driver": "NVIDIA driver", "doca": "DOCA-OFED", "nccl": "NCCL"}
 
 
+# Read from every node, pinned by no spec field the roles install exactly: the one node on
+# another kernel or Slurm is worth a look before a maintenance window.
+_FLEET_ONLY = {
+    "kernel": "kernel",
+    "slurm": "Slurm",
+    "sharp_plugin": "the NCCL SHARP plugin",
+    "mlx5_core": "mlx5_core",
+}
+
+
 def _same(read: str, pin: str) -> bool:
     """The node runs the pin: `2.9.1` pins 2.9.1 and its packaging revisions, whole otherwise."""
     return read == pin or read.split("-")[0] == pin
@@ -153,8 +163,9 @@ def _incompatible(
 
 def check_fleet_outliers(nodes: Sequence[NodeVersions]) -> list[Finding]:
     """`version.outlier` (a warning) for each adapter or GPU whose firmware differs from what
-    most of its kind run across the fleet: the one adapter left on older firmware. When no
-    version is held by more than any other, the split itself is reported, naming no node."""
+    most of its kind run across the fleet (the one adapter left on older firmware), and each node
+    whose kernel, Slurm, SHARP plugin or mlx5_core differs from most nodes'. When no version is
+    held by more than any other, the split itself is reported, naming no node."""
     groups: dict[str, list[tuple[str, str, str]]] = {}
     for node in nodes:
         for hca in node.hcas:
@@ -164,13 +175,18 @@ def check_fleet_outliers(nodes: Sequence[NodeVersions]) -> list[Finding]:
         for index, vbios in enumerate(node.vbios):
             if vbios:
                 groups.setdefault("vbios", []).append((node.node, f"GPU {index}", vbios))
+        for component in _FLEET_ONLY:
+            if node.other.get(component):
+                groups.setdefault(component, []).append((node.node, "", node.other[component]))
     findings: list[Finding] = []
     for key, entries in groups.items():
         counts = Counter(value for _, _, value in entries).most_common()
         if len(counts) == 1:
             continue
         component = key.split()[0]
-        what = key.replace("hca_firmware ", "") + " firmware" if component != "vbios" else "VBIOS"
+        what = _FLEET_ONLY.get(component) or (
+            key.replace("hca_firmware ", "") + " firmware" if component != "vbios" else "VBIOS"
+        )
         (common, held), (_, runner_up) = counts[0], counts[1]
         if held == runner_up:
             spread = ", ".join(f"{value} on {n}" for value, n in counts)
@@ -190,11 +206,11 @@ def check_fleet_outliers(nodes: Sequence[NodeVersions]) -> list[Finding]:
                         check="version.outlier",
                         severity="warning",
                         node=node_name,
-                        component=f"{component} {where}",
+                        component=f"{component} {where}".strip(),
                         expected=common,
                         observed=value,
-                        message=f"{node_name} {where} runs {what} {value}; {held} of "
-                        f"{len(entries)} run {common}",
+                        message=f"{' '.join(filter(None, (node_name, where)))} runs {what} "
+                        f"{value}; {held} of {len(entries)} run {common}",
                     )
                 )
     return findings

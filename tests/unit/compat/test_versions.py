@@ -198,8 +198,12 @@ def test_the_table_names_the_nodes_off_the_common_version(
 ) -> None:
     first = lab_nodes()[0]
     folder = capture(tmp_path, {first: ("kernel 6.1.0-27-amd64", "kernel 6.1.0-26-amd64")})
+    # A warning: the exit stays 0.
     assert main(["versions", "--spec", str(LAB_SPEC), "--from", str(folder)]) == 0
     lines = capsys.readouterr().out.splitlines()
+    (warning,) = [line for line in lines if line.startswith("WARNING")]
+    assert warning.split()[1] == "version.outlier"
+    assert f"{first} runs kernel 6.1.0-26-amd64; {len(lab_nodes()) - 1} of" in warning
     kernel = lines.index(next(line for line in lines if line.startswith("kernel")))
     assert lines[kernel].split()[:3] == ["kernel", "6.1.0-27-amd64", str(len(lab_nodes()) - 1)]
     assert lines[kernel + 1].split() == ["6.1.0-26-amd64", "1", first]
