@@ -142,6 +142,8 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("reimage.drain-timeout", "workflow", "warning", "jobs still running past the drain timeout"),
     ("reimage.<step>", "workflow", "error", "a journaled re-image step failed in the earlier run"),
     ("slurm.drain", "workflow", "warning", "a failed node's drain reason could not be set"),
+    ("history.regression", "workflow", "warning", "a node is worse than its own history"),
+    ("history.store", "workflow", "warning", "the history store could not be read or written"),
     # --- versions against the compatibility matrix (compat/readback.py) --------------------
     ("version.drift", "compat", "error", "the node runs another driver than the spec pins"),
     ("version.incompatible", "compat", "error", "what the node runs breaks a matrix rule"),
