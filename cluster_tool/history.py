@@ -419,36 +419,36 @@ def judge(
 ) -> list[Finding]:
     """`history.regression` for each node whose busbw this run is significantly below its own
     baseline (modified z-score past `mad_z` and at least `min_drop` below the median, after at
-    least `min_runs` earlier runs). A pair's drop is laid on the partner instead when the
-    partner dropped on its own (in a job without this node): a slow node does not make its
-    partners look slow."""
+    least `min_runs` earlier runs). A drop in a job with partners is the node's own only when
+    every partner was judged in a job without it and held up there: a slow node does not make
+    its partners look slow, and a partner that cannot be judged (new hardware, no history)
+    leaves the drop unexplained, so nobody is named for it."""
     values: dict[tuple[str, str, str], list[Measurement]] = defaultdict(list)
     for m in current:
         if m.metric in JUDGED and m.node in identities and len(m.partners) <= 1:
             values[(m.node, m.metric, m.key)].append(m)
-    # node -> [(key, baseline, observed median, partners of the jobs that dropped)]
-    dropped: dict[str, list[tuple[str, Baseline, float, set[str]]]] = defaultdict(list)
+    # node -> every series judged: (key, baseline, observed median, partners, dropped)
+    judged: dict[str, list[tuple[str, Baseline, float, set[str], bool]]] = defaultdict(list)
     for (node, metric, key), items in values.items():
         base = baselines.get((identities[node].fingerprint, metric, key))
         if base is None or base.runs < thresholds.min_runs or base.median <= 0:
             continue
-        worse = [m for m in items if _worse(m.value, base, thresholds)]
         observed = statistics.median(m.value for m in items)
-        if not _worse(observed, base, thresholds):
-            continue
-        partners = {p for m in worse for p in m.partners}
-        dropped[node].append((key, base, observed, partners))
+        if _worse(observed, base, thresholds):
+            partners = {p for m in items if _worse(m.value, base, thresholds) for p in m.partners}
+            judged[node].append((key, base, observed, partners, True))
+        else:
+            partners = {p for m in items for p in m.partners}
+            judged[node].append((key, base, observed, partners, False))
 
-    def on_its_own(node: str, without: str) -> bool:
-        return any(without not in partners for _, _, _, partners in dropped.get(node, []))
+    def held_up_without(partner: str, node: str) -> bool:
+        alone = [drop for *_, partners, drop in judged.get(partner, []) if node not in partners]
+        return bool(alone) and not any(alone)
 
+    dropped = {node: [item[:4] for item in items if item[4]] for node, items in judged.items()}
     findings: list[Finding] = []
     for node in sorted(dropped):
-        own = [
-            item
-            for item in dropped[node]
-            if not item[3] or not any(on_its_own(p, node) for p in item[3])
-        ]
+        own = [item for item in dropped[node] if all(held_up_without(p, node) for p in item[3])]
         if not own:
             continue
         key, base, observed, partners = max(own, key=lambda i: 1 - i[2] / i[1].median)
