@@ -10,17 +10,26 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from cluster_tool.errors import ParseError
 from cluster_tool.fabric.plan import CablingRow, FabricPlan, plan_for
 from cluster_tool.findings import Finding, Severity
-from cluster_tool.parsers.ibcounters import IbQueryErrors, PerfCounters
-from cluster_tool.parsers.ibnetdiscover import CA, SWITCH, Fabric
+from cluster_tool.parsers.ibcounters import (
+    IbQueryErrors,
+    PerfCounters,
+    parse_ibqueryerrors,
+    parse_perfquery,
+)
+from cluster_tool.parsers.ibnetdiscover import CA, SWITCH, Fabric, parse_ibnetdiscover
 from cluster_tool.spec.models import LANE_RATE_GBPS, WIDTH_LANES, Cluster
 
 __all__ = [
     "PortLocation",
     "check_counters",
     "check_fabric",
+    "fabric_findings",
+    "parse_counters",
 ]
 
 
@@ -564,3 +573,123 @@ def check_counters(
             )
         )
     return out
+
+
+# --- what the subnet-manager host showed ---------------------------------------------------
+
+Counters = IbQueryErrors | Sequence[PerfCounters]
+
+
+class ToolOutput(Protocol):
+    """A tool's output as collected from a host (a probe's `ProbeOutput`)."""
+
+    @property
+    def rc(self) -> int: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+    @property
+    def not_installed(self) -> bool: ...
+
+
+def parse_counters(text: str) -> Counters:
+    """Port error counters from `ibqueryerrors` or `perfquery` output, told apart by
+    perfquery's block headers; ParseError when it is neither."""
+    if "# Port counters" in text or "# Port extended counters" in text:
+        return parse_perfquery(text)
+    return parse_ibqueryerrors(text)
+
+
+def fabric_findings(
+    cluster: Cluster,
+    ibnetdiscover: ToolOutput | Fabric | None,
+    counters: ToolOutput | Counters | None,
+    *,
+    host: str | None = None,
+    plan: FabricPlan | None = None,
+    nodes: Iterable[str] | None = None,
+    counters_required: bool = True,
+) -> list[Finding]:
+    """The fabric judged from what `host` (the subnet manager) showed, worst first: what
+    `validate --fabric`, the workflows and `fabric check` report.
+
+    `ibnetdiscover` and `counters` are the tools' outputs as collected (a tool missing, failed,
+    silent or unreadable is `fabric.discover` / `ib.counters-unread`: nothing, or no counter,
+    was judged), or records already parsed from an operator's files. Without
+    `counters_required` (`fabric check` with no `--counters`) missing counters are not a finding.
+    """
+    if ibnetdiscover is None or not isinstance(ibnetdiscover, Fabric):
+        discovered = _discovered(host, ibnetdiscover)
+        if isinstance(discovered, Finding):
+            return [discovered]
+    else:
+        discovered = ibnetdiscover
+    findings: list[Finding] = []
+    read: Counters | None = None
+    if isinstance(counters, IbQueryErrors | Sequence):
+        read = counters
+    elif counters is not None or counters_required:
+        got = _counters(host, counters)
+        if isinstance(got, Finding):
+            findings.append(got)
+        else:
+            read = got
+    findings += check_fabric(cluster, discovered, plan=plan, counters=read, nodes=nodes)
+    return sorted(findings, key=lambda f: _RANK[f.severity])
+
+
+_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def _discovered(host: str | None, out: ToolOutput | None) -> Fabric | Finding:
+    where = f"{host}: " if host else ""
+    if out is None or out.rc != 0:
+        why = (out.stderr or out.stdout).strip().splitlines() if out else []
+        return Finding(
+            check="fabric.discover",
+            node=host,
+            component="ibnetdiscover",
+            expected="runs",
+            observed="not installed" if out and out.not_installed else "failed",
+            message=f"{where}ibnetdiscover "
+            + ("is not installed" if out and out.not_installed else "failed")
+            + (f": {why[-1]}" if why else ""),
+        )
+    try:
+        return parse_ibnetdiscover(out.stdout)
+    except ParseError as exc:
+        return Finding(
+            check="fabric.discover",
+            node=host,
+            component="ibnetdiscover",
+            expected="ibnetdiscover output",
+            observed="unreadable",
+            message=f"{where}ibnetdiscover output not understood: {exc}",
+        )
+
+
+def _counters(host: str | None, out: ToolOutput | None) -> Counters | Finding:
+    where = f"{host}: " if host else ""
+    if out is None or not out.stdout.strip():
+        observed = "not collected" if out is None else f"printed nothing (exit {out.rc})"
+        return Finding(
+            check="ib.counters-unread",
+            node=host,
+            component="ibqueryerrors",
+            expected="port error counters read",
+            observed=observed,
+            message=f"{where}ibqueryerrors {observed}; no port error counter was checked",
+        )
+    try:
+        return parse_counters(out.stdout)
+    except ParseError as exc:
+        return Finding(
+            check="ib.counters-unread",
+            node=host,
+            component="ibqueryerrors",
+            expected="port error counters read",
+            observed="unreadable",
+            message=f"{where}ibqueryerrors output not understood, no port error "
+            f"counter was checked: {exc}",
+        )

@@ -88,11 +88,10 @@ def fabric_check(
     json_out: JsonOpt = False,
 ) -> int:
     """The discovered fabric against the plan: exit 0 when no error finding, 1 otherwise."""
-    from cluster_tool.checks.fabric import check_fabric
+    from cluster_tool.checks.fabric import fabric_findings, parse_counters
     from cluster_tool.fabric.plan import plan_for, read_cabling_csv, read_switch_links_csv
     from cluster_tool.findings import Report
     from cluster_tool.nodes import select_gpu_nodes
-    from cluster_tool.parsers.ibcounters import parse_ibqueryerrors, parse_perfquery
     from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
 
     cluster = _spec(spec)
@@ -107,10 +106,7 @@ def fabric_check(
     if counters is not None:
         ctext = _read(counters, "--counters")
         try:
-            if "# Port counters" in ctext or "# Port extended counters" in ctext:
-                found_counters = parse_perfquery(ctext)
-            else:
-                found_counters = parse_ibqueryerrors(ctext)
+            found_counters = parse_counters(ctext)
         except ParseError as exc:
             raise _located(exc, counters) from None
     plan = plan_for(
@@ -119,7 +115,17 @@ def fabric_check(
         read_switch_links_csv(switch_links_csv) if switch_links_csv else None,
     )
     only = select_gpu_nodes(cluster, nodes) if nodes else None
-    findings = check_fabric(cluster, discovered, plan=plan, counters=found_counters, nodes=only)
+    # The files are the operator's input (unreadable: exit 2 above); judged as validate --fabric
+    # judges what the subnet manager showed, without counters when none were given.
+    findings = fabric_findings(
+        cluster,
+        discovered,
+        found_counters,
+        host=cluster.fabric.subnet_manager,
+        plan=plan,
+        nodes=only,
+        counters_required=False,
+    )
     report = Report.from_findings(
         findings,
         {
@@ -216,7 +222,7 @@ def validate(
         raise UsageError("--no-gate goes with --after-maintenance (plain validate runs no gate)")
     from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.remote.fanout import transport_named
-    from cluster_tool.remote.validate import junit_xml, run_validate
+    from cluster_tool.workflows.collect import junit_xml, run_validate
 
     cluster = _spec(spec, spec_arg)
     if not health and not fabric:
@@ -283,14 +289,14 @@ def node_check(
     from cluster_tool.checks.node import NODE_FILE, expectations_for, read_node_file
     from cluster_tool.findings import Report
     from cluster_tool.remote.fanout import TransportError
-    from cluster_tool.remote.node_check import (
+    from cluster_tool.slurm import SlurmCLI
+    from cluster_tool.workflows.node_check import (
         SlurmAction,
         health_drain_reason,
         local_node_name,
         run_node_check,
         slurm_health_action,
     )
-    from cluster_tool.slurm import SlurmCLI
 
     if spec is not None:
         expect = expectations_for(_spec(spec), node or local_node_name())

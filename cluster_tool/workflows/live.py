@@ -1,5 +1,5 @@
 """The real edges behind the workflows: ansible-runner for converging, the checks engineer's
-read-only fan-out (`remote.validate.run_validate`) for health and fabric, the gate through Slurm,
+read-only fan-out (`workflows.collect.run_validate`) for health and fabric, the gate through Slurm,
 and the summary every run record holds. Tests drive the workflows with fakes instead."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from cluster_tool.ansible.runner import (
     forget_facts,
     run_playbook,
 )
+from cluster_tool.checks.registry import FABRIC_CHECKS, NODE_CHECKS
 from cluster_tool.drains import REIMAGE_REASON
 from cluster_tool.fabric.plan import cabling_plan
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
-from cluster_tool.remote.validate import FABRIC_CHECKS, NODE_CHECKS, run_validate
 from cluster_tool.slurm import SlurmAdmin
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import (
@@ -39,6 +39,7 @@ from cluster_tool.verdicts import (
     settle,
 )
 from cluster_tool.workflows.bringup import TOLERATE_ALL
+from cluster_tool.workflows.collect import run_validate
 from cluster_tool.workflows.common import (
     GateOutcome,
     RecordingRunner,

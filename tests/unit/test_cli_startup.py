@@ -46,7 +46,6 @@ NOT_FOR_NODE_CHECK = (
     "cluster_tool.gate.ladder",
     "cluster_tool.gate.simulate",
     "cluster_tool.render",
-    "cluster_tool.workflows",
     "cluster_tool.spec.loader",
     "cluster_tool.parsers.ibnetdiscover",
     "cluster_tool.parsers.iblinkinfo",
@@ -112,6 +111,9 @@ def test_node_check_loads_only_what_the_node_checks_need(tmp_path: Path) -> None
     assert "no node file" in proc.stderr
     assert "cluster_tool.checks.node" in modules
     assert _loaded(modules, NOT_FOR_NODE_CHECK) == []
+    # Its own workflow (probe, judge, drain or resume) and no other.
+    workflows = {m for m in modules if m.split(".")[:2] == ["cluster_tool", "workflows"]}
+    assert workflows <= {"cluster_tool.workflows", "cluster_tool.workflows.node_check"}
 
 
 def test_command_parameters_are_declared_as_objects_not_strings() -> None:

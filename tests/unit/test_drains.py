@@ -24,10 +24,9 @@ from cluster_tool.drains import (
     workflow_reason,
 )
 from cluster_tool.findings import Finding
-from cluster_tool.remote.node_check import slurm_health_action
-from cluster_tool.slurm import NodeState
-from cluster_tool.slurm import AdminSlurm
+from cluster_tool.slurm import AdminSlurm, NodeState
 from cluster_tool.workflows.common import resume_held
+from cluster_tool.workflows.node_check import slurm_health_action
 from tests.unit.workflows.fakes import SlurmCluster
 
 IDS = st.sampled_from(

@@ -24,11 +24,11 @@ from cluster_tool.remote.fanout import (
     load_capture,
     save_capture,
 )
-from cluster_tool.remote.node_check import slurm_health_action
 from cluster_tool.remote.probes import composite_script, split_output
-from cluster_tool.remote.validate import junit_xml, run_validate
 from cluster_tool.slurm import NodeState
 from cluster_tool.spec import load_spec
+from cluster_tool.workflows.collect import junit_xml, run_validate
+from cluster_tool.workflows.node_check import slurm_health_action
 from tests.conftest import REPO, read_real_output
 from tests.unit.checks.fabric_text import FabricText
 

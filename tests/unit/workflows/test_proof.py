@@ -16,11 +16,11 @@ from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.cli import main
 from cluster_tool.findings import Finding
 from cluster_tool.remote.fanout import ProbeOutput, Target, TransportError
-from cluster_tool.remote.validate import junit_xml, run_validate
 from cluster_tool.report import render_html
 from cluster_tool.spec import load_spec
 from cluster_tool.verdicts import NOT_RUN, VERDICTS, NodeVerdict, judge_run
 from cluster_tool.workflows.bringup import BringupOptions, GateOutcome, run_bringup
+from cluster_tool.workflows.collect import junit_xml, run_validate
 from cluster_tool.workflows.live import run_summary
 from cluster_tool.workflows.runs import RunRecord
 from cluster_tool.workflows.validate import AfterMaintenanceDeps, run_after_maintenance
@@ -272,9 +272,9 @@ def test_an_unreadable_kernel_log_is_an_error_and_the_node_is_not_passed() -> No
 
 
 def test_empty_port_counters_are_an_error_that_leaves_every_node_unknown() -> None:
+    from cluster_tool.checks.fabric import fabric_findings
     from cluster_tool.fabric.plan import cabling_plan, switch_links
     from cluster_tool.remote.fanout import HostResult
-    from cluster_tool.remote.validate import _fabric_findings
     from tests.unit.checks.fabric_text import FabricText
 
     cluster = load_spec(LAB)
@@ -286,7 +286,10 @@ def test_empty_port_counters_are_an_error_that_leaves_every_node_unknown() -> No
             "ibqueryerrors": ProbeOutput(0, "", ""),
         },
     )
-    found = _fabric_findings(cluster, result, None)
+    outputs = result.outputs
+    found = fabric_findings(
+        cluster, outputs["ibnetdiscover"], outputs["ibqueryerrors"], host=result.host
+    )
     unread = [f for f in found if f.check == "ib.counters-unread"]
     assert unread and unread[0].severity == "error"
     from cluster_tool.verdicts import FABRIC, GATE_SINGLE, HEALTH, Proof, judge_nodes

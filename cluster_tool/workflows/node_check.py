@@ -4,6 +4,10 @@ drain the node on failure and resume it once healthy, but only if node-check dra
 Drain reasons are `cluster-tool: <check> <component> <what>` (e.g. `cluster-tool: gpu.ecc
 GPU3 volatile uncorrectable 2`), written and judged by `cluster_tool.drains`: node-check lifts
 only its own; any other reason (an admin's, the gate's, a workflow's) is never resumed here.
+
+A job like the others: it runs the probes (`remote`), has them judged (`checks`) and acts in
+Slurm, so it sits in the workflow layer above all three; it imports no other workflow, so the
+HealthCheckProgram still starts light.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from dataclasses import dataclass
 from cluster_tool.checks.node import NodeExpectations, check_node
 from cluster_tool.drains import Owner, health_reason, may_lift
 from cluster_tool.findings import Finding
+from cluster_tool.probes import Probe
+from cluster_tool.probes.node import HEALTH_PROBES
 from cluster_tool.remote.fanout import LocalTransport, Target, Transport, TransportError, collect
-from cluster_tool.remote.probes import HEALTH_PROBES, Probe
 from cluster_tool.slurm import Slurm
 
 __all__ = [

@@ -1,0 +1,204 @@
+"""Collection for `validate`: the health probes from GPU nodes and the fabric's from the
+subnet-manager host (over SSH, or replayed from a saved capture), judged by the checks, in one
+report with what did not run and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster_tool.checks.fabric import fabric_findings
+from cluster_tool.checks.node import check_node, expectations_for
+from cluster_tool.checks.registry import FABRIC_CHECKS, NEEDS, NODE_CHECKS
+from cluster_tool.errors import EXIT_UNREACHABLE, UsageError
+from cluster_tool.findings import Finding, Report
+from cluster_tool.probes import Probe
+from cluster_tool.probes.fabric import FABRIC_PROBES
+from cluster_tool.probes.node import HEALTH_PROBES
+from cluster_tool.remote.fanout import (
+    HostResult,
+    Target,
+    Transport,
+    collect,
+    load_capture,
+    save_capture,
+)
+from cluster_tool.render.engine import render_nccl_conf
+from cluster_tool.report.junit import validate_junit
+from cluster_tool.spec.models import Cluster
+
+__all__ = [
+    "ValidateResult",
+    "health_probes",
+    "junit_xml",
+    "run_validate",
+    "skipped_checks",
+]
+
+
+@dataclass
+class ValidateResult:
+    """The report, which hosts answered, and what ran (for JUnit and run records)."""
+
+    report: Report
+    results: dict[str, HostResult]
+    nodes: list[str]
+    fabric_host: str | None
+    unreachable: list[str] = field(default_factory=list)
+    # Per JUnit suite (node or `fabric`): the checks that did not run, and why.
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """3 when a host could not be reached (the contract), else the report's 0/1."""
+        return EXIT_UNREACHABLE if self.unreachable else self.report.exit_code
+
+
+def health_probes(*, dcgm: bool = True) -> tuple[Probe, ...]:
+    """The health probes; without DCGM's diag (minutes on real GPUs) when `dcgm` is False."""
+    return tuple(p for p in HEALTH_PROBES if dcgm or p.name != "dcgmi-diag")
+
+
+def run_validate(
+    cluster: Cluster,
+    *,
+    health: bool = True,
+    fabric: bool = True,
+    nodes: Sequence[str] | None = None,
+    transport: Transport | None = None,
+    concurrency: int = 32,
+    save: Path | None = None,
+    replay: Path | None = None,
+    dcgm: bool = True,
+    on_done: Callable[[HostResult], None] | None = None,
+) -> ValidateResult:
+    """Collect (or replay), check, report. `nodes` narrows health and the host-cable part of
+    the fabric check; leaf-spine links are always checked in full."""
+    if not health and not fabric:
+        raise UsageError("nothing to validate: give --health, --fabric or both")
+    started = time.monotonic()
+    selected = list(nodes) if nodes is not None else [n.name for n in cluster.gpu_nodes()]
+    fabric_host = cluster.fabric.subnet_manager if fabric else None
+    jobs: dict[str, list[Probe]] = {}
+    if health:
+        for name in selected:
+            jobs.setdefault(name, []).extend(health_probes(dcgm=dcgm))
+    if fabric_host is not None:
+        jobs.setdefault(fabric_host, []).extend(FABRIC_PROBES)
+
+    if replay is not None:
+        results = load_capture(replay, jobs)
+        for name in jobs:
+            results.setdefault(
+                name, HostResult(name, error=f"not in the capture {replay}", probes=())
+            )
+    else:
+        if transport is None:
+            raise UsageError("no transport to reach the hosts")
+        address = {h.name: h.address for h in cluster.hosts()}
+        results = collect(
+            [(Target(name, address.get(name)), probes) for name, probes in jobs.items()],
+            transport,
+            concurrency=concurrency,
+            on_done=on_done,
+        )
+        if save is not None:
+            save_capture(save, results)
+
+    findings: list[Finding] = []
+    unreachable = sorted((n for n, r in results.items() if not r.reachable), key=list(jobs).index)
+    for name in unreachable:
+        findings.append(
+            Finding(
+                check="os.unreachable",
+                node=name,
+                expected="reachable over SSH",
+                observed=results[name].error,
+                message=f"{name}: unreachable: {results[name].error}",
+            )
+        )
+    if health:
+        nccl_conf = render_nccl_conf(cluster)
+        for name in selected:
+            result = results[name]
+            if not result.reachable:
+                continue
+            expect = expectations_for(cluster, name, nccl_conf=nccl_conf)
+            findings += check_node(expect, result.outputs)
+    if fabric_host is not None and results[fabric_host].reachable:
+        outputs = results[fabric_host].outputs
+        findings += fabric_findings(
+            cluster,
+            outputs.get("ibnetdiscover"),
+            outputs.get("ibqueryerrors"),
+            host=fabric_host,
+            nodes=nodes,
+        )
+    summary = {
+        "nodes": len(selected) if health else 0,
+        "unreachable": len(unreachable),
+        "fabric_host": fabric_host,
+        "health": health,
+        "fabric": fabric,
+        "elapsed_s": round(time.monotonic() - started, 2),
+        "replayed_from": str(replay) if replay is not None else None,
+    }
+    report = Report.from_findings(_worst_first(findings), summary)
+    skipped = skipped_checks(
+        findings,
+        nodes=selected if health else [],
+        unreachable={n: results[n].error or "unreachable" for n in unreachable},
+        fabric_host=fabric_host,
+        dcgm=dcgm,
+    )
+    return ValidateResult(report, results, selected, fabric_host, unreachable, skipped)
+
+
+def skipped_checks(
+    findings: Sequence[Finding],
+    *,
+    nodes: Sequence[str],
+    unreachable: dict[str, str],
+    fabric_host: str | None,
+    dcgm: bool,
+) -> dict[str, dict[str, str]]:
+    """The checks that did not run, per suite, and why: everything on a host that did not
+    answer, `gpu.dcgm` without --dcgm, and the checks whose probe failed (`NEEDS`)."""
+    skipped: dict[str, dict[str, str]] = {}
+    for node in nodes:
+        mine = skipped.setdefault(node, {})
+        if node in unreachable:
+            why = f"unreachable: {unreachable[node]}"
+            mine.update({c: why for c in NODE_CHECKS if c != "os.unreachable"})
+            continue
+        if not dcgm:
+            mine["gpu.dcgm"] = "--no-dcgm"
+        for f in findings:
+            if f.node == node and f.fails and f.check in NEEDS:
+                mine.update({c: f"{f.check}: {f.message}" for c in NEEDS[f.check]})
+    if fabric_host is not None:
+        fab: dict[str, str] = {}
+        if fabric_host in unreachable:
+            fab = {c: f"{fabric_host} unreachable" for c in FABRIC_CHECKS}
+        for f in findings:
+            if f.node == fabric_host and f.fails and f.check in NEEDS:
+                fab.update({c: f"{f.check}: {f.message}" for c in NEEDS[f.check]})
+        skipped["fabric"] = fab
+    return {suite: why for suite, why in skipped.items() if why}
+
+
+_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def _worst_first(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: _RANK[f.severity])
+
+
+def junit_xml(result: ValidateResult) -> str:
+    """JUnit XML of a validate run (`cluster_tool.report.junit.validate_junit`)."""
+    return validate_junit(
+        result.report, nodes=result.nodes, fabric_host=result.fabric_host, skipped=result.skipped
+    )
