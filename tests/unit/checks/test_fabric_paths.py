@@ -65,9 +65,7 @@ def test_fabric_check_and_validate_fabric_give_the_same_findings(
          "--counters", str(counters), "--json"],
         capsys,
     )  # fmt: skip
-    live, validated = _run(
-        ["validate", spec, "--fabric", "--from", str(capture), "--json"], capsys
-    )
+    live, validated = _run(["validate", spec, "--fabric", "--from", str(capture), "--json"], capsys)
     assert offline == live == 1
     assert report["findings"] == validated["findings"]
     # Worst first in both, the stranger's cable (a warning) after every error.
