@@ -35,8 +35,8 @@ lab-molecule: deps
 	$(PY) -m pytest -q -m molecule tests/lab
 
 lint: deps
-	$(BIN)/ruff check cluster_tool tests benchmarks plugins
-	$(BIN)/ruff format --check cluster_tool tests benchmarks plugins
+	$(BIN)/ruff check cluster_tool cluster_lab tests benchmarks plugins
+	$(BIN)/ruff format --check cluster_tool cluster_lab tests benchmarks plugins
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	./scripts/ansible-lint

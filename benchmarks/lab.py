@@ -18,12 +18,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cluster_tool.lab import lifecycle  # noqa: E402
-from cluster_tool.lab.base import ensure_base  # noqa: E402
-from cluster_tool.lab.config import LabConfig  # noqa: E402
-from cluster_tool.lab.host import ProcRef  # noqa: E402
-from cluster_tool.lab.repo import ensure_repo  # noqa: E402
-from cluster_tool.lab.state import load_state  # noqa: E402
+from cluster_lab import lifecycle  # noqa: E402
+from cluster_lab.base import ensure_base  # noqa: E402
+from cluster_lab.config import LabConfig  # noqa: E402
+from cluster_lab.host import ProcRef  # noqa: E402
+from cluster_lab.repo import ensure_repo  # noqa: E402
+from cluster_lab.state import load_state  # noqa: E402
 
 UP_GOAL_S = 120.0
 NODE_GOAL_MB = 100.0

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster_tool.lab.faults import inject
-from cluster_tool.lab.sim.packages import build_sim_packages
-from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees
+from cluster_lab.faults import inject
+from cluster_lab.sim.packages import build_sim_packages
+from cluster_lab.sim.sysfs import write_all_sysfs_trees
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = 7

@@ -96,14 +96,14 @@ class LabHandle:
 
     def ibsim(self, command: str) -> str:
         """Send one ibsim console command (e.g. `Unlink "gpu002 mlx5_3"[1]`)."""
-        from cluster_tool.lab import fabric
+        from cluster_lab import fabric
 
         return fabric.send_command(self.config, command)  # type: ignore[arg-type]
 
 
 def leftovers(config: object) -> list[str]:
     """Host objects of a lab that should not exist after `lab down`."""
-    from cluster_tool.lab.nodes import host_cgroup_hierarchies
+    from cluster_lab.nodes import host_cgroup_hierarchies
 
     prefix = config.prefix  # type: ignore[attr-defined]
     found: list[str] = []
@@ -139,8 +139,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHandle]:
     require_root()
     import ipaddress
 
-    from cluster_tool.lab import lifecycle
-    from cluster_tool.lab.config import LabConfig
+    from cluster_lab import lifecycle
+    from cluster_lab.config import LabConfig
 
     root = tmp_path_factory.mktemp("lab")
     # Not under pytest's rotating temp dirs: should a session die with its lab up, the next

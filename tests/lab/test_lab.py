@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from cluster_lab import fabric, lifecycle
+from cluster_lab.config import LabConfig
 from cluster_tool.fabric.plan import read_cabling_csv, read_switch_links_csv
-from cluster_tool.lab import fabric, lifecycle
-from cluster_tool.lab.config import LabConfig
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
 from tests.conftest import REPO
 from tests.lab.conftest import TEST_PREFIX, TEST_SUBNET, LabHandle, leftovers, require_root
@@ -144,7 +144,7 @@ def test_an_unlinked_cable_disappears_from_ibnetdiscover_and_relink_restores_it(
 
 
 def test_restart_fabric_rebuilds_ibsim_from_the_model(lab: LabHandle) -> None:
-    from cluster_tool.lab import model as hw
+    from cluster_lab import model as hw
 
     config = lab.config
     model_dir = config.model_dir  # type: ignore[attr-defined]
@@ -247,7 +247,7 @@ def _power_state(lab: LabHandle, node: str) -> str:
 
 
 def test_a_second_up_reports_and_changes_nothing(lab: LabHandle) -> None:
-    from cluster_tool.lab.state import load_state
+    from cluster_lab.state import load_state
 
     before = load_state(lab.config.state_file)  # type: ignore[attr-defined]
     again = lifecycle.up(lab.config, lab.spec)  # type: ignore[arg-type]
@@ -290,7 +290,7 @@ def test_lab_ssh_runs_a_command_on_a_node(lab: LabHandle) -> None:
 def test_up_after_a_crash_cleans_up_the_leftovers_and_rebuilds(lab: LabHandle) -> None:
     import signal
 
-    from cluster_tool.lab.state import load_state
+    from cluster_lab.state import load_state
 
     state_file = lab.config.state_file  # type: ignore[attr-defined]
     before = load_state(state_file)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from cluster_lab import fabric
+from cluster_lab import model as hw
+from cluster_lab.config import LabConfig
+from cluster_lab.topology import build_model, load_plan
 from cluster_tool.errors import UsageError
-from cluster_tool.lab import fabric
-from cluster_tool.lab import model as hw
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.topology import build_model, load_plan
 from cluster_tool.parsers.ibnetdiscover import parse_ibnetdiscover
 from tests.conftest import REPO
 

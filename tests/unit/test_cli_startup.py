@@ -32,7 +32,7 @@ HEAVY_FOR_EVERY_START = (
     "cluster_tool.parsers",
     "cluster_tool.plan.search",
     "cluster_tool.workflows",
-    "cluster_tool.lab.sim",
+    "cluster_lab.sim",
     "cluster_tool.slurm",
 )
 
@@ -50,8 +50,17 @@ NOT_FOR_NODE_CHECK = (
     "cluster_tool.parsers.ibnetdiscover",
     "cluster_tool.parsers.iblinkinfo",
     "cluster_tool.parsers.nccl_tests",
-    "cluster_tool.lab",
 )
+
+# Where the lab is installed, its `lab` command is registered at every start (its entry point);
+# the lab's own library never loads for that.
+LAB_REGISTRATION = {"cluster_lab", "cluster_lab.cli", "cluster_lab.cli_faults"}
+
+
+def _lab_library(modules: set[str]) -> list[str]:
+    return sorted(
+        m for m in modules if m.split(".")[0] == "cluster_lab" and m not in LAB_REGISTRATION
+    )
 
 
 def _modules_after(code: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
@@ -71,6 +80,7 @@ def test_importing_the_cli_loads_no_command_library() -> None:
     assert "cluster_tool.commands.workflows" in modules  # every area registered
     # rich too: output's consoles are made on first use.
     assert _loaded(modules, (*HEAVY_FOR_EVERY_START, "rich")) == []
+    assert _lab_library(modules) == []
 
 
 # Once a sub-command runs, typer coerces the root's options through pydantic TypeAdapters.
@@ -114,6 +124,7 @@ def test_node_check_loads_only_what_the_node_checks_need(tmp_path: Path) -> None
     # Its own workflow (probe, judge, drain or resume) and no other.
     workflows = {m for m in modules if m.split(".")[:2] == ["cluster_tool", "workflows"]}
     assert workflows <= {"cluster_tool.workflows", "cluster_tool.workflows.node_check"}
+    assert _lab_library(modules) == []
 
 
 def test_command_parameters_are_declared_as_objects_not_strings() -> None:
@@ -154,8 +165,8 @@ def test_every_parser_module_is_listed_for_the_parse_command() -> None:
 def test_help_still_lists_what_loads_late(
     argv: list[str], listed: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from cluster_lab.faults import FAULTS
     from cluster_tool.cli import main
-    from cluster_tool.lab.faults import FAULTS
     from cluster_tool.parsers import KINDS
 
     names = sorted(KINDS) if listed == "parser kinds" else sorted(FAULTS)

@@ -108,7 +108,7 @@ def test_the_cli_reaches_the_lab_through_its_context(
         seen.update(host=host, ssh_config=ssh_config)
         raise UsageError("stop here")
 
-    monkeypatch.setattr("cluster_tool.commands.gate._slurm_via", slurm_via)
+    monkeypatch.setattr("cluster_tool.slurm.connect", slurm_via)
     result = CliRunner().invoke(
         app, ["gate", "--spec", str(REPO / "examples" / "lab.yml"), "--dry-run"]
     )
@@ -121,10 +121,10 @@ def test_a_second_lab_of_the_same_name_leaves_the_running_labs_context(
     """Two labs named `lab` on one machine (the test lab beside a molecule scenario's, a demo
     beside the tests): the first one up keeps the context; the second writes none and so takes
     none down; a context left by a lab that is gone is replaced."""
-    from cluster_tool.lab.config import LabConfig
-    from cluster_tool.lab.lifecycle import _remove_context, _write_context
-    from cluster_tool.lab.state import LabState
-    from cluster_tool.lab.topology import load_plan
+    from cluster_lab.config import LabConfig
+    from cluster_lab.lifecycle import _remove_context, _write_context
+    from cluster_lab.state import LabState
+    from cluster_lab.topology import load_plan
 
     first = LabConfig.from_env(lab_dir=tmp_path / "first")
     second = LabConfig.from_env(lab_dir=tmp_path / "second")

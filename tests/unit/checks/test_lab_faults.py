@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from cluster_lab.faults import heal, inject
+from cluster_lab.sim import cli as sim
+from cluster_lab.sim.hw import node_hardware
+from cluster_lab.sim.kernel_state import kernel_files
+from cluster_lab.sim.sysfs import write_sysfs_tree
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.findings import Finding
-from cluster_tool.lab.faults import heal, inject
-from cluster_tool.lab.sim import cli as sim
-from cluster_tool.lab.sim.hw import node_hardware
-from cluster_tool.lab.sim.kernel_state import kernel_files
-from cluster_tool.lab.sim.sysfs import write_sysfs_tree
 from cluster_tool.remote.probes import ProbeOutput
 from cluster_tool.spec import load_spec
 from tests.conftest import FIXTURES, REPO

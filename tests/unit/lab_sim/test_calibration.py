@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_tool.lab.sim.hw import default_hardware
-from cluster_tool.lab.sim.nccl_tests import run
+from cluster_lab.sim.hw import default_hardware
+from cluster_lab.sim.nccl_tests import run
 from cluster_tool.parsers.nccl_tests import NcclTestsRun, parse_nccl_tests
 from tests.conftest import read_real_output
 

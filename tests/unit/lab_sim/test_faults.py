@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cluster_lab.faults import FAULTS, FaultError, heal, heal_all, inject
+from cluster_lab.sim.hw import node_hardware
+from cluster_lab.sim.nccl_tests import run
+from cluster_lab.sim.render_dcgmi import render_kernel_log
+from cluster_lab.sim.render_smi import render_query, render_query_csv
+from cluster_lab.sim.sysfs import write_sysfs_tree
 from cluster_tool.gate.classify import gdr_use
-from cluster_tool.lab.faults import FAULTS, FaultError, heal, heal_all, inject
-from cluster_tool.lab.sim.hw import node_hardware
-from cluster_tool.lab.sim.nccl_tests import run
-from cluster_tool.lab.sim.render_dcgmi import render_kernel_log
-from cluster_tool.lab.sim.render_smi import render_query, render_query_csv
-from cluster_tool.lab.sim.sysfs import write_sysfs_tree
 from cluster_tool.parsers.kernel_log import parse_xids
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.parsers.nvidia_query import parse_query_csv

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from cluster_tool.lab.sim.hw import NodeHardware, default_hardware
-from cluster_tool.lab.sim.render_dcgmi import diag_failed, render_diag, render_kernel_log
-from cluster_tool.lab.sim.render_smi import (
+from cluster_lab.sim.hw import NodeHardware, default_hardware
+from cluster_lab.sim.render_dcgmi import diag_failed, render_diag, render_kernel_log
+from cluster_lab.sim.render_smi import (
     QueryError,
     render_nvlink_status,
     render_query,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from cluster_lab import fabric
+from cluster_lab import model as hw
 from cluster_tool.cli import main
-from cluster_tool.lab import fabric
-from cluster_tool.lab import model as hw
 from tests.conftest import FIXTURES
 
 
@@ -126,7 +126,7 @@ def test_no_lab_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_link_degrade_restarts_the_fabric_from_the_model(
     lab: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cluster_tool.lab import lifecycle
+    from cluster_lab import lifecycle
 
     restarts: list[str] = []
 
@@ -150,8 +150,8 @@ def test_a_fault_acts_on_the_lab_in_the_folder_whatever_the_environment_says(
 ) -> None:
     """CLUSTER_TOOL_LAB_DIR alone names the lab: its recorded prefix, bridge and subnet win
     over the defaults (a test lab `cti` on 10.82.0.0/24, not the default `ctl` namespaces)."""
-    from cluster_tool.lab import lifecycle
-    from cluster_tool.lab.state import LabState, save_state
+    from cluster_lab import lifecycle
+    from cluster_lab.state import LabState, save_state
 
     save_state(
         lab["dir"] / "state.json",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_tool.lab.sim import cli as sim
-from cluster_tool.lab.sim.hw import default_hardware
+from cluster_lab.sim import cli as sim
+from cluster_lab.sim.hw import default_hardware
 from cluster_tool.parsers.lspci import parse_lspci
 from cluster_tool.parsers.mlxlink import parse_mlxlink
 

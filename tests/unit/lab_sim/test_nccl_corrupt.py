@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from cluster_lab.faults import heal, inject
+from cluster_lab.sim.nccl_tests import expand_hostlist, run
 from cluster_tool.gate.evaluate import evaluate_job
 from cluster_tool.gate.localize import Localizer
 from cluster_tool.gate.plan import GateJob, NcclTestParams, multi_node_job, single_job
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds
 from cluster_tool.gate.verdict import localisation_findings
-from cluster_tool.lab.faults import heal, inject
-from cluster_tool.lab.sim.nccl_tests import expand_hostlist, run
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from tests.conftest import FIXTURES
 

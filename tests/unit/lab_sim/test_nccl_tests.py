@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cluster_tool.lab.sim.hw import default_hardware
-from cluster_tool.lab.sim.nccl_tests import (
+from cluster_lab.sim.hw import default_hardware
+from cluster_lab.sim.nccl_tests import (
     UsageFailure,
     expand_hostlist,
     expand_tasks_per_node,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cluster_tool.lab.faults import inject
-from cluster_tool.lab.sim.packages import (
+from cluster_lab.faults import inject
+from cluster_lab.sim.packages import (
     DEFAULT_VERSIONS,
     PackageBuildError,
     build_sim_packages,
@@ -317,7 +317,7 @@ def test_all_reduce_perf_runs_through_the_roles_link_in_opt(root: Path, tmp_path
 def test_the_driver_package_loads_its_modules_again_at_every_boot(tmp_path: Path) -> None:
     """udev coldplug + systemd-modules-load, as the lab's SysV nodes get them: after a
     reboot the driver's modules and what /etc/modules-load.d names are loaded again."""
-    from cluster_tool.lab.sim.packages import _packages, build_package
+    from cluster_lab.sim.packages import _packages, build_package
 
     pkg = next(p for p in _packages() if p.name == "nvidia-open-kernel-dkms")
     deb = build_package(pkg, "570.124.06-1", tmp_path, tmp_path / "work")

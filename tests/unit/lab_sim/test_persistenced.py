@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tool.lab.sim import cli, kernel_state
-from cluster_tool.lab.sim.hw import default_hardware
-from cluster_tool.lab.sim.packages import PERSISTENCED_UNIT, _packages
-from cluster_tool.lab.sim.render_smi import render_query_csv
+from cluster_lab.sim import cli, kernel_state
+from cluster_lab.sim.hw import default_hardware
+from cluster_lab.sim.packages import PERSISTENCED_UNIT, _packages
+from cluster_lab.sim.render_smi import render_query_csv
 from tests.conftest import REPO
 
 UBUNTU_EXEC = (
@@ -42,8 +42,7 @@ def _start(run_dir: Path, args: list[str]) -> subprocess.Popen[bytes]:
         "PYTHONPATH": str(REPO),
     }
     code = (
-        "import sys; from cluster_tool.lab.sim import cli; "
-        "cli.persistenced(sys.argv[1:], {}, 'gpu001')"
+        "import sys; from cluster_lab.sim import cli; cli.persistenced(sys.argv[1:], {}, 'gpu001')"
     )
     daemon = subprocess.Popen([sys.executable, "-c", code, *args], env=env)
     deadline = time.monotonic() + 20

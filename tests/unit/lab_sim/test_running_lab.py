@@ -6,8 +6,8 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.state import LabState, running_lab, save_state
+from cluster_lab.config import LabConfig
+from cluster_lab.state import LabState, running_lab, save_state
 
 
 def test_the_folders_state_names_the_lab(tmp_path: Path) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from cluster_lab import model as hw
+from cluster_lab.config import LabConfig
+from cluster_lab.faults import heal_all, inject
+from cluster_lab.state import LabState, save_state
 from cluster_tool.cli import main
-from cluster_tool.lab import model as hw
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.faults import heal_all, inject
-from cluster_tool.lab.state import LabState, save_state
 from tests.conftest import FIXTURES
 
 

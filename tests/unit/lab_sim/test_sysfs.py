@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tool.lab.faults import inject
-from cluster_tool.lab.sim.hw import default_hardware
-from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees, write_sysfs_tree
+from cluster_lab.faults import inject
+from cluster_lab.sim.hw import default_hardware
+from cluster_lab.sim.sysfs import write_all_sysfs_trees, write_sysfs_tree
 from cluster_tool.parsers.ibstat import parse_ibstat
 from tests.conftest import FIXTURES
 
@@ -91,7 +91,7 @@ def test_real_ibstat_follows_a_fault_while_mounted(tmp_path: Path) -> None:
     tree = tmp_path / "gpu001" / "sysfs-class"
     rewrite = (
         f"import json; from pathlib import Path; "
-        f"from cluster_tool.lab.sim.sysfs import write_all_sysfs_trees; "
+        f"from cluster_lab.sim.sysfs import write_all_sysfs_trees; "
         f"write_all_sysfs_trees(json.loads(Path('{faulted}').read_text()), Path('{tmp_path}'))"
     )
     script = (

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.host import ProcRef
-from cluster_tool.lab.nodes import CgroupHierarchy
+from cluster_lab.config import LabConfig
+from cluster_lab.host import ProcRef
+from cluster_lab.nodes import CgroupHierarchy
 
 
 @dataclass

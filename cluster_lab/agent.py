@@ -1,6 +1,6 @@
 """The lab agent: turns BMC power changes into node stops, boots and re-images.
 
-Run by `lab up` as `python -m cluster_tool.lab.agent CONFIG_JSON`. Every sushy emulator
+Run by `lab up` as `python -m cluster_lab.agent CONFIG_JSON`. Every sushy emulator
 posts each change of its system to the agent (external notifier). The fake driver applies
 a power action lazily, on the next read of the system, so the agent also reads every
 system once a second; that is what makes a requested restart actually happen.
@@ -22,12 +22,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cluster_lab import bmc, lifecycle
+from cluster_lab import model as hw
+from cluster_lab.config import LabConfig
 from cluster_tool.errors import ClusterToolError
-from cluster_tool.lab import bmc, lifecycle
-from cluster_tool.lab import model as hw
-from cluster_tool.lab.config import LabConfig
 
-log = logging.getLogger("cluster_tool.lab.agent")
+log = logging.getLogger("cluster_lab.agent")
 
 
 class Agent:

@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.host import LabError, ProcRef, run, stop_process
+from cluster_lab.config import LabConfig
+from cluster_lab.host import LabError, ProcRef, run, stop_process
 
 _BOOT_SCRIPT = Path(__file__).with_name("data") / "node-boot.sh"
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Boots one lab node. Runs as PID 1 of fresh PID/mount/UTS/IPC/cgroup namespaces inside the
-# node's network namespace (started by cluster_tool.lab.nodes), builds the node's root and
+# node's network namespace (started by cluster_lab.nodes), builds the node's root and
 # hands over to /sbin/lab-init. Everything mounted here lives and dies with the namespace.
 set -eu
 : "${LAB_NODE:?}" "${LAB_BASE:?}" "${LAB_NODE_DIR:?}" "${LAB_MODEL_DIR:?}" "${LAB_SHARED_DIR:?}"

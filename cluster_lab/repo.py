@@ -14,9 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cluster_tool.lab.base import MIRROR, SUITE
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.host import LabError, ProcRef, run, spawn
+from cluster_lab.base import MIRROR, SUITE
+from cluster_lab.config import LabConfig
+from cluster_lab.host import LabError, ProcRef, run, spawn
 
 # What the roles install on a lab node. Keep this the union of every role's package list
 # (with lab group_vars); a package missing here fails the role on a node with no route out.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster_lab import model as hw
 from cluster_tool.errors import UsageError
 from cluster_tool.fabric.plan import (
     CablingRow,
@@ -17,7 +18,6 @@ from cluster_tool.fabric.plan import (
     read_cabling_csv,
     read_switch_links_csv,
 )
-from cluster_tool.lab import model as hw
 from cluster_tool.spec import load_spec
 from cluster_tool.spec.models import Cluster
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.host import LabError, run
+from cluster_lab.config import LabConfig
+from cluster_lab.host import LabError, run
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"

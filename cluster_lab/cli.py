@@ -1,4 +1,8 @@
-"""`cluster-tool lab up|down|status|ssh`: the emulated cluster on this machine."""
+"""`cluster-tool lab up|down|status|ssh|inject|heal`: the emulated cluster on this machine.
+
+cluster-tool finds `register` through the `cluster_tool.commands` entry point this distribution
+(cluster-tool-lab) declares, so the command exists only where the lab is installed.
+"""
 
 import os
 import shutil
@@ -29,8 +33,8 @@ def up(
     json_out: JsonOpt = False,
 ) -> int:
     """Bring the lab up; on a running lab, report it and change nothing."""
-    from cluster_tool.lab import lifecycle
-    from cluster_tool.lab.config import LabConfig
+    from cluster_lab import lifecycle
+    from cluster_lab.config import LabConfig
 
     config = LabConfig.from_env()
     output.progress(f"lab: bringing up {spec or 'examples/lab.yml'} in {config.lab_dir}")
@@ -50,8 +54,8 @@ def up(
 @lab_app.command("down")
 def down(json_out: JsonOpt = False) -> int:
     """Stop everything the lab started; remove its namespaces, links, cgroups and processes."""
-    from cluster_tool.lab import lifecycle
-    from cluster_tool.lab.config import LabConfig
+    from cluster_lab import lifecycle
+    from cluster_lab.config import LabConfig
 
     removed = lifecycle.down(LabConfig.from_env())
     if json_out:
@@ -66,8 +70,8 @@ def down(json_out: JsonOpt = False) -> int:
 @lab_app.command("status")
 def status(json_out: JsonOpt = False) -> int:
     """Nodes (name, address, role), services and active faults of the lab."""
-    from cluster_tool.lab import lifecycle
-    from cluster_tool.lab.config import LabConfig
+    from cluster_lab import lifecycle
+    from cluster_lab.config import LabConfig
 
     result = lifecycle.status(LabConfig.from_env())
     if json_out:
@@ -100,8 +104,8 @@ def ssh(
     json_out: JsonOpt = False,
 ) -> int:
     """Run a command on a lab node over SSH (or open a shell)."""
-    from cluster_tool.lab import lifecycle
-    from cluster_tool.lab.config import LabConfig
+    from cluster_lab import lifecycle
+    from cluster_lab.config import LabConfig
 
     config = LabConfig.from_env()
     current = lifecycle.status(config)
@@ -130,7 +134,8 @@ def ssh(
 
 
 def register(app: typer.Typer) -> None:
-    from cluster_tool.commands import lab_faults
+    """Adds `cluster-tool lab`: the `cluster_tool.commands` entry point of cluster-tool-lab."""
+    from cluster_lab import cli_faults
 
-    lab_faults.add_to(lab_app)  # `lab inject` / `lab heal` (part 2)
+    cli_faults.add_to(lab_app)  # `lab inject` / `lab heal` (part 2)
     app.add_typer(lab_app, name="lab")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cluster_tool.errors import UsageError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE = Path("/var/cache/cluster-tool-lab")
 DEFAULT_SPEC = REPO_ROOT / "examples" / "lab.yml"
 

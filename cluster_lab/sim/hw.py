@@ -368,7 +368,7 @@ def _hex(guid: str) -> str:
 
 
 def from_lab_node(node: dict[str, Any]) -> NodeHardware:
-    """The simulators' view of a node as the lab model (cluster_tool.lab.model.Node, dumped to
+    """The simulators' view of a node as the lab model (cluster_lab.model.Node, dumped to
     JSON) stores it. Fields the model does not carry (NVLink state, kernel modules, straggler
     factor, ...) are optional extra keys on the node, GPU and HCA records; absent means
     healthy."""
@@ -463,7 +463,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
 
 def node_hardware(model: dict[str, Any], name: str) -> NodeHardware:
     """The hardware of node `name` in a lab model (raises KeyError naming the node). Reads the
-    lab's model (cluster_tool.lab.model) or a node carrying `NodeHardware.to_dict()` under
+    lab's model (cluster_lab.model) or a node carrying `NodeHardware.to_dict()` under
     `hardware`."""
     nodes = _model_nodes(model)
     if name not in nodes:

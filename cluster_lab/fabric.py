@@ -14,9 +14,9 @@ import stat
 import time
 from pathlib import Path
 
-from cluster_tool.lab import model as hw
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.host import LabError, ProcRef, spawn, stop_process
+from cluster_lab import model as hw
+from cluster_lab.config import LabConfig
+from cluster_lab.host import LabError, ProcRef, spawn, stop_process
 
 UMAD2SIM = "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so"
 # The diags the head node gets wrappers for; ibstat/ibstatus read sysfs, not MADs.

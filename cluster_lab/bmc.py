@@ -3,7 +3,7 @@
 Each emulator serves one fake system (power state, power actions, boot override) at the
 node's `bmc_address` and tells the lab agent of every change through its external
 notifier; the agent turns a power cycle into a node restart, and a power cycle with a
-PXE boot override into a re-image (see `cluster_tool.lab.agent`).
+PXE boot override into a re-image (see `cluster_lab.agent`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 from urllib.request import Request, urlopen
 
+from cluster_lab.config import LabConfig
+from cluster_lab.host import LabError, ProcRef, spawn
 from cluster_tool.errors import UsageError
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.lab.host import LabError, ProcRef, spawn
 
 
 def system_uuid(lab: str, node: str) -> str:
