@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Severity = Literal["error", "warning", "info"]
 
@@ -23,6 +23,16 @@ class Finding(BaseModel):
     expected: str | None = None
     observed: str | None = None
     message: str
+    # fabric.swapped: the two HCAs exchanged, as data (`component` says the same as text).
+    swapped: tuple[str, str] | None = None
+
+    @model_serializer(mode="wrap")
+    def _swap_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only a swap carries `swapped`: every other finding keeps the contract's seven keys.
+        data: dict[str, Any] = handler(self)
+        if data.get("swapped") is None:
+            data.pop("swapped", None)
+        return data
 
     @property
     def fails(self) -> bool:

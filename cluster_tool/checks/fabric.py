@@ -285,6 +285,7 @@ def _node_cables(
                         check="fabric.swapped",
                         node=node,
                         component=f"{a},{b}",
+                        swapped=(a, b),
                         expected=f"{a} on {row_a.leaf} port {row_a.leaf_port}, "
                         f"{b} on {row_b.leaf} port {row_b.leaf_port}",
                         observed=f"{a} on {at_a}, {b} on {at_b}",

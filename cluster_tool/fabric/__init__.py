@@ -4,6 +4,8 @@
                   leaf up-port -> spine port, from the spec or read back from the rendered
                   files; `FabricPlan` holds both as one value
     topology.py   where nodes sit (SU, leaf per rail, spines per leaf): the gate's view
+    links.py      the rail x node link matrix of a run (up, or the fabric finding on each HCA):
+                  the run record's and the report's view
 
 Checks, the gate, the run record, the report and the lab read these; none rebuilds its own.
 """

@@ -1,6 +1,6 @@
 """Pieces the three workflows share: the phase and outcome records, Slurm admin steps (drain and
 wait, the gate phase in a reservation), waiting for SSH, and turning results into run-record data
-(the rail × node link matrix, busbw rows per rung)."""
+(busbw rows per rung; the link matrix is the fabric model's, `cluster_tool.fabric.links`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 
 from cluster_tool.drains import Owner, may_lift
 from cluster_tool.errors import ParseError
-from cluster_tool.fabric.plan import CablingRow
 from cluster_tool.fileio import atomic_write, private_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.plan import GateJob
@@ -160,37 +159,6 @@ def ssh_true(node: str, ssh_config: Path | None, timeout: float = 30.0) -> bool:
 
 
 # --- run-record data -------------------------------------------------------------------------
-
-
-def link_matrix(
-    plan: Sequence[CablingRow],
-    nodes: Iterable[str],
-    findings: Sequence[Finding],
-    fabric_checked: bool,
-) -> list[dict[str, Any]]:
-    """One entry per (node, rail): `up`, or the fabric check that failed on that HCA."""
-    wanted = set(nodes)
-    by_hca: dict[tuple[str, str], Finding] = {}
-    for f in findings:
-        if not f.check.startswith("fabric.") or f.node is None or not f.fails:
-            continue
-        for part in (f.component or "").split(","):
-            by_hca.setdefault((f.node, part.strip()), f)
-    links = []
-    for row in plan:
-        if row.node not in wanted:
-            continue
-        bad = by_hca.get((row.node, row.hca))
-        if not fabric_checked:
-            state, detail = "unknown", "fabric not checked"
-        elif bad is not None:
-            state, detail = bad.check.removeprefix("fabric."), bad.message
-        else:
-            state, detail = "up", f"{row.hca} on {row.leaf} port {row.leaf_port}"
-        links.append(
-            {"node": row.node, "rail": row.rail, "hca": row.hca, "state": state, "detail": detail}
-        )
-    return links
 
 
 @dataclass

@@ -21,7 +21,8 @@ from cluster_tool.ansible.runner import (
 )
 from cluster_tool.checks.registry import FABRIC_CHECKS, NODE_CHECKS
 from cluster_tool.drains import REIMAGE_REASON
-from cluster_tool.fabric.plan import cabling_plan
+from cluster_tool.fabric.links import link_matrix
+from cluster_tool.fabric.plan import plan_for
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
@@ -45,7 +46,6 @@ from cluster_tool.workflows.common import (
     RecordingRunner,
     Validation,
     gate_in_reservation,
-    link_matrix,
     pin_on,
 )
 from cluster_tool.workflows.runs import RunRecord
@@ -284,7 +284,7 @@ def run_summary(
         checks[suite] = list(dict.fromkeys([*ids, *checks[suite]]))
     links: list[dict[str, Any]] = []
     if cluster is not None and verdicts:
-        links = link_matrix(cabling_plan(cluster), verdicts.keys(), findings, fabric_checked)
+        links = link_matrix(plan_for(cluster), verdicts.keys(), findings, fabric_checked)
     started = record.inputs().get("started")
     summary: dict[str, Any] = {
         "command": command,

@@ -1,19 +1,15 @@
 """The gate as the workflows run it: every step's raw output kept for the run record, and busbw
-by message size with the rung's floor for the report's plots; the link matrix from findings."""
+by message size with the rung's floor for the report's plots."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cluster_tool.fabric.plan import cabling_plan
-from cluster_tool.findings import Finding
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds
 from cluster_tool.slurm import SlurmCLI
-from cluster_tool.spec import load_spec
-from cluster_tool.workflows.common import RecordingRunner, link_matrix
-from tests.conftest import REPO
+from cluster_tool.workflows.common import RecordingRunner
 from tests.unit.gate.fakes import SINGLE, FakeClock, ReplaySlurm, pair_output, scaled_output
 
 THRESHOLDS = Thresholds(GateProfile(), min_fraction=0.9)
@@ -56,21 +52,3 @@ def test_the_recording_runner_keeps_raw_outputs_and_busbw_with_the_floor(tmp_pat
     assert any(name.endswith(".slurm.out") for name in saved)
     assert len([n for n in saved if not n.endswith(".slurm.out")]) == len(runner.busbw)
     assert result.report.status == "fail"
-
-
-def test_the_link_matrix_marks_the_hcas_a_fabric_finding_names() -> None:
-    cluster = load_spec(REPO / "examples" / "lab.yml")
-    swap = Finding(
-        check="fabric.swapped",
-        node="gpu002",
-        component="mlx5_0,mlx5_3",
-        message="gpu002: mlx5_0 and mlx5_3 are swapped",
-    )
-    # Rails come from the profile (PCI order), not the mlx5 index: mlx5_3 is rail 1 here.
-    links = link_matrix(cabling_plan(cluster), ["gpu001", "gpu002"], [swap], fabric_checked=True)
-    assert len(links) == 16
-    bad = {(x["node"], x["rail"]) for x in links if x["state"] != "up"}
-    assert bad == {("gpu002", 0), ("gpu002", 1)}
-    assert {x["state"] for x in links if x["node"] == "gpu002" and x["rail"] < 2} == {"swapped"}
-    unknown = link_matrix(cabling_plan(cluster), ["gpu001"], [], fabric_checked=False)
-    assert {x["state"] for x in unknown} == {"unknown"}
