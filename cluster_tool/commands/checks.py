@@ -200,8 +200,10 @@ def validate(
 ) -> int:
     """Health and fabric checks over SSH, read-only. Exit 0 pass, 1 failed, 3 unreachable."""
     if after_maintenance or switch or admit or admit_unproven:
-        # The after-maintenance workflow (cluster_tool.workflows.validate) owns this path.
-        from cluster_tool.commands.workflows import run_validate_after
+        # The after-maintenance job (cluster_tool.workflows.jobs) owns this path.
+        from cluster_tool.commands._context import validate_after_job
+        from cluster_tool.context import Reach
+        from cluster_tool.workflows.jobs import ValidateAfterJob
 
         chosen_spec = spec or spec_arg
         if not after_maintenance or chosen_spec is None:
@@ -212,12 +214,12 @@ def validate(
                 "--after-maintenance checks the whole fabric and the nodes' health; "
                 "drop --health/--fabric"
             )
-        return run_validate_after(
-            chosen_spec, switch=switch, nodes=nodes, admit=admit, gate=gate,
-            admit_unproven=admit_unproven, junit=junit, save=save, replay=replay,
-            concurrency=concurrency, transport=transport, ssh_config=ssh_config, dcgm=dcgm,
-            json_out=json_out,
+        job = ValidateAfterJob(
+            chosen_spec, Reach(None, ssh_config, None, None, None), switch=switch, nodes=nodes,
+            admit=admit, gate=gate, admit_unproven=admit_unproven, junit=junit, save=save,
+            replay=replay, concurrency=concurrency, transport=transport, dcgm=dcgm,
         )  # fmt: skip
+        return validate_after_job(job, json_out)
     if not gate:
         raise UsageError("--no-gate goes with --after-maintenance (plain validate runs no gate)")
     from cluster_tool.nodes import select_gpu_nodes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from cluster_tool.fileio import PRIVATE_FILE, atomic_write, read_input_text
 from cluster_tool.report.html import render_html
 from cluster_tool.report.junit import junit_xml
 
-__all__ = ["junit_xml", "load_run", "render_html", "write_report"]
+__all__ = ["junit_xml", "load_run", "render_html", "write_rendered", "write_report"]
 
 
 def load_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -37,6 +38,14 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def write_report(run_dir: Path) -> list[Path]:
     """(Re-)write junit.xml and report.html from the run's summary.json and findings.json."""
     summary, findings = load_run(run_dir)
+    return write_rendered(run_dir, summary, findings)
+
+
+def write_rendered(
+    run_dir: Path, summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]]
+) -> list[Path]:
+    """Write junit.xml and report.html of a run from its summary and findings as written to its
+    summary.json and findings.json (a finishing run hands them over; `write_report` reads them)."""
     try:
         rendered = (
             (

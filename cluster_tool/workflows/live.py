@@ -43,12 +43,13 @@ from cluster_tool.workflows.bringup import TOLERATE_ALL
 from cluster_tool.workflows.collect import run_validate
 from cluster_tool.workflows.common import (
     GateOutcome,
+    Phase,
     RecordingRunner,
     Validation,
     gate_in_reservation,
     pin_on,
 )
-from cluster_tool.workflows.runs import RunRecord
+from cluster_tool.workflows.runs import RunRecord, RunSummary
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
 GATE_CHECKS = ("nccl.single", "nccl.pair")
@@ -244,7 +245,7 @@ def run_summary(
     command: str,
     record: RunRecord,
     inputs: dict[str, Any],
-    phases: Sequence[Any],
+    phases: Sequence[Phase],
     findings: Sequence[Finding],
     verdicts: dict[str, dict[str, Any]],
     run: RunVerdict,
@@ -255,12 +256,11 @@ def run_summary(
     gate_nodes: Sequence[str] = (),
     skipped: dict[str, dict[str, str]] | None = None,
     extra_checks: dict[str, list[str]] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """summary.json: inputs, phases, per-node verdicts, the run's verdict (`run`, from
-    cluster_tool.verdicts: the exit code, this file, the CLI's last line and the report's
-    headline all read it), the checks planned per suite and those that did not run, and why
-    (for JUnit), the link matrix and the busbw rows (for the report)."""
+    admitted_unproven: Sequence[str] = (),
+    stopped: str | None = None,
+) -> RunSummary:
+    """The run's summary.json: the checks planned per suite and those that did not run, and why
+    (for JUnit), the link matrix (for the report), the verdicts and the run's verdict `run`."""
     checks: dict[str, list[str]] = {}
     not_run: dict[str, dict[str, str]] = {k: dict(v) for k, v in (skipped or {}).items()}
     for node in verdicts:
@@ -285,21 +285,20 @@ def run_summary(
     links: list[dict[str, Any]] = []
     if cluster is not None and verdicts:
         links = link_matrix(plan_for(cluster), verdicts.keys(), findings, fabric_checked)
-    started = record.inputs().get("started")
-    summary: dict[str, Any] = {
-        "command": command,
-        "run_id": record.run_id,
-        "started": started,
-        "inputs": inputs,
-        "phases": [p.to_json() if hasattr(p, "to_json") else p for p in phases],
-        "nodes": verdicts,
-        "checks": checks,
-        "skipped": not_run,
-        "links": links,
-        "busbw": list(busbw),
-        "verdict": run.verdict,
-        "headline": run.headline,
-        "exit_code": run.exit_code,
-    }
-    summary.update(extra or {})
-    return summary
+    return RunSummary(
+        command=command,
+        run_id=record.run_id,
+        started=record.inputs().get("started"),
+        inputs=inputs,
+        phases=[p.to_json() for p in phases],
+        nodes=verdicts,
+        checks=checks,
+        skipped=not_run,
+        links=links,
+        busbw=list(busbw),
+        verdict=run.verdict,
+        headline=run.headline,
+        exit_code=run.exit_code,
+        admitted_unproven=list(admitted_unproven),
+        stopped=stopped,
+    )

@@ -15,7 +15,7 @@ import re
 import secrets as _random
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,17 @@ from cluster_tool.redact import REDACTED, Secrets, is_secret_name
 if TYPE_CHECKING:
     from cluster_tool.spec import Cluster
 
-__all__ = ["REDACTED", "RunRecord", "Secrets", "cluster_secrets", "find_runs", "known_secrets"]
+__all__ = [
+    "REDACTED",
+    "RunRecord",
+    "RunSummary",
+    "Secrets",
+    "cluster_secrets",
+    "find_runs",
+    "known_secrets",
+    "last_failed",
+    "run_secrets",
+]
 
 SUMMARY = "summary.json"
 FINDINGS = "findings.json"
@@ -121,6 +131,94 @@ def _looked_up(template: str, env: Mapping[str, str]) -> Secrets:
     for name in _ENV_LOOKUP.findall(template):
         looked.add(env.get(name))
     return looked
+
+
+def run_secrets(cluster: Cluster) -> Secrets:
+    """Every secret a run on `cluster` could meet (`cluster_secrets`), the munge key looked for
+    where the slurm role keeps it: ~/.cluster-tool/secrets/<slurm_cluster_name>/ or the
+    repository's runs/secrets/."""
+    from cluster_tool.ansible.runner import REPO_ROOT
+
+    dirs = [Path.home() / ".cluster-tool" / "secrets", REPO_ROOT / "runs" / "secrets"]
+    return cluster_secrets(cluster, secret_dirs=dirs)
+
+
+@dataclass
+class RunSummary:
+    """summary.json of a run: what it was asked (`inputs`), its phases, the verdict per node, the
+    run's verdict (from cluster_tool.verdicts: the exit code, this file, the CLI's last line and
+    the report's headline all read it), the checks planned per JUnit suite and those that did
+    not run and why, the link matrix and the busbw rows for the report. `to_json` writes the
+    keys every reader of a record (report, history, --retry-failed) knows."""
+
+    command: str
+    run_id: str
+    started: str | None
+    inputs: dict[str, Any]
+    phases: list[dict[str, Any]]
+    nodes: dict[str, dict[str, Any]]
+    checks: dict[str, list[str]]
+    skipped: dict[str, dict[str, str]]
+    links: list[dict[str, Any]]
+    busbw: list[dict[str, Any]]
+    verdict: str
+    headline: str
+    exit_code: int
+    admitted_unproven: list[str] = field(default_factory=list)
+    # A re-image's only: why it stopped before its last batch (None: it did not).
+    stopped: str | None = None
+    version: int = RECORD_VERSION
+    finished: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "command": self.command,
+            "run_id": self.run_id,
+            "started": self.started,
+            "inputs": self.inputs,
+            "phases": self.phases,
+            "nodes": self.nodes,
+            "checks": self.checks,
+            "skipped": self.skipped,
+            "links": self.links,
+            "busbw": self.busbw,
+            "verdict": self.verdict,
+            "headline": self.headline,
+            "exit_code": self.exit_code,
+            "admitted_unproven": self.admitted_unproven,
+            "version": self.version,
+            "finished": self.finished,
+        }
+        if self.command == "reimage":
+            data["stopped"] = self.stopped
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunSummary:
+        """A summary.json read back; a record from elsewhere that lacks a field gets its empty
+        value, and one whose fields are not what the tool writes is a UsageError."""
+        try:
+            return cls(
+                command=str(data.get("command") or ""),
+                run_id=str(data.get("run_id") or ""),
+                started=data.get("started"),
+                inputs=dict(data.get("inputs") or {}),
+                phases=[dict(p) for p in data.get("phases") or []],
+                nodes={str(n): dict(v) for n, v in (data.get("nodes") or {}).items()},
+                checks={str(k): list(v) for k, v in (data.get("checks") or {}).items()},
+                skipped={str(k): dict(v) for k, v in (data.get("skipped") or {}).items()},
+                links=[dict(x) for x in data.get("links") or []],
+                busbw=[dict(x) for x in data.get("busbw") or []],
+                verdict=str(data.get("verdict") or "fail"),
+                headline=str(data.get("headline") or ""),
+                exit_code=int(data.get("exit_code", 1)),
+                admitted_unproven=[str(n) for n in data.get("admitted_unproven") or []],
+                stopped=data.get("stopped"),
+                version=int(data.get("version", RECORD_VERSION)),
+                finished=data.get("finished"),
+            )
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise UsageError(f"unreadable summary.json: {type(exc).__name__}: {exc}") from None
 
 
 @dataclass
@@ -213,13 +311,18 @@ class RunRecord:
     def write_json(self, rel: str, data: Any) -> Path:
         """Write JSON with the secrets replaced in the values, before encoding: a secret holding
         a quote, a backslash or a non-ASCII letter is escaped in the file and still caught."""
+        self._write_json(rel, data)
+        return self.path / rel
+
+    def _write_json(self, rel: str, data: Any) -> Any:
         # Through JSON once first, so any object (dates, paths) is a plain string to redact.
         plain = json.loads(json.dumps(data, default=str))
         clean = self.secrets.redact_value(plain)
         target = self.path / rel
         private_dir(target.parent)
         text = json.dumps(clean, indent=2, sort_keys=True) + "\n"
-        return atomic_write(target, text, mode=PRIVATE_FILE)
+        atomic_write(target, text, mode=PRIVATE_FILE)
+        return clean  # what the file holds, as plain JSON values
 
     def raw_dir(self) -> Path:
         """Where raw captured outputs go (fan-out captures, gate job outputs)."""
@@ -286,20 +389,24 @@ class RunRecord:
 
     # --- closing -------------------------------------------------------------------------
 
-    def finish(self, summary: Mapping[str, Any], findings: Iterable[Finding]) -> Report:
-        """Write summary.json, findings.json, junit.xml and report.html, then scrub the folder."""
-        from cluster_tool.report import write_report
+    def finish(
+        self, summary: RunSummary | Mapping[str, Any], findings: Iterable[Finding]
+    ) -> Report:
+        """Write summary.json, findings.json, junit.xml and report.html, then scrub the folder.
+        The report is rendered from what the two JSON files hold (secrets replaced), not from
+        reading them back."""
+        from cluster_tool.report import write_rendered
 
         items = list(findings)
         report = Report.from_findings(items)
-        data = dict(summary)
+        data = summary.to_json() if isinstance(summary, RunSummary) else dict(summary)
         data.setdefault("version", RECORD_VERSION)
         data.setdefault("run_id", self.run_id)
         data["finished"] = _now()
         data.setdefault("verdict", report.status)
-        self.write_json(SUMMARY, data)
-        self.write_json(FINDINGS, report.to_json())
-        write_report(self.path)
+        clean_summary = self._write_json(SUMMARY, data)
+        clean_findings = self._write_json(FINDINGS, report.to_json())
+        write_rendered(self.path, clean_summary, clean_findings["findings"])
         self.scrub()
         return report
 
@@ -344,3 +451,32 @@ def find_runs(runs_dir: Path, command: str | None = None) -> list[RunRecord]:
 
 def elapsed_since(started: float) -> float:
     return round(time.monotonic() - started, 2)
+
+
+def last_failed(runs_dir: Path, spec: Path) -> list[str]:
+    """Hosts that did not pass in the last bringup of this spec (`--retry-failed`): GPU nodes
+    whose verdict is not pass, and any other host an error finding names (a head that failed to
+    converge). UsageError when there is no such run or nothing in it failed."""
+    for record in reversed(find_runs(runs_dir, "bringup")):
+        if record.inputs().get("spec") != str(spec.resolve()):
+            continue
+        path = record.path / SUMMARY
+        if not path.is_file():
+            continue
+        summary = RunSummary.from_json(json.loads(read_input_text(path)))
+        failed = [n for n, v in summary.nodes.items() if v.get("verdict") != "pass"]
+        findings_path = record.path / FINDINGS
+        if findings_path.is_file():
+            # An earlier run's record: read as data, as any record from elsewhere.
+            findings = json.loads(read_input_text(findings_path)).get("findings", [])
+            failed += [
+                str(f["node"])
+                for f in findings
+                if f.get("severity") == "error" and f.get("node") and f["node"] not in failed
+            ]
+        if not failed:
+            raise UsageError(
+                f"--retry-failed: nothing failed in the last bringup ({record.run_id})"
+            )
+        return list(dict.fromkeys(failed))
+    raise UsageError(f"--retry-failed: no earlier bringup of {spec} under {runs_dir}")

@@ -100,7 +100,7 @@ def test_every_file_of_a_run_is_private_to_its_owner(tmp_path: Path) -> None:
 def test_the_munge_key_is_found_where_the_role_writes_it_under_slurm_cluster_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cluster_tool.commands.workflows import _secrets
+    from cluster_tool.workflows.runs import run_secrets
 
     text = (REPO / "examples" / "lab.yml").read_text(encoding="utf-8")
     cluster = load_spec_text(text, "lab.yml")
@@ -113,7 +113,7 @@ def test_the_munge_key_is_found_where_the_role_writes_it_under_slurm_cluster_nam
     key.parent.mkdir(parents=True)
     key.write_text("Mk1\n", encoding="utf-8")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert "Mk1" in _secrets(renamed).values
+    assert "Mk1" in run_secrets(renamed).values
 
 
 def test_a_literal_munge_key_in_ansible_vars_is_refused_as_a_secret() -> None:

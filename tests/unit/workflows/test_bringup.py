@@ -292,16 +292,16 @@ def test_progress_counts_hosts_done_and_failed_per_phase() -> None:
 def test_retry_failed_reruns_only_what_failed_last_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cluster_tool.commands.workflows import _last_failed
+    from cluster_tool.workflows.runs import last_failed
 
     spec = REPO / "examples" / "lab.yml"
     runs = tmp_path / "runs"
     record = RunRecord.create(runs, "bringup", {"spec": str(spec.resolve())})
     record.finish({"nodes": {"gpu001": {"verdict": "pass"}, "gpu003": {"verdict": "fail"}}}, [SWAP])
     # gpu003 failed; gpu002 is named by an error finding (the swap) though its verdict was lost.
-    assert _last_failed(runs, spec) == ["gpu003", "gpu002"]
+    assert last_failed(runs, spec) == ["gpu003", "gpu002"]
     with pytest.raises(UsageError, match="no earlier bringup"):
-        _last_failed(runs, REPO / "examples" / "h100-1su.yml")
+        last_failed(runs, REPO / "examples" / "h100-1su.yml")
 
 
 def test_no_secret_lands_in_a_run_record(tmp_path: Path) -> None:

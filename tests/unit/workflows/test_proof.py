@@ -78,7 +78,7 @@ def test_validate_after_admit_holds_the_nodes_a_fleet_stop_covers() -> None:
 
 
 def test_retry_failed_finds_the_held_nodes(tmp_path: Path) -> None:
-    from cluster_tool.commands.workflows import _last_failed
+    from cluster_tool.workflows.runs import last_failed
 
     slurm = SlurmCluster(NODES, down=set(NODES))
     deps, _ = _deps(slurm, gate=FleetGate(slurm))
@@ -90,7 +90,7 @@ def test_retry_failed_finds_the_held_nodes(tmp_path: Path) -> None:
         health_nodes=NODES, fabric_checked=True,
     )  # fmt: skip
     record.finish(summary, result.findings)
-    assert _last_failed(tmp_path, LAB) == NODES
+    assert last_failed(tmp_path, LAB) == NODES
 
 
 def test_a_lone_node_is_proven_with_a_partner_from_service_and_admitted() -> None:
@@ -137,13 +137,13 @@ def test_a_converge_that_reached_no_host_is_no_pass_anywhere(tmp_path: Path) -> 
         findings=result.findings, verdicts=result.nodes, run=result.run, cluster=None,
         health_nodes=[], fabric_checked=False,
     )  # fmt: skip
-    assert result.exit_code == summary["exit_code"] == 1
-    assert summary["verdict"] != "pass"
-    assert not any(v["verdict"] == "pass" for v in summary["nodes"].values())
-    assert summary["headline"].startswith(summary["verdict"].upper())
-    page = render_html(summary, [])
+    assert result.exit_code == summary.exit_code == 1
+    assert summary.verdict != "pass"
+    assert not any(v["verdict"] == "pass" for v in summary.nodes.values())
+    assert summary.headline.startswith(summary.verdict.upper())
+    page = render_html(summary.to_json(), [])
     shown = re.search(r'id="verdict">([^<]*)<', page)
-    assert shown is not None and shown.group(1).startswith(summary["verdict"].upper())
+    assert shown is not None and shown.group(1).startswith(summary.verdict.upper())
 
 
 def test_a_check_mode_run_that_changes_nothing_passes_and_admits_nothing() -> None:

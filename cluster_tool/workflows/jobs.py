@@ -1,0 +1,525 @@
+"""The three jobs end to end, one entry point each: `run_bringup`, `run_reimage` and
+`run_validate_after` create the run record, do the work through the live edges, write
+summary.json (a `RunSummary`), findings.json, JUnit and the report, and return a `RunOutcome`.
+The commands only parse options, call one of them and print."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.context import Reach
+from cluster_tool.errors import UsageError
+from cluster_tool.findings import Finding
+from cluster_tool.slurm import AdminSlurm, SlurmError, connect
+from cluster_tool.spec.models import Cluster
+from cluster_tool.workflows.runs import (
+    RunRecord,
+    RunSummary,
+    default_runs_dir,
+    last_failed,
+    run_secrets,
+)
+
+if TYPE_CHECKING:
+    from cluster_tool.bmc import TlsPolicy
+    from cluster_tool.redact import Secrets
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+@dataclass
+class RunOutcome:
+    """A finished job: its run record and the summary it wrote there."""
+
+    record: RunRecord
+    summary: RunSummary
+
+    @property
+    def exit_code(self) -> int:
+        return self.summary.exit_code
+
+    @property
+    def report(self) -> Path:
+        return self.record.path / "report.html"
+
+
+def _finish(record: RunRecord, summary: RunSummary, findings: list[Finding]) -> RunOutcome:
+    record.finish(summary, findings)
+    return RunOutcome(record, summary)
+
+
+def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: bool) -> Path:
+    """The inventory a converge uses: the one given, else the spec rendered now (with --check
+    the rendered one as it is, its diff against the spec kept in the record)."""
+    from cluster_tool.render import diff_rendered, render
+    from cluster_tool.render.engine import default_out_dir
+
+    if given is not None:
+        if not given.exists():
+            raise UsageError(f"--inventory {given}: no such inventory")
+        return given
+    out = default_out_dir(cluster)
+    if check:
+        diff = diff_rendered(cluster, out)
+        record.write_text("raw/render.diff", "".join(diff.diff))
+        if not (out / "hosts.yml").is_file():
+            raise UsageError(f"--check: {out} is not rendered yet; run `cluster-tool render` first")
+        return out
+    result = render(cluster, out)
+    record.write_json("raw/render.json", result.to_json())
+    return out
+
+
+# --- bring-up --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BringupJob:
+    """`cluster-tool bringup`'s options; `reach` is how the cluster is reached (command line,
+    else the cluster's context)."""
+
+    spec: Path
+    reach: Reach
+    limit: str | None = None
+    phase: str | None = None
+    check: bool = False
+    diff: bool = False
+    retry_failed: bool = False
+    gate: bool = True
+    admit_unproven: bool = False
+    dcgm: bool = True
+    runs_dir: Path | None = None
+
+
+def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quiet) -> RunOutcome:
+    """Render, converge (site.yml), validate, gate, admit what is proven; the run's record."""
+    from cluster_tool.bounds import bounded_hostlist
+    from cluster_tool.workflows.bringup import BringupDeps, BringupOptions, PhaseProgress
+    from cluster_tool.workflows.bringup import run_bringup as bring_up
+    from cluster_tool.workflows.live import Live, run_summary
+
+    runs = job.runs_dir or default_runs_dir()
+    limit = job.limit
+    if limit and job.retry_failed:
+        raise UsageError("--limit and --retry-failed exclude each other")
+    if job.diff and not job.check:
+        raise UsageError("--diff goes with --check")
+    if limit:
+        bounded_hostlist(limit, "--limit")  # any host of the inventory, not only GPU nodes
+    if job.retry_failed:
+        limit = str(NodeSet.fromlist(last_failed(runs, job.spec)))
+    inputs = {
+        "spec": str(job.spec.resolve()),
+        "limit": limit,
+        "phase": job.phase,
+        "check": job.check,
+        "diff": job.diff,
+        "retry_failed": job.retry_failed,
+        "gate": job.gate,
+        "admit_unproven": job.admit_unproven,
+    }
+    record = RunRecord.create(runs, "bringup", inputs, run_secrets(cluster))
+    progress(f"run record: {record.path}")
+    inv = _inventory(cluster, job.reach.inventory, record, job.check)
+    slurm = connect(job.reach.slurm_via, job.reach.ssh_config)
+    live = Live(
+        cluster,
+        inv,
+        record,
+        slurm,
+        job.reach.ssh_config,
+        gate_workdir=job.reach.gate_workdir,
+        dcgm=job.dcgm,
+    )
+    deps = BringupDeps(converge=live.converge, validate=live.validate, gate=live.gate, slurm=slurm)
+    options = BringupOptions(
+        limit=limit,
+        phase=job.phase,
+        check=job.check,
+        diff=job.diff,
+        gate=job.gate,
+        admit_unproven=job.admit_unproven,
+    )
+    gpu = [n.name for n in cluster.gpu_nodes()]
+    result = bring_up(gpu, deps, options, on_event=PhaseProgress(progress))
+    summary = run_summary(
+        command="bringup",
+        record=record,
+        inputs=inputs,
+        phases=result.phases,
+        findings=result.findings,
+        verdicts=result.nodes,
+        run=result.run,
+        cluster=cluster,
+        health_nodes=result.validated,
+        fabric_checked=result.fabric_checked,
+        busbw=result.busbw,
+        gate_nodes=result.gated,
+        skipped=live.skipped,
+        extra_checks={n: ["ansible.converge"] for n in result.nodes},
+        admitted_unproven=result.admitted_unproven,
+    )
+    return _finish(record, summary, result.findings)
+
+
+# --- re-image --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReimageJob:
+    """`cluster-tool reimage`'s options. A resumed run (`resume`) keeps the node list, batches,
+    limits and proof rules it started with."""
+
+    spec: Path
+    reach: Reach
+    nodes: str | None = None
+    batch: int = 1
+    per_su: int = 1
+    max_fail: int = 0
+    resume: str | None = None
+    force: bool = False
+    drain_timeout_s: float = 3600.0
+    ssh_timeout_s: float = 1800.0
+    insecure_bmc: bool = False
+    ca_bundle: Path | None = None
+    bmc_scheme: str = "https"
+    vault_file: Path | None = None
+    vault_password_file: Path | None = None
+    gate: bool = True
+    admit_unproven: bool = False
+    dcgm: bool = True
+    runs_dir: Path | None = None
+
+
+def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quiet) -> RunOutcome:
+    """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume, per
+    batch, journaled so that `resume` continues where a killed run stopped."""
+    from cluster_tool.bmc import SushyBmc, TlsPolicy, bmc_credentials, load_vault
+    from cluster_tool.verdicts import GATE_SINGLE, judge_nodes, judge_run
+    from cluster_tool.workflows.common import Phase, node_verdicts, ssh_true, wait_for_ssh
+    from cluster_tool.workflows.live import Live, run_summary
+    from cluster_tool.workflows.reimage import STEP_CHECKS, ReimageDeps, ReimageOptions
+    from cluster_tool.workflows.reimage import run_reimage as reimage_batches
+
+    # The context's standing BMC transport (the lab's emulators: plain http), unless given here.
+    insecure = job.insecure_bmc or job.reach.bmc_insecure
+    scheme = job.bmc_scheme
+    if scheme == "https" and job.reach.bmc_scheme:
+        scheme = job.reach.bmc_scheme
+    tls = TlsPolicy(
+        insecure=insecure, ca_bundle=str(job.ca_bundle) if job.ca_bundle else None, scheme=scheme
+    )
+    if cluster.bmc.verify_tls is False and not insecure:
+        progress("the spec says verify_tls: false; TLS is still verified without --insecure-bmc")
+    vault = None
+    if job.vault_file is not None:
+        if job.vault_password_file is None:
+            raise UsageError("--vault-file needs --vault-password-file")
+        vault = load_vault(job.vault_file, job.vault_password_file)
+    credentials = bmc_credentials(cluster.bmc.credentials, vault=vault)
+    secrets = run_secrets(cluster)
+    secrets.add(credentials.password)
+
+    gpu = {n.name: n for n in cluster.gpu_nodes()}
+    record, inputs, batches = _reimage_record(cluster, job, tls, secrets)
+    progress(f"run record: {record.path}  (resume with --resume {record.run_id})")
+    inv = _inventory(cluster, job.reach.inventory, record, False)
+    slurm = connect(job.reach.slurm_via, job.reach.ssh_config)
+    # A resumed run keeps the proof rules it started with.
+    live = Live(
+        cluster,
+        inv,
+        record,
+        slurm,
+        job.reach.ssh_config,
+        gate_workdir=job.reach.gate_workdir,
+        gate_on=bool(inputs.get("gate", job.gate)),
+        admit_unproven=bool(inputs.get("admit_unproven", job.admit_unproven)),
+        dcgm=job.dcgm,
+    )
+    addresses = {n: node.bmc_address for n, node in gpu.items() if node.bmc_address}
+    host_address = {h.name: h.address for h in cluster.hosts()}
+    ssh_config = job.reach.ssh_config
+
+    def wait_ssh(node: str, timeout: float) -> bool:
+        address = str(host_address.get(node) or node)
+        return wait_for_ssh(address, timeout) and ssh_true(node, ssh_config)
+
+    every = {n for b in batches for n in b}
+    partners = _partners(slurm, [n for n in gpu if n not in every], record, progress)
+    deps = ReimageDeps(
+        slurm=slurm,
+        bmc=SushyBmc(addresses, credentials, tls),
+        wait_ssh=wait_ssh,
+        converge=live.converge_nodes,
+        ladder=live.node_ladder,
+    )
+    # A resumed run keeps the limits it started with.
+    options = ReimageOptions(
+        batch=job.batch,
+        per_su=job.per_su,
+        max_fail=int(inputs.get("max_fail", job.max_fail)),
+        force=bool(inputs.get("force", job.force)),
+        drain_timeout_s=float(inputs.get("drain_timeout_s", job.drain_timeout_s)),
+        ssh_timeout_s=job.ssh_timeout_s,
+    )
+    result = reimage_batches(
+        record, batches, deps, options, partners=partners,
+        on_step=lambda n, s, st: progress(f"{n}: {s} {st}"),
+    )  # fmt: skip
+
+    # Admitted by an earlier run of this record (read back from its journal): proven then.
+    live.proof.earlier |= {
+        n for n, o in result.nodes.items() if o.status == "passed" and n not in live.proof.passed
+    }
+    scope = [n for b in batches for n in b]
+    judged = judge_nodes(scope, result.findings, live.proof)
+    admitted = [n for n, o in result.nodes.items() if o.status == "passed"]
+    waived = [n for n in admitted if judged[n].verdict != "pass"]
+    verdicts = node_verdicts(judged, admitted=admitted)
+    for n, o in result.nodes.items():
+        verdicts[n]["step"] = o.step
+        if o.reason and not verdicts[n]["reason"]:
+            verdicts[n]["reason"] = o.reason
+    phases = [
+        Phase(f"batch {i}", _batch_status(b, result.nodes), detail=str(NodeSet.fromlist(b)))
+        for i, b in enumerate(batches, 1)
+    ]
+    if result.stopped:
+        phases.append(Phase("run", "failed", detail=result.stopped))
+    run = judge_run(phases, result.findings, judged, admitted_unproven=waived)
+    summary = run_summary(
+        command="reimage",
+        record=record,
+        inputs={k: v for k, v in inputs.items() if k not in ("version", "command", "started")},
+        phases=phases,
+        findings=result.findings,
+        verdicts=verdicts,
+        run=run,
+        cluster=cluster,
+        health_nodes=[n for n in scope if n in live.proof.passed],
+        fabric_checked=False,
+        busbw=live.busbw,
+        gate_nodes=[n for n in scope if GATE_SINGLE in live.proof.passed.get(n, set())],
+        skipped=live.skipped,
+        extra_checks={n: sorted(set(STEP_CHECKS.values())) for n in result.nodes},
+        admitted_unproven=waived,
+        stopped=result.stopped,
+    )
+    return _finish(record, summary, result.findings)
+
+
+def _reimage_record(
+    cluster: Cluster, job: ReimageJob, tls: TlsPolicy, secrets: Secrets
+) -> tuple[RunRecord, dict[str, Any], list[list[str]]]:
+    """The run record with its inputs and batches: a new one planned from `job.nodes`, or the
+    run `job.resume` names, checked to be a re-image of the same nodes."""
+    from cluster_tool.bounds import bounded_hostlist
+    from cluster_tool.nodes import select_gpu_nodes
+    from cluster_tool.workflows.reimage import plan_batches
+
+    runs = job.runs_dir or default_runs_dir()
+    if job.resume is not None:
+        record = RunRecord.open(job.resume, runs, secrets)
+        inputs = record.inputs()
+        if inputs.get("command") != "reimage":
+            raise UsageError(
+                f"--resume {job.resume}: that run is a {inputs.get('command')}, not a reimage"
+            )
+        nodes = job.nodes
+        if nodes and set(bounded_hostlist(nodes, "--nodes")) != set(NodeSet(inputs["nodes"])):
+            raise UsageError(
+                f"--resume {job.resume}: that run re-images {inputs['nodes']}, not {nodes}"
+            )
+        record.log("run", "resumed")
+        return record, inputs, [list(b) for b in inputs["batches"]]
+    if not job.nodes:
+        raise UsageError("--nodes HOSTLIST is required (or --resume RUN)")
+    gpu = {n.name: n for n in cluster.gpu_nodes()}
+    protected = [cluster.slurm.controller, cluster.fabric.subnet_manager]
+    # The controller and the subnet manager pass here so that plan_batches refuses them in
+    # words that say why.
+    wanted = select_gpu_nodes(cluster, job.nodes, "--nodes", also=protected)
+    batches = plan_batches(
+        [(n, (gpu[n].su or 0) if n in gpu else 0) for n in wanted],
+        job.batch,
+        job.per_su,
+        protected,
+    )
+    inputs = {
+        "spec": str(job.spec.resolve()),
+        "nodes": str(NodeSet.fromlist(wanted)),
+        "batch": job.batch,
+        "per_su": job.per_su,
+        "max_fail": job.max_fail,
+        "force": job.force,
+        "drain_timeout_s": job.drain_timeout_s,
+        "gate": job.gate,
+        "admit_unproven": job.admit_unproven,
+        "batches": batches,
+        # What the requests will use, scheme in the spec's address pattern included.
+        "bmc_tls": tls.transport(
+            gpu[n].bmc_address or "" for n in wanted if n in gpu and gpu[n].bmc_address
+        ),
+    }
+    return RunRecord.create(runs, "reimage", inputs, secrets), inputs, batches
+
+
+def _partners(
+    slurm: AdminSlurm, outside: list[str], record: RunRecord, progress: Progress
+) -> list[str]:
+    """Known-good partners for the ladder's pair rung: GPU nodes outside the run in service."""
+    try:
+        return [s.name for s in slurm.node_states(outside) if s.usable]
+    except SlurmError as exc:
+        # No known-good partner: the ladder can run the single rung only, which proves no
+        # multi-node path, so each node ends `gate.unproven` and stays drained.
+        record.log("partners", "failed", detail=f"no partner from Slurm: {exc}")
+        progress(f"no known-good partner (Slurm: {exc}); nodes will stay drained unproven")
+        return []
+
+
+def _batch_status(batch: list[str], outcomes: Mapping[str, Any]) -> str:
+    states = {outcomes[n].status for n in batch}
+    if states == {"passed"}:
+        return "passed"
+    if "failed" in states:
+        return "failed"
+    return "skipped" if "pending" not in states else "not run"
+
+
+# --- validate after maintenance --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ValidateAfterJob:
+    """`cluster-tool validate-after`'s options (and `validate --after-maintenance`'s)."""
+
+    spec: Path
+    reach: Reach
+    switch: str | None = None
+    nodes: str | None = None
+    admit: bool = False
+    gate: bool = True
+    admit_unproven: bool = False
+    junit: Path | None = None
+    save: Path | None = None
+    replay: Path | None = None
+    concurrency: int = 32
+    transport: str = "openssh"
+    dcgm: bool = True
+    runs_dir: Path | None = None
+
+
+class _Offline:
+    """Slurm for a replayed run: nothing is asked of a live cluster."""
+
+    def __getattr__(self, name: str) -> Any:
+        def refuse(*_args: object, **_kwargs: object) -> Any:
+            raise SlurmError("a replayed run (--from) asks nothing of Slurm")
+
+        return refuse
+
+
+def check_validate_after(job: ValidateAfterJob) -> None:
+    """The option combinations validate after maintenance refuses, before anything is read."""
+    if job.save is not None and job.replay is not None:
+        raise UsageError("--save and --from exclude each other")
+    if job.replay is not None and job.gate:
+        raise UsageError("--from replays a capture with no SSH; the gate runs jobs through Slurm: "
+                         "add --no-gate")  # fmt: skip
+    if job.replay is not None and job.admit:
+        raise UsageError("--from replays a capture; --admit changes Slurm: drop one of them")
+    if job.admit_unproven and not job.admit:
+        raise UsageError("--admit-unproven goes with --admit")
+
+
+def run_validate_after(
+    cluster: Cluster, job: ValidateAfterJob, *, progress: Progress = _quiet
+) -> RunOutcome:
+    """After maintenance: the whole fabric, then health and the gate on the switch's nodes (or
+    the given ones); with `admit`, resume what is proven and drain what is not."""
+    from cluster_tool.fileio import atomic_write
+    from cluster_tool.history import judge_and_record
+    from cluster_tool.remote.fanout import transport_named
+    from cluster_tool.workflows.live import Live, run_summary
+    from cluster_tool.workflows.validate import (
+        AfterMaintenanceDeps,
+        run_after_maintenance,
+        select_after_maintenance,
+    )
+
+    check_validate_after(job)
+    chosen = transport_named(job.transport, job.reach.ssh_config)
+    selected = select_after_maintenance(cluster, job.switch, job.nodes)
+    inputs = {
+        "spec": str(job.spec.resolve()),
+        "switch": job.switch,
+        "nodes": str(NodeSet.fromlist(selected)),
+        "admit": job.admit,
+        "gate": job.gate,
+        "admit_unproven": job.admit_unproven,
+        "replayed_from": str(job.replay) if job.replay is not None else None,
+    }
+    runs = job.runs_dir or default_runs_dir()
+    record = RunRecord.create(runs, "validate-after", inputs, run_secrets(cluster))
+    slurm: Any = (
+        _Offline() if job.replay is not None else connect(job.reach.slurm_via, job.reach.ssh_config)
+    )
+    live = Live(
+        cluster,
+        Path("."),
+        record,
+        slurm,
+        job.reach.ssh_config,
+        transport=chosen,
+        gate_workdir=job.reach.gate_workdir,
+        dcgm=job.dcgm,
+        replay=job.replay,
+        save=job.save,
+        concurrency=job.concurrency,
+    )
+    deps = AfterMaintenanceDeps(fabric=live.fabric, health=live.health, gate=live.gate, slurm=slurm)
+    others = [n.name for n in cluster.gpu_nodes() if n.name not in set(selected)]
+    result = run_after_maintenance(
+        selected,
+        deps,
+        admit=job.admit,
+        gate=job.gate,
+        admit_unproven=job.admit_unproven,
+        others=others,
+    )
+    summary = run_summary(
+        command="validate-after",
+        record=record,
+        inputs=inputs,
+        phases=result.phases,
+        findings=result.findings,
+        verdicts=result.verdicts,
+        run=result.run,
+        cluster=cluster,
+        health_nodes=selected,
+        fabric_checked=result.fabric_checked,
+        busbw=result.busbw,
+        gate_nodes=result.gated,
+        skipped=live.skipped,
+        admitted_unproven=result.admitted_unproven,
+    )
+    # The nodes judged against their own history, and this run added to it (a replay is
+    # neither); warnings only, so the run's verdict stands.
+    history = judge_and_record(record.path, summary.to_json(), cluster.thresholds.history)
+    outcome = _finish(record, summary, result.findings + history)
+    if job.junit is not None:
+        # The operator's copy: the record's own junit.xml, from the same summary and findings.
+        job.junit.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(job.junit, (record.path / "junit.xml").read_text(encoding="utf-8"))
+    return outcome
