@@ -401,11 +401,12 @@ def check_kernel_link_flaps(
     hcas: Sequence[Hca],
     thresholds: HealthThresholds,
     *,
-    rows: Mapping[tuple[str, str], CablingRow] | None = None,
+    cables: Mapping[str, tuple[str, int]] | None = None,
 ) -> list[Finding]:
     """`link.flap` for a compute HCA whose port went down more than `ib_link_flaps_max` times
     in the node's kernel log (a `Link down`, or a `Link up` after a `Link up`: the driver saw
-    the port change and come back before it looked), named with its cable from the plan."""
+    the port change and come back before it looked), named with its cable: `cables` gives
+    each HCA's (leaf, leaf port) from the plan."""
     by_pci = {normalize_pci_bus_id(h.pci) or h.pci: h for h in hcas}
     downs: dict[str, int] = defaultdict(int)
     last: dict[str, str] = {}
@@ -422,8 +423,8 @@ def check_kernel_link_flaps(
         if count <= thresholds.ib_link_flaps_max:
             continue
         hca = by_pci[pci]
-        row = (rows or {}).get((node, hca.device))
-        cable = f" ↔ {row.leaf} port {row.leaf_port}" if row else ""
+        leaf = (cables or {}).get(hca.device)
+        cable = f" ↔ {leaf[0]} port {leaf[1]}" if leaf else ""
         now = "up" if last[pci] == "up" else "down"
         out.append(
             Finding(

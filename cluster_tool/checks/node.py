@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_tool.checks.affinity import check_affinity
+from cluster_tool.checks.counters import check_kernel_link_flaps
 from cluster_tool.checks.gdr import check_gdr
 from cluster_tool.checks.health import check_dcgm, check_gpus, check_ibstat, check_xids
 from cluster_tool.checks.link import check_mlxlink
@@ -22,6 +23,7 @@ from cluster_tool.checks.nvlink import check_nvlink_errors
 from cluster_tool.checks.pcie import check_pcie_links
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
+from cluster_tool.parsers.link_events import parse_link_events
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport
 from cluster_tool.probes import Probe, ProbeOutput, lines
 from cluster_tool.probes.node import (
@@ -65,6 +67,9 @@ class NodeExpectations:
     gpudirect_mode: str | None = None  # "dmabuf", "peermem", or None (either will do)
     profile_name: str | None = None
     cluster: str | None = None
+    # (HCA, leaf, leaf port) of the node's cables from the plan, to name a flapping port's
+    # cable; empty in a node file written before it carried them.
+    cables: tuple[tuple[str, str, int], ...] = ()
 
     def to_node_file(self) -> dict[str, Any]:
         """The JSON the roles install as /etc/cluster-tool/node.json."""
@@ -77,6 +82,7 @@ class NodeExpectations:
             "thresholds": self.thresholds.model_dump(mode="json"),
             "nccl_conf": self.nccl_conf,
             "gpudirect_mode": self.gpudirect_mode,
+            "cables": [list(c) for c in self.cables],
         }
 
 
@@ -98,6 +104,9 @@ def expectations_for(
         from cluster_tool.render.engine import render_nccl_conf
 
         nccl_conf = render_nccl_conf(cluster)
+    from cluster_tool.fabric.plan import cabling_plan
+
+    cables = tuple((r.hca, r.leaf, r.leaf_port) for r in cabling_plan(cluster) if r.node == node)
     if gpudirect_mode is None:
         mode = cluster.ansible_vars.get("gpudirect_rdma_mode")
         gpudirect_mode = mode if mode in ("dmabuf", "peermem") else None
@@ -109,6 +118,7 @@ def expectations_for(
         gpudirect_mode=gpudirect_mode,
         profile_name=host.profile_name,
         cluster=cluster.name,
+        cables=cables,
     )
 
 
@@ -133,8 +143,9 @@ def read_node_file(path: Path = NODE_FILE) -> NodeExpectations:
             gpudirect_mode=data.get("gpudirect_mode"),
             profile_name=data.get("profile_name"),
             cluster=data.get("cluster"),
+            cables=tuple((str(h), str(leaf), int(p)) for h, leaf, p in data.get("cables") or ()),
         )
-    except (KeyError, ValueError) as exc:
+    except (KeyError, ValueError, TypeError) as exc:
         raise UsageError(f"{path}: not a valid node file: {exc}") from None
 
 
@@ -186,6 +197,18 @@ def _text(outputs: Mapping[str, ProbeOutput], probe: Probe) -> Any:
     return probe.process(lines(output.stdout)) if output is not None and output.rc == 0 else None
 
 
+def _link_flaps(expect: NodeExpectations, log: ProbeOutput) -> list[Finding]:
+    """link.flap from the mlx5 Link down / Link up lines of the same kernel log."""
+    try:
+        events = parse_link_events(log.stdout)
+    except ParseError as exc:
+        return [_probe_problem(expect.node, KernelLog(), log, str(exc))]
+    leaf = {hca: (leaf, port) for hca, leaf, port in expect.cables}
+    return check_kernel_link_flaps(
+        expect.node, events, expect.profile.compute_hcas, expect.thresholds, cables=leaf
+    )
+
+
 def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> list[Finding]:
     """Every node check over one node's probe outputs (HEALTH_PROBES); a probe that failed
     or printed something unreadable is itself a finding, never a crash."""
@@ -215,6 +238,7 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
         if events is not None:
             pcis = [g.pci for g in smi.gpus] if smi is not None else []
             findings += check_xids(node, profile, t, events, pcis)
+            findings += _link_flaps(expect, log)
     else:
         # Xids unchecked: not a warning to read past, a check that did not run (the node's
         # verdict is `unknown`, cluster_tool.verdicts).
