@@ -5,17 +5,17 @@ The commands only parse options, call one of them and print."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.context import Reach
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.slurm import AdminSlurm, SlurmError, connect
+from cluster_tool.slurm import JobState, NodeState, SlurmAdmin, SlurmError, connect
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.runs import (
     RunRecord,
@@ -375,7 +375,7 @@ def _reimage_record(
 
 
 def _partners(
-    slurm: AdminSlurm, outside: list[str], record: RunRecord, progress: Progress
+    slurm: SlurmAdmin, outside: list[str], record: RunRecord, progress: Progress
 ) -> list[str]:
     """Known-good partners for the ladder's pair rung: GPU nodes outside the run in service."""
     try:
@@ -421,13 +421,40 @@ class ValidateAfterJob:
 
 
 class _Offline:
-    """Slurm for a replayed run: nothing is asked of a live cluster."""
+    """Slurm for a replayed run (--from): nothing is asked of a live cluster."""
 
-    def __getattr__(self, name: str) -> Any:
-        def refuse(*_args: object, **_kwargs: object) -> Any:
-            raise SlurmError("a replayed run (--from) asks nothing of Slurm")
+    def _refuse(self) -> NoReturn:
+        raise SlurmError("a replayed run (--from) asks nothing of Slurm")
 
-        return refuse
+    def submit(self, script: Path) -> str:
+        self._refuse()
+
+    def job_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
+        self._refuse()
+
+    def cancel(self, job_id: str) -> None:
+        self._refuse()
+
+    def drain(self, nodes: Iterable[str], reason: str) -> None:
+        self._refuse()
+
+    def resume(self, nodes: Iterable[str]) -> None:
+        self._refuse()
+
+    def node_states(self, nodes: Iterable[str] | None = None) -> list[NodeState]:
+        self._refuse()
+
+    def jobs_on(self, nodes: Iterable[str]) -> dict[str, list[str]]:
+        self._refuse()
+
+    def cancel_jobs_on(self, nodes: Iterable[str]) -> None:
+        self._refuse()
+
+    def reserve(self, name: str, nodes: Iterable[str]) -> None:
+        self._refuse()
+
+    def release(self, name: str) -> None:
+        self._refuse()
 
 
 def check_validate_after(job: ValidateAfterJob) -> None:
@@ -472,7 +499,7 @@ def run_validate_after(
     }
     runs = job.runs_dir or default_runs_dir()
     record = RunRecord.create(runs, "validate-after", inputs, run_secrets(cluster))
-    slurm: Any = (
+    slurm: SlurmAdmin = (
         _Offline() if job.replay is not None else connect(job.reach.slurm_via, job.reach.ssh_config)
     )
     live = Live(

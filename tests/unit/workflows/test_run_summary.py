@@ -111,3 +111,33 @@ def test_a_secret_in_a_finding_never_reaches_the_report(tmp_path: Path) -> None:
 def test_a_summary_from_elsewhere_that_is_not_a_summary_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match=r"unreadable summary\.json"):
         RunSummary.from_json({"nodes": ["gpu001"]})
+
+
+def test_the_validate_after_job_returns_what_its_record_holds_and_prints_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cluster_tool.context import Reach
+    from cluster_tool.remote import fanout
+    from cluster_tool.spec import load_spec
+    from cluster_tool.workflows.collect import run_validate
+    from cluster_tool.workflows.jobs import ValidateAfterJob, run_validate_after
+    from tests.conftest import REPO
+    from tests.unit.workflows.test_proof import Unreachable
+
+    lab = REPO / "examples" / "lab.yml"
+    cluster = load_spec(lab)
+    down = run_validate(cluster, health=True, fabric=True, transport=Unreachable(), dcgm=False)
+    fanout.save_capture(tmp_path / "cap", down.results)
+    capsys.readouterr()
+    job = ValidateAfterJob(
+        lab, Reach(None, None, None, None, None), nodes="gpu001", gate=False,
+        replay=tmp_path / "cap", dcgm=False, runs_dir=tmp_path / "runs",
+    )  # fmt: skip
+    outcome = run_validate_after(cluster, job)
+    assert capsys.readouterr() == ("", ""), "library code never prints"
+    assert outcome.exit_code == 3  # the capture says the hosts were unreachable
+    written = _written(outcome.record)
+    assert written["exit_code"] == 3 and written["verdict"] == outcome.summary.verdict
+    nodes = written["nodes"]
+    assert isinstance(nodes, dict) and list(nodes) == ["gpu001"]
+    assert outcome.report.is_file() and "gpu001" in outcome.report.read_text(encoding="utf-8")
