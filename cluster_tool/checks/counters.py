@@ -35,6 +35,7 @@ __all__ = [
     "check_counter_deltas",
     "check_kernel_link_flaps",
     "drop_reboot_link_downs",
+    "judge_counters",
     "port_deltas",
     "snapshot",
 ]
@@ -439,3 +440,30 @@ def check_kernel_link_flaps(
             )
         )
     return out
+
+
+# --- what the fabric check calls ------------------------------------------------------------
+
+
+def judge_counters(
+    cluster: Cluster,
+    fabric: Fabric,
+    counters: IbQueryErrors | Sequence[PerfCounters],
+    *,
+    before: CounterSnapshot | None = None,
+    read_at: float | None = None,
+    rebooted: Collection[str] = (),
+    nodes: Iterable[str] | None = None,
+) -> tuple[list[Finding], IbQueryErrors | Sequence[PerfCounters] | None]:
+    """The counters of one read, judged as deltas against `before` when the run took a
+    snapshot before its traffic; else what the absolute check (`fabric.errors`) should still
+    judge, without the LinkDowned of `rebooted` nodes' cables. Returns (findings, counters left
+    for the absolute check, None when the deltas said it all)."""
+    if before is not None and read_at is not None:
+        after = snapshot(counters, read_at, fabric=fabric)
+        return check_counter_deltas(cluster, fabric, before, after, nodes=nodes), None
+    if rebooted and isinstance(counters, IbQueryErrors):
+        kept, notes = drop_reboot_link_downs(cluster, fabric, counters, rebooted)
+        only = set(nodes) if nodes is not None else None
+        return [f for f in notes if only is None or f.node in only], kept
+    return [], counters

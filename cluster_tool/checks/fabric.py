@@ -8,10 +8,11 @@ switch port that is Down or Polling is not a fault, so nothing here ever greps f
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from cluster_tool.checks.counters import CounterSnapshot, judge_counters
 from cluster_tool.errors import ParseError
 from cluster_tool.fabric.plan import CablingRow, FabricPlan, plan_for
 from cluster_tool.findings import Finding, Severity
@@ -611,6 +612,9 @@ def fabric_findings(
     plan: FabricPlan | None = None,
     nodes: Iterable[str] | None = None,
     counters_required: bool = True,
+    counters_before: CounterSnapshot | None = None,
+    read_at: float | None = None,
+    rebooted: Collection[str] = (),
 ) -> list[Finding]:
     """The fabric judged from what `host` (the subnet manager) showed, worst first: what
     `validate --fabric`, the workflows and `fabric check` report.
@@ -619,6 +623,9 @@ def fabric_findings(
     silent or unreadable is `fabric.discover` / `ib.counters-unread`: nothing, or no counter,
     was judged), or records already parsed from an operator's files. Without
     `counters_required` (`fabric check` with no `--counters`) missing counters are not a finding.
+    With `counters_before` (this run's snapshot from before its traffic) and `read_at`, the
+    counters are judged as deltas (checks/counters.py); without, as absolute values, except the
+    LinkDowned of the cables of `rebooted` nodes.
     """
     if ibnetdiscover is None or not isinstance(ibnetdiscover, Fabric):
         discovered = _discovered(host, ibnetdiscover)
@@ -636,6 +643,17 @@ def fabric_findings(
             findings.append(got)
         else:
             read = got
+    if read is not None:
+        judged, read = judge_counters(
+            cluster,
+            discovered,
+            read,
+            before=counters_before,
+            read_at=read_at,
+            rebooted=rebooted,
+            nodes=nodes,
+        )
+        findings += judged
     findings += check_fabric(cluster, discovered, plan=plan, counters=read, nodes=nodes)
     return sorted(findings, key=lambda f: _RANK[f.severity])
 

@@ -13,7 +13,7 @@ from cluster_tool.checks.counters import (
     port_deltas,
     snapshot,
 )
-from cluster_tool.checks.fabric import check_fabric
+from cluster_tool.checks.fabric import check_fabric, fabric_findings
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.fabric.plan import cabling_plan, switch_links
 from cluster_tool.findings import Finding
@@ -237,3 +237,23 @@ def test_a_port_that_goes_down_again_and_again_in_the_kernel_log_is_a_flap() -> 
     # A line that looks like a link change and is not one: the kernel log is unreadable.
     f = only(flaps("[ 1.0] mlx5_core 0000:18:00.0 ibp24s0: Link flapped\n"))
     assert (f.check, f.component) == ("os.kernel-log", "kernel-log")
+
+
+def test_the_fabric_check_judges_deltas_when_the_run_has_a_snapshot(
+    lab: Cluster, fabric: Fabric
+) -> None:
+    # What validate's fabric check reads on the SM host: gpu003 power-cycled in the
+    # maintenance, its leaf end counted the link going down twice.
+    reading = f"{LEAF}|3|[LinkDownedCounter == 2]"
+    counters = ibqueryerrors(reading)
+
+    def judged(**kwargs: object) -> list[tuple[str, str | None, str]]:
+        findings = fabric_findings(lab, fabric, counters, host="sm", **kwargs)  # type: ignore[arg-type]
+        return [(f.check, f.node, f.severity) for f in findings]
+
+    assert judged() == [("fabric.errors", "gpu003", "error")]  # absolute: today's verdict
+    assert judged(counters_before=snap(0, reading), read_at=HOUR / 4) == []
+    assert judged(rebooted={"gpu003"}) == [("link.downed-reboot", "gpu003", "info")]
+    # A link down during the traffic is still found, named as a flap.
+    climbed = snap(0, f"{LEAF}|3|[LinkDownedCounter == 1]")
+    assert judged(counters_before=climbed, read_at=HOUR / 4) == [("link.flap", "gpu003", "error")]
