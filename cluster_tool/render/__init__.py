@@ -31,10 +31,18 @@ if TYPE_CHECKING:
         diff_rendered,
         render,
         render_files,
+        render_nccl_conf,
         write_atomically,
     )
 
-__all__ = ["RenderResult", "diff_rendered", "render", "render_files", "write_atomically"]
+__all__ = [
+    "RenderResult",
+    "diff_rendered",
+    "render",
+    "render_files",
+    "render_nccl_conf",
+    "write_atomically",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -127,8 +127,9 @@ def render_files(cluster: Cluster) -> dict[str, str]:
 
 def render_nccl_conf(cluster: Cluster) -> str:
     """The rendered `nccl.conf` alone (what the health check compares /etc/nccl.conf with),
-    without rendering the rest of the inventory; the same text `render_files` gives."""
-    return _environment().get_template("nccl.conf.j2").render(_context(cluster))
+    without building the rest of the inventory; the same text `render_files` gives."""
+    template = _environment().get_template("nccl.conf.j2")
+    return template.render(header=HEADER, nccl_env=_nccl_env(cluster))
 
 
 def write_atomically(files: dict[str, str], out_dir: Path) -> None:
@@ -393,6 +394,29 @@ def _gres_lines(profile: NodeProfile) -> list[dict[str, str]]:
     return lines
 
 
+def _first_gpu_profile(cluster: Cluster) -> NodeProfile | None:
+    profiles = cluster.gpu_profiles()
+    return next(iter(profiles.values())) if profiles else None
+
+
+def _nccl_env(cluster: Cluster) -> dict[str, str]:
+    """nccl.conf's variables: the compute HCAs in rail order, the socket interface, SHARP."""
+    profile = _first_gpu_profile(cluster)
+    compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
+    nccl_env: dict[str, str] = {
+        # A leading '=' makes NCCL match names exactly: plain `mlx5_1` would also
+        # select mlx5_10 and mlx5_11 by prefix.
+        "NCCL_IB_HCA": "=" + ",".join(compute_hcas),
+        "NCCL_SOCKET_IFNAME": "=" + cluster.socket_ifname,
+        "NCCL_COLLNET_ENABLE": "1" if cluster.fabric.sharp else "0",
+    }
+    if cluster.fabric.sharp:
+        nccl_env["SHARP_COLL_ENABLE_SAT"] = "1"
+        nccl_env["SHARP_COLL_LOCK_ON_COMM_INIT"] = "1"
+    nccl_env.update(dict(sorted(cluster.nccl.extra_env.items())))
+    return nccl_env
+
+
 def _context(cluster: Cluster) -> dict[str, Any]:
     hosts = cluster.hosts()
     gpu_nodes = cluster.gpu_nodes()
@@ -419,21 +443,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     for su, group in enumerate(su_groups, start=1):
         inventory_groups[group] = [n.name for n in gpu_nodes if n.su == su]
 
-    profiles = cluster.gpu_profiles()
-    profile = next(iter(profiles.values())) if profiles else None
+    profile = _first_gpu_profile(cluster)
     compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
-
-    nccl_env: dict[str, str] = {
-        # A leading '=' makes NCCL match names exactly: plain `mlx5_1` would also
-        # select mlx5_10 and mlx5_11 by prefix.
-        "NCCL_IB_HCA": "=" + ",".join(compute_hcas),
-        "NCCL_SOCKET_IFNAME": "=" + cluster.socket_ifname,
-        "NCCL_COLLNET_ENABLE": "1" if fabric.sharp else "0",
-    }
-    if fabric.sharp:
-        nccl_env["SHARP_COLL_ENABLE_SAT"] = "1"
-        nccl_env["SHARP_COLL_LOCK_ON_COMM_INIT"] = "1"
-    nccl_env.update(dict(sorted(cluster.nccl.extra_env.items())))
+    nccl_env = _nccl_env(cluster)
 
     software = cluster.software
     repos = software.repositories
