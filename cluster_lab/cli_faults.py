@@ -43,7 +43,8 @@ def inject(
         raise UsageError(f"unknown fault {kind!r}; faults:\n{_kinds()}")
     expected = FAULTS[kind].args
     given = list(args or [])
-    if len(given) != len(expected):
+    required = [a for a in expected if not a.startswith("[")]  # `[DEVICE]` may be left out
+    if not len(required) <= len(given) <= len(expected):
         raise UsageError(f"usage: lab inject {kind} {' '.join(expected)}")
     options: dict[str, Any] = {}
     if kind == "link-degrade":

@@ -296,6 +296,39 @@ def node_down(data: dict[str, Any], node: str) -> list[tuple[Path_, Any]]:
     return [(("nodes", n, "down"), True)]
 
 
+# A ConnectX-7 build off the lab's (28.43.2026, DOCA 2.9.1's) but on the same DOCA 2.9 line:
+# what DOCA 2.9.0 bundled (docs.nvidia.com/doca/archive/2-9-0/General+Support). An adapter a
+# firmware update skipped: its peers differ from it, no matrix rule does.
+SKEWED_CONNECTX7_FIRMWARE = "28.43.1014"
+
+
+def version_skew(
+    data: dict[str, Any], node: str, component: str, device: str | None = None
+) -> list[tuple[Path_, Any]]:
+    """A node whose fabric manager is one patch behind its driver (`fabricmanager`: the
+    versions must be equal, so it is incompatible), or one of its HCAs on older firmware than
+    its peers (`hca-fw [mlx5_N]`, the first compute HCA by default)."""
+    n = _node_index(data, node)
+    if component == "fabricmanager":
+        if device is not None:
+            raise FaultError("version-skew NODE fabricmanager takes no device")
+        from cluster_lab.sim.packages import DRIVER_VERSION
+
+        driver = str(data["nodes"][n].get("driver_version", DRIVER_VERSION.rsplit("-", 1)[0]))
+        *head, patch = driver.split(".")
+        if not patch.isdigit() or int(patch) == 0:
+            raise FaultError(f"cannot put the fabric manager one patch behind driver {driver}")
+        behind = ".".join([*head, f"{int(patch) - 1:0{len(patch)}d}"])
+        return [(("nodes", n, "fabricmanager_version"), behind)]
+    if component == "hca-fw":
+        hcas = data["nodes"][n].get("hcas", [])
+        if not hcas:
+            raise FaultError(f"{node} has no compute HCA")
+        where = _hca(node, device or hcas[0]["device"])(data)
+        return [((*where, "fw_ver"), SKEWED_CONNECTX7_FIRMWARE)]
+    raise FaultError(f"COMPONENT must be fabricmanager or hca-fw, not {component!r}")
+
+
 def _positive(value: str | int, what: str) -> int:
     try:
         number = int(value)
@@ -326,6 +359,12 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("module-missing", ("NODE", "MODULE"), "a kernel module gone", module_missing),
         FaultKind("nccl-corrupt", ("NODE",), "wrong values in collectives", nccl_corrupt),
         FaultKind("node-down", ("NODE",), "a dead node", node_down),
+        FaultKind(
+            "version-skew",
+            ("NODE", "COMPONENT", "[DEVICE]"),
+            "fabric manager behind the driver, or one HCA's firmware behind its peers",
+            version_skew,
+        ),
     )
 }
 

@@ -329,6 +329,17 @@ def idle_daemon(argv: list[str], model: dict[str, Any], host: str) -> Result:
         time.sleep(3600)
 
 
+def fabricmanager(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """nv-fabricmanager: `--version`/`-v` prints its version the way the real one does
+    (`Fabric Manager version is : 550.127.08`), the driver's unless a version-skew fault set
+    another; run otherwise, it is the service and only has to run."""
+    if argv[:1] in (["--version"], ["-v"]):
+        hw = _hardware(model, host)
+        version = (hw.fabricmanager_version or hw.driver_version) if hw else ""
+        return Result(f"Fabric Manager version is : {version}\n")
+    return idle_daemon(argv, model, host)
+
+
 TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "nvidia-smi": nvidia_smi,
     "dcgmi": dcgmi,
@@ -338,7 +349,7 @@ TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "lsmod": lsmod,
     "modprobe": modprobe,
     "nvidia-persistenced": persistenced,
-    "nv-fabricmanager": idle_daemon,
+    "nv-fabricmanager": fabricmanager,
     "nv-hostengine": idle_daemon,
     "openibd": idle_daemon,
 }

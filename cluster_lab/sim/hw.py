@@ -104,6 +104,12 @@ GPU_MODELS: dict[str, GpuModel] = {
 }
 
 
+# The ConnectX-7 firmware DOCA 2.9.1 (the lab's doca-ofed) bundles, per its General Support page
+# (docs.nvidia.com/doca/archive/2-9-1/General+Support): a healthy lab runs the firmware its DOCA
+# ships, so the compatibility matrix finds nothing; `version-skew NODE hca-fw` moves one off it.
+CONNECTX7_FIRMWARE = "28.43.2026"
+
+
 @dataclass
 class EccCounts:
     """One set of ECC counters (volatile or aggregate) in nvidia-smi's categories."""
@@ -201,7 +207,7 @@ class Hca:
     symbol_errors: int = 0
     # What NCCL does when this port is down mid-run: "error" (completion error) or "hang".
     nccl_on_down: str = "error"
-    fw_ver: str = "28.39.1002"
+    fw_ver: str = CONNECTX7_FIRMWARE
     hca_type: str = "MT4129"
     port_guid: str = ""  # 16 hex digits; "" means the node GUID (ConnectX: port 1 = node)
     present: bool = True
@@ -238,6 +244,8 @@ class NodeHardware:
     dcgm_version: str = "3.3.9"
     nccl_version: str = "2.21.5"
     mft_version: str = "4.30.1-8"  # what mlxlink prints as its MFT version
+    # What `nv-fabricmanager --version` prints; "" is the driver's own version (they ship together).
+    fabricmanager_version: str = ""
     # Straggler factor: 1.0 is healthy; 0.5 moves data at half speed.
     slow_factor: float = 1.0
     # Kernel modules the simulated driver stack offers (a module-missing fault removes one).
@@ -443,6 +451,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
                 raw_ber=float(h.get("raw_ber", 0.0)),
                 pcie_gen_current=int(h.get("pcie_gen_current", 5)),
                 pcie_width_current=int(h.get("pcie_width_current", 16)),
+                fw_ver=str(h.get("fw_ver", CONNECTX7_FIRMWARE)),
             )
         )
     known = (
@@ -450,6 +459,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
         "cuda_version",
         "dcgm_version",
         "nccl_version",
+        "fabricmanager_version",
         "slow_factor",
         "modules",
         "dmabuf",

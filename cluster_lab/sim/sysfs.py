@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .hw import Hca, Nic, NodeHardware, node_hardware, node_names
+from .hw import CONNECTX7_FIRMWARE, Hca, Nic, NodeHardware, node_hardware, node_names
 from .perf import LANE_GBS, WIDTH_LANES
 
 # sysfs text of each port state, as the mlx5 driver writes it.
@@ -150,7 +150,7 @@ def _write_nic(dest: Path, node: NodeHardware, nic: Nic) -> None:
         nic.device,
         host=node.name,
         hca_type="MT4129",
-        fw_ver="28.39.1002",
+        fw_ver=CONNECTX7_FIRMWARE,
         guid=f"a088c20300{d[:6]}",
         port_guid=f"a088c20300{d[:6]}",
         state="4: ACTIVE",

@@ -72,6 +72,7 @@ def test_every_fault_kind_heals_back_to_the_original(model: dict[str, Any]) -> N
         "link-ber": ("gpu001", "mlx5_10", "1e-9"),
         "nvlink-errors": ("gpu002", 6),
         "pcie-width": ("gpu003", "mlx5_11", 8),
+        "version-skew": ("gpu004", "hca-fw", "mlx5_0"),
     }
     options: dict[str, dict[str, Any]] = {
         "link-degrade": {"width": "1X"},
