@@ -6,16 +6,18 @@ report with what did not run and why.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster_tool.checks.counters import CounterSnapshot, snapshot
 from cluster_tool.checks.fabric import fabric_findings
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.checks.registry import FABRIC_CHECKS, NEEDS, NODE_CHECKS
-from cluster_tool.errors import EXIT_UNREACHABLE, UsageError
+from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
 from cluster_tool.findings import Finding, Report
-from cluster_tool.probes import Probe
+from cluster_tool.parsers.ibcounters import parse_ibqueryerrors
+from cluster_tool.probes import Probe, ProbeOutput
 from cluster_tool.probes.fabric import FABRIC_PROBES
 from cluster_tool.probes.node import HEALTH_PROBES
 from cluster_tool.remote.fanout import (
@@ -50,6 +52,8 @@ class ValidateResult:
     unreachable: list[str] = field(default_factory=list)
     # Per JUnit suite (node or `fabric`): the checks that did not run, and why.
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The port counters this collection read, for a run that judges later reads as deltas.
+    counters: CounterSnapshot | None = None
 
     @property
     def exit_code(self) -> int:
@@ -74,9 +78,13 @@ def run_validate(
     replay: Path | None = None,
     dcgm: bool = True,
     on_done: Callable[[HostResult], None] | None = None,
+    counters_before: CounterSnapshot | None = None,
+    rebooted: Collection[str] = (),
 ) -> ValidateResult:
     """Collect (or replay), check, report. `nodes` narrows health and the host-cable part of
-    the fabric check; leaf-spine links are always checked in full."""
+    the fabric check; leaf-spine links are always checked in full. With `counters_before` (the
+    run's snapshot from before its traffic) port counters are judged as deltas; without, the
+    LinkDowned of `rebooted` nodes' cables is not held against them."""
     if not health and not fabric:
         raise UsageError("nothing to validate: give --health, --fabric or both")
     started = time.monotonic()
@@ -128,15 +136,21 @@ def run_validate(
                 continue
             expect = expectations_for(cluster, name, nccl_conf=nccl_conf)
             findings += check_node(expect, result.outputs)
+    read: CounterSnapshot | None = None
     if fabric_host is not None and results[fabric_host].reachable:
         outputs = results[fabric_host].outputs
+        read_at = time.time()
         findings += fabric_findings(
             cluster,
             outputs.get("ibnetdiscover"),
             outputs.get("ibqueryerrors"),
             host=fabric_host,
             nodes=nodes,
+            counters_before=counters_before,
+            read_at=read_at,
+            rebooted=rebooted,
         )
+        read = _counter_snapshot(outputs.get("ibqueryerrors"), read_at)
     summary = {
         "nodes": len(selected) if health else 0,
         "unreachable": len(unreachable),
@@ -154,7 +168,18 @@ def run_validate(
         fabric_host=fabric_host,
         dcgm=dcgm,
     )
-    return ValidateResult(report, results, selected, fabric_host, unreachable, skipped)
+    return ValidateResult(report, results, selected, fabric_host, unreachable, skipped, read)
+
+
+def _counter_snapshot(out: ProbeOutput | None, read_at: float) -> CounterSnapshot | None:
+    """The ibqueryerrors read as a snapshot; None when it failed or was unreadable (the
+    fabric check already said so as ib.counters-unread)."""
+    if out is None or out.rc != 0 or not out.stdout.strip():
+        return None
+    try:
+        return snapshot(parse_ibqueryerrors(out.stdout), read_at)
+    except ParseError:
+        return None
 
 
 def skipped_checks(

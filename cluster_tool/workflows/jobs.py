@@ -514,8 +514,14 @@ def run_validate_after(
         replay=job.replay,
         save=job.save,
         concurrency=job.concurrency,
+        # The maintained nodes may have been rebooted: their cables' LinkDowned is judged only
+        # as what changed between the fabric read and the one after the gate.
+        judge_deltas=True,
+        rebooted=tuple(selected),
     )
-    deps = AfterMaintenanceDeps(fabric=live.fabric, health=live.health, gate=live.gate, slurm=slurm)
+    deps = AfterMaintenanceDeps(
+        fabric=live.fabric, health=live.health, gate=live.gate, slurm=slurm, counters=live.counters
+    )
     others = [n.name for n in cluster.gpu_nodes() if n.name not in set(selected)]
     result = run_after_maintenance(
         selected,

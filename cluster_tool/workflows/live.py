@@ -19,6 +19,7 @@ from cluster_tool.ansible.runner import (
     forget_facts,
     run_playbook,
 )
+from cluster_tool.checks.counters import CounterSnapshot
 from cluster_tool.checks.registry import FABRIC_CHECKS, NODE_CHECKS
 from cluster_tool.drains import REIMAGE_REASON
 from cluster_tool.fabric.links import link_matrix
@@ -86,6 +87,12 @@ class Live:
     proof: Proof = field(default_factory=Proof)
     # Checks that did not run, per JUnit suite, and why (from every collection of this run).
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Port counters: with `judge_deltas` the run's first fabric read is its snapshot
+    # (counters-before.json in the record) and every later read is judged against it; until
+    # then the LinkDowned of `rebooted` nodes' cables is not held against them.
+    judge_deltas: bool = False
+    rebooted: tuple[str, ...] = ()
+    counters_before: CounterSnapshot | None = None
     _captures: int = 0
 
     def _transport(self) -> Transport:
@@ -145,7 +152,12 @@ class Live:
             save=None if self.replay else self.record.raw_dir() / f"{self._captures:02d}-{label}",
             replay=self.replay,
             dcgm=self.dcgm,
+            counters_before=self.counters_before,
+            rebooted=self.rebooted,
         )
+        if fabric and self.judge_deltas and self.counters_before is None and result.counters:
+            self.counters_before = result.counters
+            self.record.write_json("counters-before.json", result.counters.to_json())
         if self.save is not None:
             # The operator's --save: the raw outputs in the capture layout `--from` replays.
             save_capture(self.save, result.results)
@@ -157,6 +169,14 @@ class Live:
 
     def fabric(self) -> Validation:
         return self._validate("fabric", health=False, fabric=True, nodes=None)
+
+    def counters(self) -> Validation:
+        """The port counters read again after the run's traffic, judged against its snapshot:
+        only the counter findings (the wiring was judged by the first read)."""
+        found = self._validate("counters", health=False, fabric=True, nodes=None)
+        unread = ("fabric.discover", "ib.counters-unread", "os.unreachable")
+        keep = [f for f in found.findings if f.check.startswith("link.") or f.check in unread]
+        return Validation(keep, found.unreachable, found.fabric_checked)
 
     def health(self, nodes: Sequence[str]) -> Validation:
         return self._validate("health", health=True, fabric=False, nodes=nodes)
@@ -192,6 +212,8 @@ class Live:
         reservation ends, whatever the gate said: admission alone puts it back in service. A node
         the ladder could not prove (no partner, no gate) gets `gate.unproven`, an error unless
         the operator passed --admit-unproven (then a warning, shown in the record)."""
+        # Re-imaged: the node's power cycle took its links down; not held against it.
+        self.rebooted = tuple(dict.fromkeys((*self.rebooted, node)))
         found = self.validate([node])
         self.proof.add(HEALTH, [] if found.unreachable else [node])
         if found.fabric_checked:

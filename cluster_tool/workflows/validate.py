@@ -70,6 +70,8 @@ class AfterMaintenanceDeps:
     health: Callable[[Sequence[str]], Validation]
     gate: Callable[[Sequence[str]], GateOutcome]
     slurm: SlurmAdmin
+    # The port counters read again after the gate, judged as deltas against the fabric read.
+    counters: Callable[[], Validation] | None = None
 
 
 @dataclass
@@ -154,6 +156,18 @@ def run_after_maintenance(
         findings += outcome.findings
         busbw = outcome.busbw
         phases.append(phase)
+        if deps.counters is not None:
+            started = time.monotonic()
+            after = deps.counters()
+            findings += after.findings
+            phases.append(
+                Phase(
+                    "counters",
+                    "failed" if any(f.fails for f in after.findings) else "passed",
+                    round(time.monotonic() - started, 1),
+                    "port counters as deltas over the gate",
+                )
+            )
     else:
         why = "--no-gate" if not gate else "no node left"
         proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
