@@ -1,6 +1,7 @@
 """Before install: an incompatible combination of pins is refused before any host is touched,
 by `bringup` (it loads the spec, whose check holds the pins against the matrix) and by the
-site playbook's preflight (it runs the same `spec check` on the rendered inventory's spec)."""
+site playbook's preflight (it holds the rendered inventory's spec against the same matrix,
+through `python -m cluster_tool.compat`)."""
 
 from __future__ import annotations
 
@@ -39,16 +40,15 @@ def test_bringup_refuses_an_incompatible_spec_before_touching_a_host(
 def _preflight_check_task() -> dict:  # type: ignore[type-arg]
     plays = yaml.safe_load((ROOT / "playbooks/phases/preflight_nodes.yml").read_text())
     tasks = [t for play in plays for t in play.get("tasks", [])]
-    found = [t for t in tasks if "spec" in json.dumps(t.get("ansible.builtin.command", {}))]
-    assert len(found) == 1, "preflight_nodes.yml runs `cluster_tool spec check` once"
+    found = [t for t in tasks if "compat" in json.dumps(t.get("ansible.builtin.command", {}))]
+    assert len(found) == 1, "preflight_nodes.yml runs `python -m cluster_tool.compat` once"
     return found[0]
 
 
-def test_the_playbook_preflight_runs_spec_check_on_the_rendered_spec() -> None:
+def test_the_playbook_preflight_checks_the_rendered_spec_against_the_matrix() -> None:
     task = _preflight_check_task()
     argv = task["ansible.builtin.command"]["argv"]
-    assert argv[1:5] == ["-m", "cluster_tool", "spec", "check"]
-    assert argv[5] == "{{ inventory_dir }}/spec.json"
+    assert argv[1:] == ["-m", "cluster_tool.compat", "{{ inventory_dir }}/spec.json"]
     assert task["delegate_to"] == "localhost" and task["run_once"] is True
     assert task["changed_when"] is False and task["check_mode"] is False
 
@@ -56,7 +56,7 @@ def test_the_playbook_preflight_runs_spec_check_on_the_rendered_spec() -> None:
 def test_what_the_preflight_runs_refuses_an_incompatible_rendered_spec(tmp_path: Path) -> None:
     spec = json.loads((ROOT / "inventory/example/spec.json").read_text())
     argv = _preflight_check_task()["ansible.builtin.command"]["argv"]
-    command = [sys.executable, *argv[1:5]]
+    command = [sys.executable, *argv[1:3]]
 
     good = tmp_path / "good" / "spec.json"
     good.parent.mkdir()
@@ -69,4 +69,20 @@ def test_what_the_preflight_runs_refuses_an_incompatible_rendered_spec(tmp_path:
     bad.write_text(json.dumps(spec))
     done = subprocess.run([*command, str(bad)], capture_output=True, text=True)
     assert done.returncode == 2
-    assert "cuda-12-8-min-driver" in done.stderr
+    assert done.stderr.startswith(f"{bad}: software.")
+    assert "[cuda-12-8-min-driver: https://" in done.stderr
+
+
+def test_the_preflight_check_judges_versions_only(tmp_path: Path) -> None:
+    # A lab's rendered spec carries its SSH settings in ansible_vars, which `spec check` would
+    # question; the version check does not, and still refuses a bad pin beside them.
+    spec = json.loads((ROOT / "inventory/example/spec.json").read_text())
+    spec["ansible_vars"]["ansible_user"] = "root"
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    command = [sys.executable, "-m", "cluster_tool.compat", str(path)]
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    spec["software"]["slurm_version"] = "21.08.8"
+    path.write_text(json.dumps(spec))
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 2 and "slurm-cgroup-v2" in done.stderr
