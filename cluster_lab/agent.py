@@ -22,7 +22,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cluster_lab import bmc, lifecycle
+from cluster_lab import bmc, fabric, lifecycle
 from cluster_lab import model as hw
 from cluster_lab.config import LabConfig
 from cluster_tool.errors import ClusterToolError
@@ -35,6 +35,7 @@ class Agent:
         self.config = config
         self.events: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self.power: dict[str, str] = {}  # what the agent last applied, per node
+        self.flapped: dict[tuple[str, str], tuple[int, int]] = {}  # ibsim LinkDowned set, per HCA
 
     def notify(self, node: str, system: dict[str, Any]) -> None:
         self.events.put((node, system))
@@ -46,6 +47,7 @@ class Agent:
             except ClusterToolError:
                 time.sleep(1)
                 continue
+            self.sync_flaps(current)
             for node in current.nodes:
                 if not node.bmc_address:
                     continue
@@ -60,6 +62,22 @@ class Agent:
                     (node.name, {"power_state": system.get("PowerState"), "boot_device": target})
                 )
             time.sleep(1)
+
+    def sync_flaps(self, current: hw.HardwareModel) -> None:
+        """lab fault link-flap: ibsim's LinkDownedCounter at both ends of a flapping cable
+        climbs with the flaps the kernel log shows (checked every second)."""
+        now = time.time()
+        for node in current.nodes:
+            for hca in node.hcas:
+                if not float(getattr(hca, "flap_period", 0) or 0):
+                    continue
+                key = (node.name, hca.device)
+                if self.flapped.get(key) == fabric.link_downed(hca, now):
+                    continue
+                try:
+                    self.flapped[key] = fabric.set_link_downed(self.config, node.name, hca, now)
+                except ClusterToolError:
+                    log.exception("link-flap counters of %s %s", node.name, hca.device)
 
     def work_forever(self) -> None:
         while True:

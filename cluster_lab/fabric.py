@@ -312,6 +312,33 @@ def set_port_counter(config: LabConfig, node_id: str, port: int, counter: str, v
     )
 
 
+# The leaf end's LinkDownedCounter (every power cycle of the node, kept as a switch keeps it),
+# held in the model beside the HCA.
+LEAF_LINK_DOWNED = "leaf_link_downed"
+
+
+def link_downed(hca: hw.Hca, now: float) -> tuple[int, int]:
+    """(HCA end, leaf end) LinkDownedCounter of one cable as the model counts it: the leaf end
+    keeps every power cycle of the node, both ends count the flaps of lab fault link-flap.
+    8-bit counters: they stop at 255."""
+    flaps = 0
+    period = float(getattr(hca, "flap_period", 0) or 0)
+    since = float(getattr(hca, "flap_since", 0) or 0)
+    if period > 0 and now >= since:
+        flaps = int((now - since) // period) + 1
+    here = int(hca.port.counters.get("LinkDownedCounter", 0)) + flaps
+    there = int(getattr(hca, LEAF_LINK_DOWNED, 0) or 0) + flaps
+    return min(here, 255), min(there, 255)
+
+
+def set_link_downed(config: LabConfig, node: str, hca: hw.Hca, now: float) -> tuple[int, int]:
+    """Put `link_downed` into ibsim at both ends of the node's cable; returns what it set."""
+    here, there = link_downed(hca, now)
+    set_port_counter(config, f"{node} {hca.device}", 1, "LinkDownedCounter", here)
+    set_port_counter(config, hca.leaf, hca.leaf_port, "LinkDownedCounter", there)
+    return here, there
+
+
 def diag_wrapper(config: LabConfig, model: hw.HardwareModel, tool: str) -> str:
     """A /usr/local/sbin/<tool> for the head: the real diag, aimed at the lab's ibsim."""
     return f"""#!/bin/sh

@@ -160,6 +160,23 @@ def link_ber(
     return [((*where, "raw_ber"), value)]
 
 
+def link_flap(
+    data: dict[str, Any], node: str, hca: str, period: str | float, now: float | None = None
+) -> list[tuple[Path_, Any]]:
+    """A link that goes down and comes back every PERIOD seconds, from now: the kernel log's
+    mlx5 `Link down` / `Link up` lines and the LinkDownedCounter at both ends of the cable
+    (the lab agent keeps ibsim's in step) count the same flaps. ibstat shows it up."""
+    where = _hca(node, hca)(data)
+    try:
+        seconds = float(period)
+    except ValueError as exc:
+        raise FaultError(f"PERIOD must be seconds between flaps, not {period!r}") from exc
+    if not 1 <= seconds <= 86400:
+        raise FaultError(f"PERIOD must be 1 to 86400 seconds, not {seconds:g}")
+    now = time.time() if now is None else now
+    return [((*where, "flap_period"), seconds), ((*where, "flap_since"), round(now, 3))]
+
+
 def spine_link_down(data: dict[str, Any], leaf: str, port: str | int) -> list[tuple[Path_, Any]]:
     """Cut one leaf-to-spine uplink."""
     number = _positive(port, "port")
@@ -348,6 +365,7 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("link-degrade", ("NODE", "HCA"), "train a link at 1X/2X", link_degrade),
         FaultKind("port-errors", ("NODE", "HCA"), "raise symbol errors", port_errors),
         FaultKind("link-ber", ("NODE", "HCA", "RATE"), "a raw bit error rate", link_ber),
+        FaultKind("link-flap", ("NODE", "HCA", "PERIOD"), "a link down every PERIOD s", link_flap),
         FaultKind("spine-link-down", ("LEAF", "PORT"), "cut a leaf uplink", spine_link_down),
         FaultKind("gpu-ecc", ("NODE", "GPU"), "uncorrectable ECC errors", gpu_ecc),
         FaultKind("gpu-xid", ("NODE", "GPU", "CODE"), "an Xid in the kernel log", gpu_xid),

@@ -218,6 +218,18 @@ class Hca:
     pcie_gen_max: int = 5
     pcie_width_current: int = 16
     pcie_width_max: int = 16
+    # lab fault link-flap: the link goes down every `flap_period` s from `flap_since` (epoch s).
+    flap_period: float = 0.0
+    flap_since: float = 0.0
+
+    def flaps(self, now: float) -> list[float]:
+        """When the link went down (epoch s) up to `now`: one at the fault, then every
+        period (the newest 1000)."""
+        if self.flap_period <= 0 or now < self.flap_since:
+            return []
+        count = int((now - self.flap_since) // self.flap_period) + 1
+        first = max(0, count - 1000)
+        return [self.flap_since + k * self.flap_period for k in range(first, count)]
 
 
 @dataclass
@@ -452,6 +464,8 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
                 pcie_gen_current=int(h.get("pcie_gen_current", 5)),
                 pcie_width_current=int(h.get("pcie_width_current", 16)),
                 fw_ver=str(h.get("fw_ver", CONNECTX7_FIRMWARE)),
+                flap_period=float(h.get("flap_period", 0.0)),
+                flap_since=float(h.get("flap_since", 0.0)),
             )
         )
     known = (

@@ -229,6 +229,19 @@ def kernel_log_events(hw: NodeHardware) -> list[tuple[float, str]]:
             events.append(
                 (since_boot, f"NVRM: Xid (PCI:{gpu.short_bus_id}): {code}, {xid_message(code)}")
             )
+    # lab fault link-flap: mlx5e_update_carrier's lines for the HCA's IPoIB netdev, down and
+    # back a second later (or half a period, for a fast flap).
+    now = time.time()
+    for hca in hw.hcas:
+        netdev = f"ibp{int(hca.bus_id.split(':')[1], 16)}s0"
+        for down in hca.flaps(now):
+            since_boot = down - hw.boot_time
+            if since_boot < 0:
+                continue
+            back = since_boot + min(1.0, hca.flap_period / 2)
+            events.append((since_boot, f"mlx5_core {hca.bus_id} {netdev}: Link down"))
+            if back <= now - hw.boot_time:
+                events.append((back, f"mlx5_core {hca.bus_id} {netdev}: Link up"))
     return sorted(events)
 
 

@@ -70,6 +70,7 @@ def test_every_fault_kind_heals_back_to_the_original(model: dict[str, Any]) -> N
         "nccl-corrupt": ("gpu003",),
         "node-down": ("gpu004",),
         "link-ber": ("gpu001", "mlx5_10", "1e-9"),
+        "link-flap": ("gpu002", "mlx5_10", 5),
         "nvlink-errors": ("gpu002", 6),
         "pcie-width": ("gpu003", "mlx5_11", 8),
         "version-skew": ("gpu004", "hca-fw", "mlx5_0"),
