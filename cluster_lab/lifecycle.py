@@ -604,25 +604,6 @@ def power_off_node(config: LabConfig, name: str) -> None:
         state.nodes.pop(name, None)
         save_state(config.state_file, state)
         hw.update(config.model_dir, lambda m: setattr(m.node(name), "power_state", "Off"))
-    _count_link_down(config, name)
-
-
-def _count_link_down(config: LabConfig, name: str) -> None:
-    """A node powering off takes its links down: the leaf end of each of its cables counts one
-    more LinkDowned, and keeps it across the power cycle as a switch does."""
-
-    def link_downs(hca: hw.Hca) -> int:
-        return int(getattr(hca, fabric.LEAF_LINK_DOWNED, 0) or 0)
-
-    def bump(m: hw.HardwareModel) -> None:
-        for hca in m.node(name).hcas:
-            setattr(hca, fabric.LEAF_LINK_DOWNED, link_downs(hca) + 1)
-
-    saved = hw.update(config.model_dir, bump)
-    for hca in saved.node(name).hcas:
-        # ibsim not running (the lab going down): the model keeps the count.
-        with contextlib.suppress(LabError):
-            fabric.set_link_downed(config, name, hca, time.time())
 
 
 def power_on_node(config: LabConfig, name: str, *, reimage: bool = False) -> None:
