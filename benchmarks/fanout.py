@@ -1,143 +1,279 @@
-"""Time the whole health collection over the lab's nodes against `clush` running one trivial
-command on the same nodes, in one run.
+"""Time the health collection through pyinfra (its API and SSH connector, pyinfra_fanout.py)
+beside today's transports (paramiko, OpenSSH) in one run, and print the ratios.
 
-Run (as root, with a lab up): `.venv/bin/python benchmarks/fanout.py [--repeat N]`. Uses the
-lab named by CLUSTER_TOOL_LAB_DIR (default `<repo>/.lab`) and its ssh_config, so clush and
-both of our transports reach the nodes the same way. Measures twice: warm (the lab's SSH
-masters up, so both sides pay almost no handshake) and cold (ControlMaster off: a handshake
-per host, what a one-off `validate` or `clush` from an operator's shell pays). Prints the
-median of each and the ratio to clush (goal: within 1.1x), and our fan-out carrying one `true`
-probe, which separates the SSH/script overhead from the probes' own run time on the nodes (in
-the lab the simulated nvidia-smi & co. are Python, ~35 ms each, and all nodes share this
-machine's CPUs; `benchmarks/lab_sim.py` times them). Never a test assertion.
+Issue 15's rule: pyinfra becomes the live path if it is within 1.2x of today's transport. Run in
+the tool's process it was not (1.27x-1.42x paramiko in three runs here, the commit that removed
+the pin lists them), so the tool does not depend on pyinfra: `pip install pyinfra==3.10.0` to
+measure again.
+
+Run (as root): `.venv/bin/python benchmarks/fanout.py [--repeat N] [--hosts N]`. Targets: the lab's
+nodes when a lab is up (CLUSTER_TOOL_LAB_DIR, default `<repo>/.lab`, and its ssh_config; read
+only), else N localhost targets served by one private sshd on 127.0.0.1 started for the run in
+its own mount namespace (so its /run/sshd exists only there; nothing on the machine changes;
+needs `unshare`). Every transport carries the same composite probe script, one SSH session per
+host, and each round dials every host afresh. pyinfra is measured twice: in this process, as
+the tool would run it (gevent without monkey-patching: its SSH handshakes run one after another),
+in a child process that monkey-patches first as pyinfra's own CLI does (the child's start not
+counted), and in a fresh such child per collection (its start counted: a live path that gave
+pyinfra a process of its own would pay it). Medians of `--repeat` rounds; the order of the
+transports rotates per round. Never a test assertion.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
-from cluster_tool.lab import lifecycle
-from cluster_tool.lab.config import LabConfig
-from cluster_tool.remote.fanout import (
+from cluster_tool.probes import Probe  # noqa: E402
+from cluster_tool.probes.fabric import FABRIC_PROBES  # noqa: E402
+from cluster_tool.probes.node import HEALTH_PROBES  # noqa: E402
+from cluster_tool.remote.fanout import (  # noqa: E402
+    HostResult,
     OpenSshTransport,
     ParamikoTransport,
     Target,
-    Transport,
     collect,
 )
-from cluster_tool.remote.probes import FABRIC_PROBES, HEALTH_PROBES, Probe
 
 PROBES = tuple(p for p in HEALTH_PROBES if p.name != "dcgmi-diag")
+Jobs = list[tuple[Target, Sequence[Probe]]]
 
 
-def timed(fn: object, repeat: int) -> list[float]:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - t0)
+def lab_jobs() -> tuple[Jobs, Path, str] | None:
+    """The lab's GPU nodes (health probes) and head (fabric probes), if a lab is up."""
+    try:
+        from cluster_lab import lifecycle
+        from cluster_lab.config import LabConfig
+    except ImportError:
+        return None
+    config = LabConfig.from_env()
+    status = lifecycle.status(config)
+    if not status.running or not status.nodes:
+        return None
+    jobs: Jobs = [(Target(n.name), PROBES) for n in status.nodes if n.role == "gpu"]
+    jobs += [(Target(n.name), FABRIC_PROBES) for n in status.nodes if n.role == "head"]
+    return jobs, Path(status.ssh_config), f"the lab in {config.lab_dir}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def localhost_sshd(folder: Path, hosts: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """One sshd on 127.0.0.1 for the run and an ssh_config naming `hosts` targets on it."""
+    sshd, unshare = shutil.which("sshd") or "/usr/sbin/sshd", shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None or not Path(sshd).exists():
+        raise SystemExit("needs a lab, or root with sshd and unshare for localhost targets")
+    for key in ("host_key", "client_key"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / key)], check=True
+        )
+    (folder / "authorized_keys").write_text((folder / "client_key.pub").read_text())
+    port = _free_port()
+    (folder / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder}/host_key\n"
+        f"AuthorizedKeysFile {folder}/authorized_keys\nPidFile {folder}/sshd.pid\n"
+        "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nMaxStartups 1000\nMaxSessions 1000\nLogLevel ERROR\n"
+    )
+    # sshd wants its privilege-separation folder /run/sshd: a tmpfs /run of its own.
+    daemon = subprocess.Popen(
+        [
+            unshare,
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs none /run && mkdir /run/sshd && exec {sshd} -D -e "
+            f"-f {folder}/sshd_config",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    names = [f"bench{i:03d}" for i in range(1, hosts + 1)]
+    config = folder / "ssh_config"
+    config.write_text(
+        f"Host {' '.join(names)}\n    HostName 127.0.0.1\n    Port {port}\n    User root\n"
+        f"    IdentityFile {folder}/client_key\n    IdentitiesOnly yes\n"
+        "    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n    LogLevel ERROR\n"
+    )
+    for _ in range(100):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return daemon, config
+        if daemon.poll() is not None:
+            raise SystemExit(f"sshd did not start: {daemon.stderr.read().decode()[-300:]}")  # type: ignore[union-attr]
+        time.sleep(0.05)
+    raise SystemExit("sshd did not listen")
+
+
+def _checked(results: dict[str, HostResult]) -> None:
+    bad = {h: r.error for h, r in results.items() if not r.reachable}
+    if bad:
+        raise SystemExit(f"unreachable: {bad}")
+
+
+def measure(
+    ways: dict[str, Callable[[], dict[str, HostResult]]], repeat: int
+) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    names = list(ways)
+    for name in names:  # one unmeasured round: imports, key loading
+        _checked(ways[name]())
+    for round_ in range(repeat):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            t0 = time.perf_counter()
+            _checked(ways[name]())
+            times[name].append(time.perf_counter() - t0)
     return times
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--dcgm", action="store_true", help="include `dcgmi diag -r 1`")
-    args = ap.parse_args()
-    clush = shutil.which("clush") or str(Path(sys.executable).parent / "clush")
-    config = LabConfig.from_env()
-    status = lifecycle.status(config)
-    nodes = [n.name for n in status.nodes]
-    if not nodes:
-        print(f"no lab running in {config.lab_dir}: `cluster-tool lab up` first")
-        return 2
-    gpu = [n.name for n in status.nodes if n.role == "gpu"]
-    head = next((n.name for n in status.nodes if n.role == "head"), None)
-    ssh_config = Path(status.ssh_config)
-    probes = HEALTH_PROBES if args.dcgm else PROBES
-    jobs = [(Target(n), probes) for n in gpu]
-    if head:
-        jobs.append((Target(head), FABRIC_PROBES))
-
-    def measure(config_file: Path) -> dict[str, float]:
-        def run_clush() -> None:
-            subprocess.run(
-                [clush, "-w", ",".join(nodes), "-o", f"-F {config_file}", "true"],
-                check=True,
-                capture_output=True,
-            )
-
-        def run_ours(transport: Transport) -> None:
-            results = collect(jobs, transport, concurrency=len(jobs))
-            bad = [r.host for r in results.values() if not r.reachable]
-            if bad:
-                raise SystemExit(f"unreachable: {bad}")
-
-        trivial = [(Target(n), (Probe("true", "true"),)) for n in nodes]
-
-        def run_trivial() -> None:
-            collect(trivial, OpenSshTransport(config_file), concurrency=len(trivial))
-
-        run_clush()  # one unmeasured round first (warm: it leaves the SSH masters up)
-        return {
-            "clush": statistics.median(timed(run_clush, args.repeat)),
-            "true": statistics.median(timed(run_trivial, args.repeat)),
-            "OpenSSH": statistics.median(
-                timed(lambda: run_ours(OpenSshTransport(config_file)), args.repeat)
-            ),
-            "paramiko": statistics.median(
-                timed(lambda: run_ours(ParamikoTransport(config_file)), args.repeat)
-            ),
+def pyinfra_patched_child(jobs: Jobs, ssh_config: Path, repeat: int) -> list[float]:
+    """pyinfra as its CLI runs it (gevent monkey-patched), timed inside a child process."""
+    spec = json.dumps(
+        {
+            "hosts": [[t.name, [p.name for p in probes]] for t, probes in jobs],
+            "ssh_config": str(ssh_config),
+            "repeat": repeat,
         }
-
-    with tempfile.TemporaryDirectory() as tmp:
-        # Cold: what a one-off `validate` or `clush` from an operator's shell meets, a fresh
-        # SSH handshake per host (the lab's ssh_config less its ControlMaster lines).
-        cold_config = Path(tmp) / "ssh_config"
-        cold_config.write_text(
-            "".join(
-                line
-                for line in ssh_config.read_text().splitlines(keepends=True)
-                if not line.strip()
-                .lower()
-                .startswith(("controlmaster", "controlpath", "controlpersist"))
-            )
-        )
-        measured = {
-            "warm (SSH masters up)": measure(ssh_config),
-            "cold (a handshake per host)": measure(cold_config),
-        }
-
-    sample = collect([jobs[0]], OpenSshTransport(ssh_config))[jobs[0][0].name]
-    simulated = [n for n, o in sample.outputs.items() if not o.not_installed]
-    print(
-        f"{len(nodes)} hosts ({len(gpu)} GPU nodes x {len(probes)} probes, "
-        f"{head or 'no'} head x {len(FABRIC_PROBES)} fabric probes); median of {args.repeat}"
     )
-    for label, took in measured.items():
-        base = took["clush"]
-        print(f"-- {label}")
-        print(f"clush -w {len(nodes)} hosts true:      {base:.3f} s")
-        print(
-            f"our fan-out, one `true` probe:  {took['true']:.3f} s  ({took['true'] / base:.2f}x "
-            "clush: the SSH and script overhead alone)"
-        )
-        for name in ("OpenSSH", "paramiko"):
-            print(
-                f"health collection, {name:<9} {took[name]:.3f} s  ({took[name] / base:.2f}x clush)"
+    proc = subprocess.run(
+        [sys.executable, __file__, "--patched-child"],
+        input=spec,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"patched pyinfra child failed: {proc.stderr.strip()[-500:]}")
+    return [float(t) for t in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
+def pyinfra_worker(jobs: Jobs, ssh_config: Path) -> dict[str, HostResult]:
+    """One collection in a fresh monkey-patched process, its start counted: what a live path
+    that hands pyinfra its own process would pay."""
+    spec = json.dumps(
+        {
+            "hosts": [[t.name, [p.name for p in probes]] for t, probes in jobs],
+            "ssh_config": str(ssh_config),
+            "repeat": 0,
+        }
+    )
+    proc = subprocess.run(
+        [sys.executable, __file__, "--patched-child"],
+        input=spec,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"patched pyinfra worker failed: {proc.stderr.strip()[-500:]}")
+    unreachable = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {h: HostResult(h, error="unreachable") for h in unreachable}
+
+
+def _patched_child() -> int:
+    from gevent import monkey
+
+    monkey.patch_all()
+    from pyinfra_fanout import collect_with_pyinfra
+
+    spec = json.loads(sys.stdin.read())
+    by_name = {p.name: p for p in (*HEALTH_PROBES, *FABRIC_PROBES)}
+    jobs = [(Target(h), [by_name[n] for n in names]) for h, names in spec["hosts"]]
+    ssh_config = Path(spec["ssh_config"])
+    if spec["repeat"] == 0:  # the worker: one collection, the hosts that did not answer
+        results = collect_with_pyinfra(jobs, ssh_config=ssh_config, concurrency=len(jobs))
+        print(json.dumps([h for h, r in results.items() if not r.reachable]))
+        return 0
+    times = measure(
+        {
+            "pyinfra": lambda: collect_with_pyinfra(
+                jobs, ssh_config=ssh_config, concurrency=len(jobs)
             )
+        },
+        spec["repeat"],
+    )
+    print(json.dumps(times["pyinfra"]))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--hosts", type=int, default=16, help="localhost targets when no lab is up")
+    ap.add_argument("--patched-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.patched_child:
+        return _patched_child()
+
+    try:
+        from pyinfra_fanout import collect_with_pyinfra
+    except ImportError as exc:
+        raise SystemExit(f"{exc}: `pip install pyinfra==3.10.0` to compare with pyinfra") from None
+
+    with tempfile.TemporaryDirectory(prefix="fanout-bench-") as tmp:
+        daemon = None
+        found = lab_jobs()
+        if found is not None:
+            jobs, ssh_config, where = found
+        else:
+            daemon, ssh_config = localhost_sshd(Path(tmp), args.hosts)
+            names = [f"bench{i:03d}" for i in range(1, args.hosts + 1)]
+            jobs = [(Target(n), PROBES) for n in names]
+            where = f"{args.hosts} localhost sshd targets (no lab up)"
+        try:
+            width = len(jobs)
+            ways: dict[str, Callable[[], dict[str, HostResult]]] = {
+                "paramiko": lambda: collect(jobs, ParamikoTransport(ssh_config), concurrency=width),
+                "OpenSSH": lambda: collect(jobs, OpenSshTransport(ssh_config), concurrency=width),
+                "pyinfra": lambda: collect_with_pyinfra(
+                    jobs, ssh_config=ssh_config, concurrency=width
+                ),
+                "pyinfra, patched worker": lambda: pyinfra_worker(jobs, ssh_config),
+            }
+            times = measure(ways, args.repeat)
+            times["pyinfra, monkey-patched"] = pyinfra_patched_child(jobs, ssh_config, args.repeat)
+            sample = collect([jobs[0]], ParamikoTransport(ssh_config))[jobs[0][0].name]
+        finally:
+            if daemon is not None:
+                os.killpg(daemon.pid, signal.SIGTERM)
+                daemon.wait(timeout=10)
+
+    median = {name: statistics.median(t) for name, t in times.items()}
+    today = min(("paramiko", "OpenSSH"), key=median.__getitem__)
+    probes = len(jobs[0][1])
+    print(f"{len(jobs)} hosts x {probes} probes on {where}; median of {args.repeat} rounds")
     print(
-        f"probes answered on {jobs[0][0].name}: {', '.join(simulated) or 'none'} "
-        f"(slowest of them on the node: {sample.elapsed_s:.3f} s with the SSH round trip)"
+        f"probes that ran on {jobs[0][0].name}: "
+        + ", ".join(n for n, o in sample.outputs.items() if not o.not_installed)
+    )
+    for name, took in median.items():
+        spread = f"{min(times[name]):.3f}-{max(times[name]):.3f}"
+        print(f"{name:<24} {took:7.3f} s  (rounds {spread})  {took / median[today]:.2f}x {today}")
+    ratio = median["pyinfra"] / median[today]
+    verdict = "within" if ratio <= 1.2 else "beyond"
+    print(
+        f"pyinfra as the tool runs it: {ratio:.2f}x today's fastest transport ({today}), "
+        f"{verdict} issue 15's 1.2x"
     )
     return 0
 

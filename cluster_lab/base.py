@@ -15,7 +15,7 @@ from cluster_lab.host import LabError, run
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-# Nodes start bare: base OS, sshd, python3 (Ansible and pyinfra need it), sudo.
+# Nodes start bare: base OS, sshd, python3 (Ansible needs it), sudo.
 INCLUDE = "openssh-server,python3,sudo,iproute2,procps,ca-certificates"
 # Bump when the customisation below changes; the cache then builds a fresh base.
 BASE_VERSION = 1

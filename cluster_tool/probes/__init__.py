@@ -1,8 +1,9 @@
 """Probes: each a read-only command on a node and how its output is read, in one class.
 
-A probe has pyinfra's fact shape (`command()` and `process(output)`, output as lines) without
-importing pyinfra, so `node-check` starts without it; `cluster_tool.remote.facts` runs probes
-through pyinfra. `process` calls the probe's pure parser in `cluster_tool.parsers`.
+A probe has pyinfra's fact shape, `command()` and `process(output)` with the output as lines,
+without pyinfra itself: run through pyinfra's API it was slower than the tool's own transports
+(benchmarks/fanout.py), which carry every probe of a node in one script (remote/probes.py).
+`process` calls the probe's pure parser in `cluster_tool.parsers`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.fileio import PRIVATE_FILE, atomic_write, private_dir, read_input_bytes
@@ -86,13 +86,16 @@ class Transport(Protocol):
     def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]: ...
 
 
-def _ssh_config_hosts(path: Path | None) -> Callable[[str], dict[str, object]]:
+def ssh_config_lookup(path: Path | None) -> Callable[[str], dict[str, Any]]:
+    """Host name -> its options in `path`, else in ~/.ssh/config when there is one."""
     import paramiko
 
+    default = Path.home() / ".ssh" / "config"
+    path = path or (default if default.is_file() else None)
     config = paramiko.SSHConfig()
     if path is not None and path.is_file():
         config = paramiko.SSHConfig.from_path(str(path))
-    return config.lookup  # type: ignore[return-value]
+    return config.lookup
 
 
 @dataclass
@@ -108,10 +111,7 @@ class ParamikoTransport:
     def __post_init__(self) -> None:
         # paramiko logs a traceback per failed handshake; the finding says it in one line.
         logging.getLogger("paramiko").addHandler(logging.NullHandler())
-        default = Path.home() / ".ssh" / "config"
-        self._lookup = _ssh_config_hosts(
-            self.ssh_config or (default if default.is_file() else None)
-        )
+        self._lookup = ssh_config_lookup(self.ssh_config)
 
     def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]:
         import paramiko

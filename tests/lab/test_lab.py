@@ -58,30 +58,6 @@ def test_ansible_reaches_every_node_through_the_lab_inventory(lab: LabHandle) ->
         assert f"{name} | SUCCESS" in result.stdout
 
 
-def test_pyinfra_reaches_nodes_by_name_through_the_lab_ssh_config(lab: LabHandle) -> None:
-    pyinfra = REPO / ".venv" / "bin" / "pyinfra"
-    result = subprocess.run(
-        [
-            str(pyinfra),
-            "-y",
-            "--data",
-            f"ssh_config_file={lab.ssh_config}",
-            "gpu001,gpu002",
-            "exec",
-            "--",
-            "cat /etc/hostname",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=lab.ssh_config.parent,
-        check=False,
-    )
-    shown = result.stdout + result.stderr  # pyinfra reports on stderr
-    assert result.returncode == 0, shown
-    assert "[gpu001] gpu001" in shown and "[gpu002] gpu002" in shown
-
-
 def test_apt_get_install_from_the_lab_repository(lab: LabHandle) -> None:
     result = lab.ssh(
         "gpu004",

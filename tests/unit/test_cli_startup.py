@@ -1,6 +1,6 @@
 """What `cluster-tool` imports to start: the command areas declare their commands and load their
 libraries inside them, so `--version`, `--help` and Slurm's HealthCheckProgram (`node-check`)
-start without ansible-runner, pyinfra, sushy, the gate or the renderer (benchmarks/cli_startup.py
+start without ansible-runner, sushy, the gate or the renderer (benchmarks/cli_startup.py
 has the timings)."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import cluster_tool.parsers
 # Each is a library only some commands use; none may load just to declare the commands.
 HEAVY_FOR_EVERY_START = (
     "ansible_runner",
-    "pyinfra",
     "sushy",
     "paramiko",
     "jinja2",
@@ -39,7 +38,6 @@ HEAVY_FOR_EVERY_START = (
 # The node checks read nvidia-smi, topo, ibstat, dcgmi and the kernel log; nothing else.
 NOT_FOR_NODE_CHECK = (
     "ansible_runner",
-    "pyinfra",
     "sushy",
     "jinja2",
     "yaml",
