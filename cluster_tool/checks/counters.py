@@ -18,15 +18,17 @@ import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cluster_tool.fabric.plan import CablingRow, cabling_plan
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.ibcounters import IbQueryErrors, PerfCounters
-from cluster_tool.parsers.ibnetdiscover import SWITCH, Fabric
 from cluster_tool.parsers.link_events import LinkEvent
 from cluster_tool.parsers.pci import normalize_pci_bus_id
 from cluster_tool.spec.models import Cluster, Hca, HealthThresholds
+
+if TYPE_CHECKING:  # node-check imports this module for the kernel-log flaps: no fabric parser
+    from cluster_tool.parsers.ibnetdiscover import Fabric
 
 __all__ = [
     "COUNTER_MAX",
@@ -119,6 +121,8 @@ def snapshot(
     fabric: Fabric | None = None,
 ) -> CounterSnapshot:
     """A snapshot from ibqueryerrors, or from perfquery blocks (LIDs named through `fabric`)."""
+    from cluster_tool.parsers.ibnetdiscover import SWITCH
+
     ports: dict[Port, dict[str, int]] = {}
     if isinstance(counters, IbQueryErrors):
         for pe in counters.error_ports:
@@ -188,6 +192,9 @@ class _Cables:
     HCA) on `su1-leaf-r0 port 3` (leaf and port from the cabling plan, else as discovered)."""
 
     def __init__(self, cluster: Cluster, fabric: Fabric, rows: Sequence[CablingRow]) -> None:
+        from cluster_tool.parsers.ibnetdiscover import SWITCH
+
+        self.switch_kind = SWITCH
         self.name_of = cluster.fabric.switch_name
         self.kind = {n.description: n.kind for n in fabric.nodes}
         self.hosts = {h.name for h in cluster.hosts()}
@@ -201,7 +208,7 @@ class _Cables:
     def is_switch(self, description: str) -> bool:
         kind = self.kind.get(description)
         if kind is not None:
-            return kind == SWITCH
+            return kind == self.switch_kind
         return " " not in description.strip() and self.name_of(description) is not None
 
     def label(self, end: Port) -> str:
@@ -236,8 +243,9 @@ class _Cables:
 
 
 def _allowed(per_hour: float, hours: float) -> int:
-    """Count a window of `hours` may show at `per_hour` (rounded down, at least 0)."""
-    return math.floor(per_hour * hours + 1e-9)
+    """Count a window of `hours` may show at `per_hour`, rounded up: a non-zero limit allows
+    one in a short window (one symbol error in a 5-minute gate is noise, not a rate)."""
+    return math.ceil(per_hour * hours - 1e-9)
 
 
 def check_counter_deltas(
