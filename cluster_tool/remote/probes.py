@@ -15,21 +15,10 @@ from collections.abc import Iterable, Mapping
 
 from cluster_tool.errors import ParseError
 from cluster_tool.probes import Probe, ProbeOutput
-from cluster_tool.probes.fabric import FABRIC_PROBES
-from cluster_tool.probes.node import HEALTH_PROBES
 
-__all__ = [
-    "FABRIC_PROBES",
-    "HEALTH_PROBES",
-    "Probe",
-    "ProbeOutput",
-    "composite_script",
-    "outputs_to_json",
-    "split_output",
-]
-
-# The probes themselves live in cluster_tool.probes; they are named here too for the callers of
-# their former home.
+# ProbeOutput lives in cluster_tool.probes; it is named here too for the callers of its former
+# home.
+__all__ = ["ProbeOutput", "composite_script", "outputs_to_json", "split_output"]
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.findings import Finding
-from cluster_tool.remote.probes import ProbeOutput
+from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
 from tests.conftest import FIXTURES, REPO
 from tests.unit.checks.test_health import healthy_outputs
