@@ -44,8 +44,9 @@ __all__ = [
 
 STORE_NAME = "history.sqlite"
 SCHEMA_VERSION = 1
-# Bounded: the oldest runs (and their measurements) go once the store holds this many.
-MAX_RUNS = 2000
+# Bounded: the oldest runs (and their measurements) go once the store holds this many. A run of
+# 1,024 whole nodes takes about 8 MB (benchmarks/history.py), one switch's nodes a fraction.
+MAX_RUNS = 500
 # A trend shows at most this many runs of a node.
 MAX_TREND_RUNS = 1000
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -73,6 +74,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (identity, run)
         ) WITHOUT ROWID""",
         "CREATE INDEX node_runs_by_node ON node_runs (node, run)",
+        # Figures of jobs with partners (pair busbw), one row per job: who it ran with.
         """CREATE TABLE measurements (
             run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
             identity INTEGER NOT NULL REFERENCES identities(id),
@@ -81,8 +83,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             partners TEXT NOT NULL,
             value REAL NOT NULL
         )""",
-        "CREATE INDEX measurements_by_series ON measurements (identity, metric, run)",
         "CREATE INDEX measurements_by_run ON measurements (run)",
+        # Each figure's median in each run (a node's pair screens are one point per run): what
+        # baselines and trends read, a few rows per node per run instead of every job.
+        """CREATE TABLE series (
+            identity INTEGER NOT NULL REFERENCES identities(id),
+            metric TEXT NOT NULL,
+            run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            key TEXT NOT NULL,
+            value REAL NOT NULL,
+            PRIMARY KEY (identity, metric, run, key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX series_by_run ON series (run)",
     ),
 )
 
@@ -265,13 +277,24 @@ class HistoryStore:
                     "INSERT OR REPLACE INTO node_runs (run, identity, node) VALUES (?, ?, ?)",
                     (run, ids[identity.node], identity.node),
                 )
+            kept = [m for m in measurements if m.node in ids and math.isfinite(m.value)]
             self.conn.executemany(
                 "INSERT INTO measurements (run, identity, metric, key, partners, value) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     (run, ids[m.node], m.metric, m.key, ",".join(m.partners), m.value)
-                    for m in measurements
-                    if m.node in ids and math.isfinite(m.value)
+                    for m in kept
+                    if m.partners
+                ),
+            )
+            per_run: dict[tuple[int, str, str], list[float]] = defaultdict(list)
+            for m in kept:
+                per_run[(ids[m.node], m.metric, m.key)].append(m.value)
+            self.conn.executemany(
+                "INSERT INTO series (identity, metric, run, key, value) VALUES (?, ?, ?, ?, ?)",
+                (
+                    (identity, metric, run, key, statistics.median(values))
+                    for (identity, metric, key), values in per_run.items()
                 ),
             )
             self._prune()
@@ -301,6 +324,7 @@ class HistoryStore:
             "SELECT id FROM runs ORDER BY id DESC LIMIT 1 OFFSET ?", (MAX_RUNS - 1,)
         ).fetchone()[0]
         self.conn.execute("DELETE FROM measurements WHERE run < ?", (cutoff,))
+        self.conn.execute("DELETE FROM series WHERE run < ?", (cutoff,))
         self.conn.execute("DELETE FROM node_runs WHERE run < ?", (cutoff,))
         self.conn.execute("DELETE FROM runs WHERE id < ?", (cutoff,))
 
@@ -314,36 +338,35 @@ class HistoryStore:
         found: dict[tuple[str, str, str], Baseline] = {}
         marks = ",".join("?" * len(metrics))
         for chunk in _chunks(wanted, 500):
+            # Each identity's oldest run in its window, then its series from there on (the
+            # primary key's range): a few rows per node per run, whatever the fleet's size.
             rows = self.conn.execute(
                 f"""
                 WITH ids AS (
                     SELECT id, fingerprint FROM identities
                     WHERE fingerprint IN ({",".join("?" * len(chunk))})
                 ),
-                recent AS (
-                    SELECT identity, run FROM (
+                since AS (
+                    SELECT identity, min(run) AS first FROM (
                         SELECT nr.identity, nr.run, row_number() OVER (
                             PARTITION BY nr.identity ORDER BY nr.run DESC) AS k
                         FROM node_runs nr JOIN ids ON ids.id = nr.identity
-                    ) WHERE k <= ?
+                    ) WHERE k <= ? GROUP BY identity
                 )
-                SELECT ids.fingerprint, m.metric, m.key, m.run, m.value
-                FROM recent
-                JOIN measurements m ON m.identity = recent.identity AND m.run = recent.run
-                JOIN ids ON ids.id = m.identity
-                WHERE m.metric IN ({marks})
+                SELECT ids.fingerprint, s.metric, s.key, s.value
+                FROM since
+                JOIN ids ON ids.id = since.identity
+                JOIN series s ON s.identity = since.identity AND s.metric IN ({marks})
+                    AND s.run >= since.first
                 """,
                 (*chunk, window, *metrics),
             )
-            per_run: dict[tuple[str, str, str], dict[int, list[float]]] = defaultdict(
-                lambda: defaultdict(list)
-            )
-            for fingerprint, metric, key, run, value in rows:
-                per_run[(fingerprint, metric, key)][run].append(value)
-            for series, runs in per_run.items():
-                medians = [statistics.median(v) for v in runs.values()]
+            per_series: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+            for fingerprint, metric, key, value in rows:
+                per_series[(fingerprint, metric, key)].append(value)
+            for series, medians in per_series.items():
                 middle = statistics.median(medians)
-                mad = statistics.median(abs(v - middle) for v in medians)
+                mad = statistics.median([abs(v - middle) for v in medians])
                 found[series] = Baseline(middle, mad, len(medians))
         return found
 
@@ -354,28 +377,19 @@ class HistoryStore:
             WITH last AS (
                 SELECT run, identity FROM node_runs WHERE node = ? ORDER BY run DESC LIMIT ?
             )
-            SELECT m.metric, m.key, r.run_id, r.at, i.fingerprint, m.value
+            SELECT s.metric, s.key, r.run_id, r.at, i.fingerprint, s.value
             FROM last
-            JOIN measurements m ON m.run = last.run AND m.identity = last.identity
+            JOIN series s ON s.identity = last.identity AND s.run = last.run
             JOIN runs r ON r.id = last.run
             JOIN identities i ON i.id = last.identity
-            ORDER BY m.metric, m.key, last.run
+            ORDER BY s.metric, s.key, last.run
             """,
             (node, limit),
         )
-        # A job run twice in one run (two pair screens with one partner) is one point: median.
-        grouped: dict[tuple[str, str], dict[tuple[str, str, str], list[float]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
+        grouped: dict[tuple[str, str], list[TrendPoint]] = defaultdict(list)
         for metric, key, run_id, at, fingerprint, value in rows:
-            grouped[(metric, key)][(run_id, at, fingerprint)].append(value)
-        series = []
-        for (metric, key), runs in grouped.items():
-            points = [
-                TrendPoint(run_id, at, fp, round(statistics.median(v), 6))
-                for (run_id, at, fp), v in runs.items()
-            ]
-            series.append(TrendSeries(metric, key, points))
+            grouped[(metric, key)].append(TrendPoint(run_id, at, fingerprint, round(value, 6)))
+        series = [TrendSeries(metric, key, points) for (metric, key), points in grouped.items()]
         return series
 
     def runs_of(self, node: str) -> int:

@@ -98,7 +98,8 @@ def test_the_store_keeps_the_last_runs_only(
             )
         (series,) = store.trend("gpu001")
         assert [p.run_id for p in series.points] == ["run2", "run3", "run4"]
-        assert store.conn.execute("SELECT count(*) FROM measurements").fetchone()[0] == 3
+        for table in ("measurements", "series", "node_runs"):
+            assert store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 3
 
 
 def test_a_run_recorded_again_replaces_itself(tmp_path: Path) -> None:
