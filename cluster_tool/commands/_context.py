@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from cluster_tool import output
 
@@ -83,6 +82,8 @@ DcgmOpt = Annotated[bool, typer.Option("--dcgm/--no-dcgm", help="Run `dcgmi diag
 def progress(line: str) -> None:
     """A job's progress line on stderr (a TTY only); task names and messages may hold
     [brackets]: shown as text, never as rich markup."""
+    from rich.markup import escape  # rich loads on first output, not with the CLI
+
     output.progress(escape(line))
 
 

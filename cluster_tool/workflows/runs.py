@@ -399,10 +399,13 @@ class RunRecord:
 
         items = list(findings)
         report = Report.from_findings(items)
+        finished = _now()
+        if isinstance(summary, RunSummary):
+            summary.finished = finished  # the summary in hand says what the file says
         data = summary.to_json() if isinstance(summary, RunSummary) else dict(summary)
         data.setdefault("version", RECORD_VERSION)
         data.setdefault("run_id", self.run_id)
-        data["finished"] = _now()
+        data["finished"] = finished
         data.setdefault("verdict", report.status)
         clean_summary = self._write_json(SUMMARY, data)
         clean_findings = self._write_json(FINDINGS, report.to_json())
