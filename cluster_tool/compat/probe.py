@@ -34,6 +34,8 @@ _PACKAGES = (
     "nvslurm-plugin-pyxis",
 )
 
+# dpkg's status `ii` is installed, `hi` installed and held (the roles hold what they pin); `rc`
+# and the rest are not installed.
 # `nv-fabricmanager --version` prints `Fabric Manager version is : 550.127.08`; the daemon is
 # asked, not dpkg, because a package can be upgraded under a daemon that still runs the old one.
 COMMAND = (
@@ -47,7 +49,7 @@ COMMAND = (
     "command -v dpkg-query >/dev/null 2>&1 && "
     "dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\\n' "
     + " ".join(f"'{p}'" for p in _PACKAGES)
-    + " 2>/dev/null | sed -n 's/^ii *\\([^ ]*\\) \\(.*\\)/package \\1 \\2/p'; "
+    + " 2>/dev/null | sed -n 's/^[hi]i *\\([^ ]*\\) \\(.*\\)/package \\1 \\2/p'; "
     'for d in /sys/class/infiniband/*; do [ -e "$d/fw_ver" ] || continue; '
     'echo "hca ${d##*/} $(cat "$d/hca_type" 2>/dev/null || echo -) $(cat "$d/fw_ver") '
     '$(cat "$d/board_id" 2>/dev/null || echo -)"; '

@@ -27,13 +27,14 @@ LAB_SPEC = ROOT / "examples" / "lab.yml"
 # parseFabricManagerVersion), on the driver of gpud's 8x H100 nvidia-smi capture.
 FM_VERSION_OUTPUT = "\n\n\tFabric Manager version is : 535.161.08\n\n"
 # dpkg-query -W -f '${db:Status-Abbrev} ${Package} ${Version}\n': Status-Abbrev is three
-# characters ("ii " installed, "rc " removed with its config left). slurmd's version is Debian
-# 12's (sources.debian.org/src/slurm-wlm/22.05.8-4+deb12u3).
+# characters ("ii " installed, "hi " installed and held, as the roles hold what they pin, "rc "
+# removed with its config left). slurmd's version is Debian 12's
+# (sources.debian.org/src/slurm-wlm/22.05.8-4+deb12u3).
 DPKG_OUTPUT = (
-    "ii  nvidia-fabricmanager-535 535.154.05-1\n"
-    "ii  doca-ofed 2.9.1-1\n"
-    "ii  libnccl2 2.21.5-1+cuda12.4\n"
-    "ii  nccl-rdma-sharp-plugins 2.7-1\n"
+    "hi  nvidia-fabricmanager-535 535.154.05-1\n"
+    "hi  doca-ofed 2.9.1-1\n"
+    "hi  libnccl2 2.21.5-1+cuda12.4\n"
+    "hi  nccl-rdma-sharp-plugins 2.7-1\n"
     "ii  slurmd 22.05.8-4+deb12u3\n"
     "rc  slurm-smd-slurmd 24.05.5-1\n"
 )
