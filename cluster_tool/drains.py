@@ -9,6 +9,8 @@ a node and why (the check id first):
   (bring-up, validate-after); the id is followed by a colon.
 - `cluster-tool gate: nccl.pair 212 GB/s < 333 GB/s with gpu004` and
   `cluster-tool reimage: ...`: the gate and the re-image ladder.
+- `cluster-tool watch: link.flap mlx5_0: ...`: `cluster-tool watch`, in service; the id first,
+  so re-image and validate-after see what the watcher found.
 
 Anything else (`RMA`, `bad PSU`, a reason another tool wrote) is the operator's: only an
 operator's explicit word (`validate-after --admit`) lifts it.
@@ -35,6 +37,7 @@ class Owner(StrEnum):
     WORKFLOW = "workflow"
     GATE = "gate"
     REIMAGE = "reimage"
+    WATCH = "watch"
 
 
 _PREFIX = {
@@ -42,6 +45,7 @@ _PREFIX = {
     Owner.WORKFLOW: "cluster-tool: ",
     Owner.GATE: "cluster-tool gate: ",
     Owner.REIMAGE: "cluster-tool reimage: ",
+    Owner.WATCH: "cluster-tool watch: ",
 }
 PENDING_REASON = "cluster-tool: pending validation"
 REIMAGE_REASON = "cluster-tool reimage: in progress"
@@ -52,6 +56,7 @@ _HEALTH = re.compile(rf"^cluster-tool: {_ID}(?: |$)")
 _WORKFLOW = re.compile(rf"^cluster-tool: (?:{_ID}:(?: |$)|failed$|pending validation$)")
 _GATE = re.compile(r"^cluster-tool gate: \S")
 _REIMAGE = re.compile(r"^cluster-tool reimage: \S")
+_WATCH = re.compile(rf"^cluster-tool watch: ({_ID})(?: |:|$)")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -72,6 +77,8 @@ def owner(reason: str) -> Owner | None:
         return Owner.GATE
     if _REIMAGE.match(reason):
         return Owner.REIMAGE
+    if _WATCH.match(reason):
+        return Owner.WATCH
     return None
 
 
@@ -135,3 +142,15 @@ def health_reason(node: str, findings: Sequence[Finding]) -> str | None:
     if len(reason) + len(more) > REASON_MAX:
         reason = reason[: REASON_MAX - len(more) - 3] + "..."
     return reason + more
+
+
+def watch_reason(check: str, component: str | None, message: str) -> str:
+    """`cluster-tool watch: ID[ COMPONENT]: message`: what the watcher found on the node."""
+    where = f" {component}" if component else ""
+    return one_line(f"{_PREFIX[Owner.WATCH]}{check}{where}: {message}")
+
+
+def watch_check(reason: str) -> str | None:
+    """The finding id of a drain the watcher wrote; None for anyone else's drain."""
+    found = _WATCH.match(reason)
+    return found.group(1) if found else None

@@ -21,6 +21,8 @@ from cluster_tool.drains import (
     may_lift,
     owner,
     step_reason,
+    watch_check,
+    watch_reason,
     workflow_reason,
 )
 from cluster_tool.findings import Finding
@@ -48,6 +50,7 @@ def tool_reasons() -> st.SearchStrategy[str]:
         st.builds(lambda c, m: health_reason("gpu003", [finding(c, m)]) or "", IDS, TEXT),
         st.builds(lambda c, w, p: gate_reason(c, w, p), IDS, TEXT, st.lists(st.just("gpu004"))),
         st.builds(step_reason, st.sampled_from(["power", "boot", "converge"]), TEXT),
+        st.builds(watch_reason, IDS, st.one_of(st.none(), TEXT), TEXT),
         st.just(PENDING_REASON),
         st.just(REIMAGE_REASON),
     )
@@ -72,6 +75,8 @@ OPERATOR = [
     "cluster-tool: please leave drained (ops)",
     "NHC: check_hw_ib: No IB port mlx5_0:1 is ACTIVE",
     "Kill task failed",
+    "cluster-tool watch",
+    "cluster-tool watch: leave it (ops)",
 ]
 
 
@@ -141,3 +146,24 @@ def test_every_caller_decides_by_the_same_rule() -> None:
             lifted = may_lift(reason, Owner.WORKFLOW, operator_says=operator_says)
             assert (resumed == ["gpu003"]) == lifted, (reason, operator_says)
             assert ("gpu003" in fake.drained) != lifted
+
+
+@given(IDS, st.one_of(st.none(), TEXT), TEXT)
+def test_a_watch_drain_names_its_finding_and_only_a_workflow_lifts_it(
+    check: str, component: str | None, message: str
+) -> None:
+    """The watcher's drain carries the finding id first (re-image and validate-after read it);
+    node-check, which re-proves only its own checks, leaves it alone."""
+    reason = watch_reason(check, component, message)
+    assert owner(reason) is Owner.WATCH
+    assert watch_check(reason) == check
+    assert not may_lift(reason, Owner.HEALTH)
+    assert may_lift(reason, Owner.WORKFLOW)
+
+
+def test_watch_check_reads_only_the_watchers_drains() -> None:
+    assert watch_check("cluster-tool watch: link.flap mlx5_0: gpu003 mlx5_0 down 3 times") == (
+        "link.flap"
+    )
+    others = [*OPERATOR, PENDING_REASON, workflow_reason([finding("gpu.ecc", "volatile 2")])]
+    assert [r for r in others if watch_check(r) is not None] == []
