@@ -171,6 +171,39 @@ def parse_squeue_nodes(text: str) -> dict[str, list[str]]:
     return found
 
 
+@dataclass(frozen=True)
+class RunningJob:
+    """A running job as `squeue -h -t RUNNING -o %i|%N|%f|%k` shows it: its nodes, the features
+    it asked for and its comment (how a job opts in to being requeued by `cluster-tool watch`)."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    features: str = ""
+    comment: str = ""
+
+
+def parse_squeue_running(text: str) -> list[RunningJob]:
+    """`squeue -h -t RUNNING -o %i|%N|%f|%k` lines (`123|gpu[001-004]|(null)|ckpt requeue`);
+    the comment comes last, so a `|` inside it stays in it."""
+    jobs: list[RunningJob] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("|", 3)
+        if len(parts) != 4 or not parts[0].strip():
+            raise ParseError("expected JOBID|NODELIST|FEATURES|COMMENT", line_no=no, line=line)
+        features, comment = (p.strip() for p in parts[2:])
+        jobs.append(
+            RunningJob(
+                parts[0].strip(),
+                tuple(NodeSet(parts[1].strip())),
+                "" if features == "(null)" else features,
+                "" if comment == "(null)" else comment,
+            )
+        )
+    return jobs
+
+
 def parse_scontrol_fields(line: str) -> dict[str, str]:
     """Split one `scontrol show ... -o` line into its fields, keeping spaces inside values."""
     matches = list(_FIELD.finditer(line))
@@ -246,6 +279,8 @@ class SlurmAdmin(Slurm, Protocol):
     def cancel_jobs_on(self, nodes: Iterable[str]) -> None: ...
     def reserve(self, name: str, nodes: Iterable[str]) -> None: ...
     def release(self, name: str) -> None: ...
+    def running_jobs(self) -> list[RunningJob]: ...
+    def requeue(self, job_id: str) -> None: ...
 
 
 @dataclass
@@ -367,6 +402,17 @@ class AdminSlurm(SlurmCLI):
             ]
         )  # fmt: skip
         self.reservation = name
+
+    def running_jobs(self) -> list[RunningJob]:
+        """Every running job: its nodes, features and comment (`squeue -t RUNNING`)."""
+        return parse_squeue_running(
+            self.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%N|%f|%k"])
+        )
+
+    def requeue(self, job_id: str) -> None:
+        """Put a running batch job back in the queue (`scontrol requeue`): it restarts, from its
+        own checkpoint, on nodes Slurm picks; a drained node is not among them."""
+        self.run(["scontrol", "requeue", job_id])
 
     def release(self, name: str) -> None:
         try:
