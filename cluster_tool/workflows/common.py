@@ -205,6 +205,7 @@ class RecordingRunner(SlurmRunner):
                     "rung": str(step.rung),
                     "label": f"{'+'.join(r.job.nodes)} {step.label}",
                     "nodes": list(r.job.nodes),
+                    "rail": step.rail,
                     "floor_gbs": floor,
                     "points": points,
                 }
