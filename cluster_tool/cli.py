@@ -67,7 +67,12 @@ for _module in _AREAS:
 # Without it, `cluster-tool lab` is an unknown command; the product never imports the lab.
 EXTRA_AREAS_GROUP = "cluster_tool.commands"
 for _entry in metadata.entry_points(group=EXTRA_AREAS_GROUP):
-    _entry.load()(app)
+    try:
+        _register = _entry.load()
+    except ImportError as _exc:  # its package is gone from this install: every other command works
+        output.error_line(f"command area {_entry.name!r} not loaded ({_entry.value}): {_exc}")
+        continue
+    _register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

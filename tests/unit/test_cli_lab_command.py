@@ -50,3 +50,21 @@ def test_without_the_lab_installed_every_other_command_is_there() -> None:
     assert without.returncode == with_lab.returncode == 0
     assert "│ lab " in with_lab.stdout and "│ lab " not in without.stdout
     assert _run_cli(["spec", "--help"], lab_installed=False).returncode == 0
+
+
+def test_a_broken_extra_area_is_named_and_every_other_command_still_works() -> None:
+    # An install whose cluster-tool-lab metadata outlived its package (a removed checkout).
+    broken = (
+        "import importlib.metadata as md\n"
+        "_gone = md.EntryPoint('lab', 'cluster_lab_gone.cli:register', 'cluster_tool.commands')\n"
+        "md.entry_points = lambda **kw: [_gone]\n"
+        "import sys\nfrom cluster_tool.cli import main\n"
+        "sys.exit(main(['spec', '--help']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", broken], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: cluster-tool spec" in proc.stdout
+    assert proc.stderr.splitlines() == [
+        "cluster-tool: command area 'lab' not loaded (cluster_lab_gone.cli:register): "
+        "No module named 'cluster_lab_gone'"
+    ]
