@@ -821,6 +821,63 @@ class Thresholds(StrictModel):
     history: HistoryThresholds = Field(default_factory=lambda: HistoryThresholds.model_validate({}))
 
 
+# --- in service: cluster-tool watch --------------------------------------------------
+
+
+class Watch(StrictModel):
+    """`cluster-tool watch`: how often it looks, what it may do about what it finds, and how
+    much of the fleet it may take out of service before it suspects the fabric instead."""
+
+    policy: Literal["observe", "drain", "requeue"] = Field(
+        "observe",
+        description="observe: findings only (default); drain: drain the node, the finding id "
+        "in the reason; requeue: drain, then `scontrol requeue` the node's running jobs that "
+        "opted in (`requeue_marker`). `cluster-tool watch --policy` overrides it for one run.",
+    )
+    interval_s: int = Field(
+        60, ge=5, le=86400, description="Seconds between two watch cycles (default 60)."
+    )
+    max_drained_share: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="The watcher never holds more than this share of the GPU nodes drained "
+        "(at least one node; default 0.05): beyond it, it stops acting and raises `watch.fleet`.",
+    )
+    requeue_marker: str = Field(
+        "watch-requeue",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:=-]*$",
+        max_length=64,
+        description="A job opts in to being requeued when its comment (`sbatch --comment`) or "
+        "its features (`--constraint`) hold this word (default `watch-requeue`).",
+    )
+    state_dir: AbsolutePath = Field(
+        "/var/lib/cluster-tool/watch",
+        description="Where the watcher keeps what it saw between cycles, its event log and its "
+        "textfile for node_exporter (default /var/lib/cluster-tool/watch; `--state-dir`).",
+    )
+    straggler_cycles: int = Field(
+        3,
+        ge=2,
+        le=100,
+        description="A node is named a straggler of its job (`watch.straggler`) when it is "
+        "the slow one in this many cycles running (default 3): a one-off blip is not.",
+    )
+    straggler_z: float = Field(
+        3.5,
+        gt=0,
+        description="How far below the job's other nodes a node's rate must be, as a robust "
+        "z-score (0.6745 x distance / MAD), to count as slow in a cycle (default 3.5).",
+    )
+    straggler_min_drop: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="...and by at least this fraction of the job's median (default 0.2), so "
+        "a job whose nodes never differ (MAD 0) is not flagged for a wobble.",
+    )
+
+
 # --- the cluster ---------------------------------------------------------------------
 
 
@@ -870,6 +927,7 @@ class Cluster(StrictModel):
     software: Software = Field(default_factory=lambda: Software.model_validate({}))
     nccl: Nccl = Field(default_factory=lambda: Nccl.model_validate({}))
     thresholds: Thresholds = Field(default_factory=lambda: Thresholds.model_validate({}))
+    watch: Watch = Field(default_factory=lambda: Watch.model_validate({}))
     ansible_vars: dict[AnsibleVarName, Any] = Field(
         default_factory=dict,
         description="Extra Ansible variables merged last into group_vars/all.yml (e.g. a "
