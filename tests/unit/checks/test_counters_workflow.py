@@ -47,10 +47,14 @@ class SubnetManager:
     def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]:
         token = re.search(r"@@cluster-tool (\w+) ", script)
         assert token is not None
+        errors = next(self.reads)
+        # ibqueryerrors exits 1 when it lists a port over threshold (infiniband-diags:
+        # `rc = print_summary(); if (rc) rc = 1;`).
+        rc = 1 if "Errors for" in errors else 0
         out = b""
-        for name, text in (("ibnetdiscover", self.fabric), ("ibqueryerrors", next(self.reads))):
+        for name, text, code in (("ibnetdiscover", self.fabric, 0), ("ibqueryerrors", errors, rc)):
             data = text.encode()
-            out += f"@@cluster-tool {token[1]} {name} 0 {len(data)} 0@@\n".encode() + data
+            out += f"@@cluster-tool {token[1]} {name} {code} {len(data)} 0@@\n".encode() + data
         return 0, out, b""
 
 
