@@ -1,0 +1,45 @@
+"""`cluster-tool versions` on the converged lab (issue 19): the version probe reads what every
+node runs over SSH; a healthy lab keeps the spec and the compatibility matrix, and the
+version-skew faults show up named with node and component, then heal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.lab.conftest import Converged
+
+
+def versions(converged: Converged) -> tuple[int, dict[str, Any]]:
+    rc, data, err = converged.run_json("versions", "--spec", str(converged.lab.spec), timeout=300)
+    assert data, err[-2000:]
+    return rc, data
+
+
+def named(report: dict[str, Any]) -> list[tuple[str, str | None, str | None]]:
+    return [(f["check"], f["node"], f["component"]) for f in report["findings"]]
+
+
+@pytest.mark.converged
+def test_version_skew_is_named_and_a_healthy_lab_reports_none(converged: Converged) -> None:
+    rc, report = versions(converged)
+    assert (rc, named(report)) == (0, [])
+    rows = {(r["component"], r["version"]) for r in report["versions"]}
+    assert ("fabricmanager", "550.127.08") in rows and ("doca", "2.9.1") in rows
+
+    faults = [
+        converged.inject("version-skew", "gpu002", "fabricmanager"),
+        converged.inject("version-skew", "gpu003", "hca-fw", "mlx5_4"),
+    ]
+    try:
+        rc, report = versions(converged)
+        assert rc == 1
+        assert named(report) == [
+            ("version.incompatible", "gpu002", "fabricmanager"),
+            ("version.outlier", "gpu003", "hca_firmware mlx5_4"),
+        ]
+    finally:
+        converged.heal(*reversed(faults))
+    rc, report = versions(converged)
+    assert (rc, named(report)) == (0, [])
