@@ -15,7 +15,14 @@ from ClusterShell.NodeSet import NodeSet
 from cluster_tool.context import Reach
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.slurm import JobState, NodeState, SlurmAdmin, SlurmError, connect
+from cluster_tool.slurm import (
+    JobState,
+    NodeState,
+    RunningJob,
+    SlurmAdmin,
+    SlurmError,
+    connect,
+)
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.runs import (
     RunRecord,
@@ -454,6 +461,12 @@ class _Offline:
         self._refuse()
 
     def release(self, name: str) -> None:
+        self._refuse()
+
+    def running_jobs(self) -> list[RunningJob]:
+        self._refuse()
+
+    def requeue(self, job_id: str) -> None:
         self._refuse()
 
 
