@@ -113,6 +113,7 @@ def test_requires_the_firmware_line_doca_ships() -> None:
         ("2.9.1", "28.43.2026", "doca-2-9-connectx-7-firmware"),
         ("2.9.3", "28.43.3608", "doca-2-9-connectx-7-firmware"),
         ("2.10.0", "28.44.1036", "doca-2-10-connectx-7-firmware"),
+        ("3.0.0", "28.45.1020", "doca-3-0-connectx-7-firmware"),
         ("3.1.0", "28.46.1006", "doca-3-1-connectx-7-firmware"),
         ("3.2.2", "28.47.2682", "doca-3-2-connectx-7-firmware"),
     ],
@@ -209,6 +210,11 @@ BREAKS: dict[str, dict[str, str]] = {
         "doca": "2.10.0",
         "hca_model": "ConnectX-7",
         "hca_firmware": "28.43.2566",
+    },
+    "doca-3-0-connectx-7-firmware": {
+        "doca": "3.0.0",
+        "hca_model": "ConnectX-7",
+        "hca_firmware": "28.44.1036",
     },
     "doca-3-1-connectx-7-firmware": {
         "doca": "3.1.0",
