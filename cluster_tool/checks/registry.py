@@ -24,8 +24,8 @@ __all__ = [
 ]
 
 # Who emits an id: the node checks, the wiring check, the nccl-tests gate, the workflows'
-# own steps, or the version read-back against the compatibility matrix.
-AREAS = ("health", "fabric", "gate", "workflow", "compat")
+# own steps, the version read-back against the compatibility matrix, or `cluster-tool watch`.
+AREAS = ("health", "fabric", "gate", "workflow", "compat", "watch")
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,12 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("version.drift", "compat", "error", "the node runs another driver than the spec pins"),
     ("version.incompatible", "compat", "error", "what the node runs breaks a matrix rule"),
     ("version.outlier", "compat", "warning", "firmware or VBIOS differs from the fleet's"),
+    # --- in service: cluster-tool watch (watch/) ---------------------------------------------
+    ("watch.straggler", "watch", "error", "the slow node of a running job, cycles running"),
+    ("watch.fleet", "watch", "error", "more nodes failing than watch may drain: nothing more"),
+    ("watch.unread", "watch", "warning", "a signal watch reads could not be read this cycle"),
+    ("watch.slurm", "watch", "error", "watch could not read or act through Slurm"),
+    ("watch.state-reset", "watch", "warning", "the state file was unreadable: started afresh"),
 )
 
 

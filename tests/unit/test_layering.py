@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "commands": 4,
     # 3: the jobs: bring-up, re-image, validate, collection, node-check
     "workflows": 3,
+    "watch": 3,  # cluster-tool watch: the in-service job (issue 22)
     # 2: the judges and the doors to outside systems (SSH fan-out, Slurm, Ansible, Redfish)
     "checks": 2,
     "gate": 2,

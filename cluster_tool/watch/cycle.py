@@ -1,0 +1,482 @@
+"""One watch cycle: read every GPU node's cheap signals and the fabric's port counters, judge
+what changed since the last cycle, name stragglers of running jobs, and act by policy.
+
+Detect, then act, as NVSentinel does for Kubernetes, but through Slurm's own states: the
+watcher's drain carries the finding id (`drains.watch_reason`), so the drain is the node's
+quarantine record and every later run knows whose it is. Never more than `max_drained_share`
+of the GPU nodes drained by the watcher: past it, many nodes failing at once say more about
+the fabric than about the nodes, so it stops acting and raises `watch.fleet`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from cluster_tool.checks.counters import (
+    CounterSnapshot,
+    check_counter_deltas,
+    check_kernel_link_flaps,
+    snapshot,
+)
+from cluster_tool.checks.health import check_gpus, check_xids
+from cluster_tool.drains import Owner, owner, watch_check, watch_reason
+from cluster_tool.errors import ParseError
+from cluster_tool.fabric.plan import cabling_plan
+from cluster_tool.findings import Finding
+from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
+from cluster_tool.parsers.link_events import LinkEvent, parse_link_events
+from cluster_tool.probes import Probe, ProbeOutput, lines
+from cluster_tool.probes.fabric import Ibnetdiscover, Ibqueryerrors
+from cluster_tool.probes.node import KernelLog, NvidiaSmiQ
+from cluster_tool.remote.fanout import HostResult
+from cluster_tool.slurm import NodeState, RunningJob, SlurmAdmin, SlurmError
+from cluster_tool.spec.models import Cluster, NodeProfile, Watch
+from cluster_tool.watch.signals import DATA_COUNTERS, PortCounters, Sources
+from cluster_tool.watch.state import WatchState
+from cluster_tool.watch.straggler import Signal, find_slow, judge_stragglers
+
+__all__ = ["Action", "CycleResult", "Policy", "drain_cap", "opted_in", "run_cycle"]
+
+Policy = Literal["observe", "drain", "requeue"]
+
+# Findings that say a signal could not be read, or speak for the fleet or Slurm: never a
+# reason to drain the node they name.
+_KERNEL_LOG = KernelLog()
+_NOT_ACTIONABLE = ("os.", "slurm.", "watch.unread", "watch.fleet", "watch.slurm", "watch.state")
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the watcher did through Slurm: drained a node, or requeued a job."""
+
+    kind: Literal["drain", "requeue"]
+    check: str
+    node: str | None = None
+    job_id: str | None = None
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.kind,
+            "check": self.check,
+            "node": self.node,
+            "job_id": self.job_id,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class CycleResult:
+    """One cycle: every finding now (with when each was first seen), those new this cycle,
+    the actions taken, the nodes the watcher holds drained and the rates it read."""
+
+    at: float
+    policy: Policy
+    findings: list[Finding]
+    first_seen: dict[str, float]
+    new: list[Finding]
+    resolved: list[dict[str, Any]]
+    actions: list[Action]
+    drained: list[str]
+    rates: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0: nothing failing; 1: an error finding (the contract's `checks failed`)."""
+        return 1 if any(f.fails for f in self.findings) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": "fail" if self.exit_code else "pass",
+            "at": self.at,
+            "policy": self.policy,
+            "findings": [
+                {**f.model_dump(), "first_seen": self.first_seen.get(finding_key(f))}
+                for f in self.findings
+            ],
+            "new": [finding_key(f) for f in self.new],
+            "resolved": self.resolved,
+            "actions": [a.to_json() for a in self.actions],
+            "drained": self.drained,
+            "summary": {
+                "errors": sum(f.severity == "error" for f in self.findings),
+                "warnings": sum(f.severity == "warning" for f in self.findings),
+                "info": sum(f.severity == "info" for f in self.findings),
+                "drained_by_watch": len(self.drained),
+            },
+        }
+
+
+def finding_key(f: Finding) -> str:
+    return f"{f.check}|{f.node or ''}|{f.component or ''}"
+
+
+def drain_cap(watch: Watch, gpu_nodes: int) -> int:
+    """How many GPU nodes the watcher may hold drained: the spec's share, at least one."""
+    return max(1, math.floor(watch.max_drained_share * gpu_nodes + 1e-9))
+
+
+_WORDS = re.compile(r"[\s,&|()\[\]*]+")
+
+
+def opted_in(job: RunningJob, marker: str) -> bool:
+    """A job opts in to being requeued with the marker as a word of its comment or features."""
+    return marker in _WORDS.split(f"{job.comment} {job.features}")
+
+
+def _unread(node: str, probe: Probe, why: str) -> Finding:
+    return Finding(
+        check="watch.unread",
+        severity="warning",
+        node=node,
+        component=probe.name,
+        expected=f"{probe.described} readable",
+        observed=why,
+        message=f"{node}: {probe.described} not read this cycle: {why}",
+    )
+
+
+def _output(result: HostResult, probe: Probe) -> tuple[ProbeOutput | None, str | None]:
+    out = result.outputs.get(probe.name)
+    if out is None:
+        return None, "not collected"
+    if out.rc != 0:
+        err = (out.stderr or out.stdout).strip().splitlines()
+        return None, f"exit {out.rc}" + (f": {err[-1][:160]}" if err else "")
+    return out, None
+
+
+def _fingerprint(event: XidEvent | LinkEvent) -> str:
+    when = event.uptime_s if event.uptime_s is not None else event.timestamp
+    if isinstance(event, XidEvent):
+        text = f"xid|{event.kind}|{event.code}|{event.pci_bus_id}|{when}|{event.message}"
+    else:
+        text = f"link|{event.pci}|{event.netdev}|{event.state}|{when}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _kernel_log(
+    cluster: Cluster,
+    node: str,
+    profile: NodeProfile,
+    text: str,
+    state: WatchState,
+    gpu_pci: Sequence[str | None],
+) -> list[Finding]:
+    """Xids, SXids and link flaps the node's kernel log gained since the last cycle. The first
+    read is the baseline: what the log held before the watcher saw the node is bring-up's and
+    node-check's to judge, not the watcher's."""
+    memory = state.node(node)
+    xids, links = parse_xids(text), parse_link_events(text)
+    seen = set(memory.seen_lines)
+    new_xids = [e for e in xids if _fingerprint(e) not in seen]
+    new_links = [e for e in links if _fingerprint(e) not in seen]
+    memory.seen_lines = [_fingerprint(e) for e in (*xids, *links)]
+    if not memory.log_read:
+        memory.log_read = True
+        return []
+    t = cluster.thresholds.health
+    cables = {r.hca: (r.leaf, r.leaf_port) for r in cabling_plan(cluster) if r.node == node}
+    out = check_xids(node, profile, t, new_xids, gpu_pci)
+    out += check_kernel_link_flaps(node, new_links, profile.compute_hcas, t, cables=cables)
+    return out
+
+
+def _rates(
+    node: str, counters: Mapping[str, Mapping[str, int]], state: WatchState, now: float
+) -> dict[str, dict[str, float]]:
+    """Per HCA and counter, the increase per second since the last cycle (data counters in
+    bytes); nothing for a counter that went backwards (reset) or on the first read."""
+    memory = state.node(node)
+    before, at = memory.counters, memory.counters_at
+    memory.counters = {h: dict(c) for h, c in counters.items()}
+    memory.counters_at = now
+    if at is None or now <= at:
+        return {}
+    rates: dict[str, dict[str, float]] = {}
+    for hca, values in counters.items():
+        for name, value in values.items():
+            was = before.get(hca, {}).get(name)
+            if was is None or value < was:
+                continue
+            scale = 4 if name in DATA_COUNTERS else 1
+            rates.setdefault(hca, {})[name] = (value - was) * scale / (now - at)
+    return rates
+
+
+def _straggler_signals(
+    profile: NodeProfile, rates: Mapping[str, Mapping[str, float]]
+) -> list[Signal]:
+    out: list[Signal] = []
+    for hca in profile.compute_hcas:
+        got = rates.get(hca.device, {})
+        where = f"{hca.device} rail {hca.rail}"
+        if "PortXmitData" in got:
+            out.append(Signal("PortXmitData", where, got["PortXmitData"], "B/s", "low"))
+        if "PortXmitWait" in got:
+            out.append(Signal("PortXmitWait", where, got["PortXmitWait"], "ticks/s", "high"))
+    return out
+
+
+def _fabric(
+    cluster: Cluster, result: HostResult | None, state: WatchState, nodes: Sequence[str], now: float
+) -> list[Finding]:
+    """Port counter deltas of both ends of every cable since the last cycle (`link.flap`,
+    `link.errors`, `link.congestion`), from ibqueryerrors on the subnet-manager host."""
+    if result is None:
+        return []
+    host = result.host
+    if not result.reachable:
+        return [_unread(host, Ibqueryerrors(), f"unreachable: {result.error}")]
+    found: list[Finding] = []
+    read: dict[str, Any] = {}
+    for probe in (Ibnetdiscover(), Ibqueryerrors()):
+        out, why = _output(result, probe)
+        if out is None:
+            found.append(_unread(host, probe, why or "not read"))
+            continue
+        try:
+            read[probe.name] = probe.process(lines(out.stdout))
+        except ParseError as exc:
+            found.append(_unread(host, probe, str(exc)))
+    if "ibqueryerrors" not in read:
+        return found
+    after = snapshot(read["ibqueryerrors"], now)
+    before = state.fabric_counters
+    state.fabric_counters = after.to_json()
+    if before is None or "ibnetdiscover" not in read:
+        return found
+    try:
+        earlier = CounterSnapshot.from_json(before)
+    except ValueError:
+        return found
+    return found + check_counter_deltas(cluster, read["ibnetdiscover"], earlier, after, nodes=nodes)
+
+
+def _slurm_finding(what: str, exc: Exception) -> Finding:
+    return Finding(
+        check="watch.slurm",
+        node=None,
+        expected=f"Slurm answers ({what})",
+        observed=str(exc),
+        message=f"watch could not {what} through Slurm: {exc}",
+    )
+
+
+def _actionable(f: Finding, gpu: set[str]) -> bool:
+    return f.fails and f.node in gpu and not f.check.startswith(_NOT_ACTIONABLE)
+
+
+def run_cycle(
+    cluster: Cluster,
+    state: WatchState,
+    sources: Sources,
+    slurm: SlurmAdmin,
+    policy: Watch,
+    now: float,
+) -> CycleResult:
+    """One cycle against `state` (updated in place; the caller saves it): read, judge, act by
+    `policy.policy`, and say what was found and done."""
+    hosts = {h.name: h for h in cluster.gpu_nodes()}
+    nodes = list(hosts)
+    findings: list[Finding] = []
+    rates: dict[str, dict[str, dict[str, float]]] = {}
+    signals: dict[str, list[Signal]] = {}
+
+    results = sources.node_outputs(nodes)
+    for node in nodes:
+        host, result = hosts[node], results.get(node)
+        profile = host.profile
+        assert profile is not None  # a GPU node has a profile
+        if result is None or not result.reachable:
+            why = result.error if result is not None else "not collected"
+            findings.append(_unread(node, PortCounters(), f"unreachable: {why}"))
+            continue
+        gpu_pci: list[str | None] = []
+        smi_out, why = _output(result, NvidiaSmiQ())
+        if smi_out is None:
+            findings.append(_unread(node, NvidiaSmiQ(), why or ""))
+        else:
+            try:
+                smi = NvidiaSmiQ().process(lines(smi_out.stdout))
+                gpu_pci = [g.pci for g in smi.gpus]
+                findings += check_gpus(node, profile, cluster.thresholds.health, smi)
+            except ParseError as exc:
+                findings.append(_unread(node, NvidiaSmiQ(), str(exc)))
+        log_out, why = _output(result, _KERNEL_LOG)
+        if log_out is None:
+            findings.append(_unread(node, _KERNEL_LOG, why or ""))
+        else:
+            try:
+                findings += _kernel_log(cluster, node, profile, log_out.stdout, state, gpu_pci)
+            except ParseError as exc:
+                findings.append(_unread(node, _KERNEL_LOG, str(exc)))
+        counters_out, why = _output(result, PortCounters())
+        if counters_out is None:
+            findings.append(_unread(node, PortCounters(), why or ""))
+        else:
+            try:
+                counters = PortCounters().process(lines(counters_out.stdout))
+            except ParseError as exc:
+                findings.append(_unread(node, PortCounters(), str(exc)))
+            else:
+                rates[node] = _rates(node, counters, state, now)
+                signals[node] = _straggler_signals(profile, rates[node])
+
+    findings += _fabric(cluster, sources.fabric_outputs(), state, nodes, now)
+
+    jobs: list[RunningJob] = []
+    states: dict[str, NodeState] = {}
+    slurm_ok = True
+    try:
+        jobs = slurm.running_jobs()
+        states = {s.name: s for s in slurm.node_states(nodes)}
+    except SlurmError as exc:
+        slurm_ok = False
+        findings.append(_slurm_finding("read the jobs and node states", exc))
+
+    slow = find_slow(jobs, signals, policy)
+    findings += judge_stragglers(slow, state.stragglers, jobs, policy)
+
+    actions, drained, extra = _act(cluster, policy, findings, jobs, states, slurm, state, slurm_ok)
+    findings += extra
+
+    first_seen, new, resolved = _remember(state, findings, now)
+    state.cycles += 1
+    state.last_cycle_at = now
+    events = [{"at": now, "event": "finding", **f.model_dump()} for f in new] + [
+        {"at": now, "event": "resolved", **r} for r in resolved
+    ]
+    events += [{"at": now, "event": a.kind, **a.to_json()} for a in actions]
+    return CycleResult(
+        at=now,
+        policy=policy.policy,
+        findings=_worst_first(findings),
+        first_seen=first_seen,
+        new=new,
+        resolved=resolved,
+        actions=actions,
+        drained=drained,
+        rates=rates,
+        events=events,
+    )
+
+
+def _act(
+    cluster: Cluster,
+    policy: Watch,
+    findings: list[Finding],
+    jobs: Sequence[RunningJob],
+    states: Mapping[str, NodeState],
+    slurm: SlurmAdmin,
+    state: WatchState,
+    slurm_ok: bool,
+) -> tuple[list[Action], list[str], list[Finding]]:
+    """Drain and requeue by policy; returns the actions, the nodes the watcher now holds
+    drained, and the findings acting raised (`watch.fleet`, `watch.slurm`)."""
+    gpu = {n.name for n in cluster.gpu_nodes()}
+    ours = {
+        n: watch_check(s.reason) or ""
+        for n, s in states.items()
+        if s.drained and owner(s.reason) is Owner.WATCH
+    }
+    first: dict[str, Finding] = {}
+    for f in findings:
+        if _actionable(f, gpu) and f.node is not None:
+            first.setdefault(f.node, f)
+    # A node drained already, by anyone, is left as it is: never a second drain over the
+    # watcher's own, never the watcher's reason over an operator's.
+    wanted = [n for n in first if not (n in states and states[n].drained)]
+    if not slurm_ok:
+        return [], sorted(ours), []
+    cap = drain_cap(policy, len(gpu))
+    extra: list[Finding] = []
+    if len(ours) + len(wanted) > cap:
+        extra.append(
+            Finding(
+                check="watch.fleet",
+                node=None,
+                expected=f"at most {cap} of {len(gpu)} GPU nodes drained by watch "
+                f"(max_drained_share {policy.max_drained_share:g})",
+                observed=f"{len(ours)} drained, {len(wanted)} more failing: "
+                + ", ".join(sorted(wanted)[:10]),
+                message=f"{len(ours) + len(wanted)} GPU nodes failing at once is more than "
+                f"watch may drain ({cap}): suspect the fabric or a shared cause, not the "
+                "nodes; nothing more is drained until an operator looks",
+            )
+        )
+        wanted = []
+    if policy.policy == "observe":
+        return [], sorted(ours), extra
+    actions: list[Action] = []
+    for node in wanted:
+        f = first[node]
+        reason = watch_reason(f.check, f.component, f.message)
+        try:
+            slurm.drain([node], reason)
+        except SlurmError as exc:
+            extra.append(_slurm_finding(f"drain {node}", exc))
+            continue
+        ours[node] = f.check
+        actions.append(Action("drain", f.check, node=node, detail=reason))
+    if policy.policy == "requeue":
+        done = set(state.requeued)
+        for job in jobs:
+            hit = sorted(set(job.nodes) & set(ours))
+            if not hit or not opted_in(job, policy.requeue_marker):
+                continue
+            found_id = ours[hit[0]]
+            if (job.job_id, found_id) in done:
+                continue
+            try:
+                slurm.requeue(job.job_id)
+            except SlurmError as exc:
+                extra.append(_slurm_finding(f"requeue job {job.job_id}", exc))
+                continue
+            done.add((job.job_id, found_id))
+            state.requeued.append((job.job_id, found_id))
+            why = f"{found_id} on {', '.join(hit)}"
+            actions.append(Action("requeue", found_id, node=hit[0], job_id=job.job_id, detail=why))
+    return actions, sorted(ours), extra
+
+
+def _remember(
+    state: WatchState, findings: Sequence[Finding], now: float
+) -> tuple[dict[str, float], list[Finding], list[dict[str, Any]]]:
+    """Open findings carried across cycles: when each was first seen, which are new, which
+    went away."""
+    current: dict[str, Finding] = {}
+    for f in findings:
+        current.setdefault(finding_key(f), f)
+    new = [f for k, f in current.items() if k not in state.open]
+    resolved = [
+        {"check": v.get("check"), "node": v.get("node"), "component": v.get("component")}
+        for k, v in state.open.items()
+        if k not in current
+    ]
+    opened: dict[str, dict[str, Any]] = {}
+    for k, f in current.items():
+        first = state.open.get(k, {}).get("first_seen", now)
+        opened[k] = {
+            "check": f.check,
+            "node": f.node,
+            "component": f.component,
+            "severity": f.severity,
+            "first_seen": first,
+            "last_seen": now,
+        }
+    state.open = opened
+    return {k: v["first_seen"] for k, v in opened.items()}, new, resolved
+
+
+_RANK = {"error": 0, "warning": 1, "info": 2}
+
+
+def _worst_first(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: _RANK[f.severity])
