@@ -1,6 +1,8 @@
-"""report.html: one self-contained, offline page per run — the verdict first, then a rail × node
-matrix of link state, busbw against message size per rung with the threshold drawn (inline SVG
-generated here), and the findings, worst first. No script, no external asset."""
+"""report.html: one self-contained, offline page per run — the verdict first, then the rail × node
+link state (a table for a few nodes, a heat map of state, BER and busbw for any number), busbw
+per rung (against message size for a few jobs, as a distribution with its outliers named for
+many; inline SVG generated here), and the findings grouped by id, worst first. No script, no
+external asset."""
 
 from __future__ import annotations
 
@@ -9,7 +11,22 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from cluster_tool.report.fleet import (
+    HEAT_CSS,
+    distributions_html,
+    grouped_findings_html,
+    heat_map_html,
+)
+
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+
+# Up to this many nodes the link state is also a table with a column per node; up to this many
+# jobs a rung is drawn one line per job; from this many on, as a distribution of busbw.
+TABLE_NODES = 32
+LINES_PER_RUNG = 16
+DISTRIBUTION_JOBS = 8
+# The headline names this many nodes of each verdict; the Nodes table has them all.
+HEADLINE_NODES = 20
 
 # Link states as the matrix shows them; anything else is drawn as a fault.
 _OK_STATES = frozenset({"up", "ok"})
@@ -176,12 +193,25 @@ def _rung_plots(busbw: Sequence[Mapping[str, Any]]) -> str:
         by_rung.setdefault(str(line.get("rung", "?")), []).append(line)
     figures = []
     for rung, lines in by_rung.items():
+        if len(lines) > LINES_PER_RUNG:
+            continue  # hundreds of lines read as one blot: the distribution below shows them
         figures.append(
             f'<figure class="rung-plot">{busbw_svg(lines, f"{rung}: busbw vs message size")}'
             f"<figcaption>{len(lines)} job(s); dashed red: the floor a job must reach"
             "</figcaption></figure>"
         )
-    return '<div class="plots">' + "".join(figures) + "</div>"
+    lines_html = '<div class="plots">' + "".join(figures) + "</div>" if figures else ""
+    return lines_html + distributions_html(busbw, DISTRIBUTION_JOBS)
+
+
+def _link_state(
+    links: Sequence[Mapping[str, Any]],
+    findings: Sequence[Mapping[str, Any]],
+    busbw: Sequence[Mapping[str, Any]],
+) -> str:
+    nodes = {str(link["node"]) for link in links}
+    table = link_matrix_html(links) if len(nodes) <= TABLE_NODES or not links else ""
+    return table + heat_map_html(links, findings, busbw)
 
 
 def _table(
@@ -191,27 +221,6 @@ def _table(
     for i, row in enumerate(rows):
         cls = f' class="{css[i]}"' if css else ""
         out.append(f"<tr{cls}>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>")
-    out.append("</table>")
-    return "".join(out)
-
-
-def _findings_table(findings: Sequence[Mapping[str, Any]]) -> str:
-    if not findings:
-        return "<p>No findings.</p>"
-    out = [
-        '<table id="findings"><tr><th>severity</th><th>check</th><th>node</th><th>component</th>'
-        "<th>expected</th><th>observed</th><th>message</th></tr>"
-    ]
-    for f in findings_worst_first(findings):
-        sev = str(f.get("severity", ""))
-        cells = [
-            f.get(k) for k in ("check", "node", "component", "expected", "observed", "message")
-        ]
-        out.append(
-            f'<tr><td class="sev-{escape(sev)}">{escape(sev)}</td>'
-            + "".join(f"<td>{escape(str(c)) if c is not None else ''}</td>" for c in cells)
-            + "</tr>"
-        )
     out.append("</table>")
     return "".join(out)
 
@@ -228,7 +237,9 @@ def render_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]
     for kind in ("fail", "held", "unknown"):
         named = [n for n, v in nodes.items() if v.get("verdict") == kind]
         if named:
-            headline += f"; {kind}: {', '.join(named)}"
+            more = len(named) - HEADLINE_NODES
+            rest = f" and {more} more (see Nodes)" if more > 0 else ""
+            headline += f"; {kind}: {', '.join(named[:HEADLINE_NODES])}{rest}"
     unproven = summary.get("admitted_unproven") or []
     if unproven:
         headline += f"; admitted unproven (--admit-unproven): {', '.join(map(str, unproven))}"
@@ -277,16 +288,16 @@ def render_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
             f"<title>cluster-tool {command} {escape(verdict)}</title>",
-            f"<style>{_CSS}</style></head><body>",
+            f"<style>{_CSS}{HEAT_CSS}</style></head><body>",
             f"<h1>cluster-tool {command}</h1>",
             f'<div class="verdict {css}" id="verdict">{escape(headline)}</div>',
             f'<div class="meta">{meta}</div>',
             "<h2>Link state, rail × node</h2>",
-            link_matrix_html(summary.get("links") or []),
+            _link_state(summary.get("links") or [], findings, summary.get("busbw") or []),
             "<h2>Bus bandwidth per rung</h2>",
             _rung_plots(summary.get("busbw") or []),
-            "<h2>Findings, worst first</h2>",
-            _findings_table(findings),
+            "<h2>Findings by id, worst first</h2>",
+            grouped_findings_html(findings),
             "<h2>Nodes</h2>",
             _table(["node", "verdict", "admitted", "unproven", "slurm", "reason"], node_rows)
             if node_rows
