@@ -1,0 +1,123 @@
+"""A Slurm with running jobs (squeue -t RUNNING, scontrol requeue) over the workflows' fake, and
+signal sources that answer each cycle with captured output: the nvidia-smi -q of a real 8x H100
+node, a kernel log (the lab's HCAs, in the real line format) and HCA port counters per node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cluster_tool.probes import ProbeOutput
+from cluster_tool.remote.fanout import HostResult
+from cluster_tool.slurm import AdminSlurm
+from tests.conftest import read_real_output
+from tests.unit.workflows.fakes import SlurmCluster
+
+# A real 8x H100 nvidia-smi -q (driver 535.161.08, from gpud's test data): every GPU reads
+# throttled by a software reason (gpu.throttle warnings), nothing that fails a node.
+NVIDIA_SMI_Q = read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt")
+# The lab profile's compute HCAs: device, PCI address, netdev, rail (examples/lab.yml).
+HCAS = [
+    ("mlx5_0", "0000:18:00.0", "ibp24s0"),
+    ("mlx5_3", "0000:40:00.0", "ibp64s0"),
+    ("mlx5_4", "0000:4f:00.0", "ibp79s0"),
+    ("mlx5_5", "0000:5e:00.0", "ibp94s0"),
+    ("mlx5_6", "0000:9a:00.0", "ibp154s0"),
+    ("mlx5_9", "0000:c0:00.0", "ibp192s0"),
+    ("mlx5_10", "0000:ce:00.0", "ibp206s0"),
+    ("mlx5_11", "0000:dc:00.0", "ibp220s0"),
+]
+BOOT_LOG = (
+    "[    2.104321] mlx5_core 0000:18:00.0: firmware version: 20.39.1002\n"
+    "[   14.201000] mlx5_core 0000:18:00.0 ibp24s0: Link up\n"
+)
+
+
+def flapping(times: int, hca: int = 0, start: float = 900.0) -> str:
+    """`times` downs and ups of one HCA's link, as mlx5_core prints them (dmesg)."""
+    _, pci, netdev = HCAS[hca]
+    out = []
+    for i in range(times):
+        out.append(f"[{start + 10 * i:12.6f}] mlx5_core {pci} {netdev}: Link down\n")
+        out.append(f"[{start + 10 * i + 2:12.6f}] mlx5_core {pci} {netdev}: Link up\n")
+    return "".join(out)
+
+
+def port_counters(xmit_words: Mapping[str, int], wait: int = 0) -> str:
+    """The port-counters probe's output: PortXmitData (4-octet words) per HCA."""
+    lines = []
+    for device, _, _ in HCAS:
+        base = f"/sys/class/infiniband/{device}/ports/1/counters"
+        lines.append(f"{base}/port_xmit_data {xmit_words.get(device, 0)}")
+        lines.append(f"{base}/port_rcv_data {xmit_words.get(device, 0)}")
+        lines.append(f"{base}/port_xmit_wait {wait}")
+        lines.append(f"{base}/link_downed 0")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class NodeReading:
+    kernel_log: str = BOOT_LOG
+    counters: str = ""
+    smi: str = NVIDIA_SMI_Q
+    reachable: bool = True
+
+
+@dataclass
+class CapturedSources:
+    """Per node, what its probes print this cycle; a test changes `readings` between cycles."""
+
+    readings: dict[str, NodeReading]
+    fabric: HostResult | None = None
+    asked: list[list[str]] = field(default_factory=list)
+
+    def node_outputs(self, nodes: Sequence[str]) -> Mapping[str, HostResult]:
+        self.asked.append(list(nodes))
+        out: dict[str, HostResult] = {}
+        for node in nodes:
+            r = self.readings.get(node, NodeReading())
+            if not r.reachable:
+                out[node] = HostResult(node, error="ssh: connect timed out")
+                continue
+            out[node] = HostResult(
+                node,
+                outputs={
+                    "nvidia-smi-q": ProbeOutput(0, r.smi),
+                    "kernel-log": ProbeOutput(0, r.kernel_log),
+                    "port-counters": ProbeOutput(0, r.counters),
+                },
+            )
+        return out
+
+    def fabric_outputs(self) -> HostResult | None:
+        return self.fabric
+
+
+@dataclass
+class WatchSlurm(SlurmCluster):
+    """The workflows' fake Slurm plus running jobs with features and comments, and requeue."""
+
+    running: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> nodes, f, c
+    requeued: list[str] = field(default_factory=list)
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        argv = list(argv)
+        if argv[:4] == ["squeue", "-h", "-t", "RUNNING"]:
+            self.calls.append(argv)
+            assert argv[4:] == ["-o", "%i|%N|%f|%k"], argv
+            return "".join(
+                f"{job}|{nodes}|{features or '(null)'}|{comment or '(null)'}\n"
+                for job, (nodes, features, comment) in self.running.items()
+            )
+        if argv[:2] == ["scontrol", "requeue"]:
+            self.calls.append(argv)
+            self.requeued.append(argv[2])
+            return ""
+        return super().__call__(argv)
+
+    def drains(self) -> list[list[str]]:
+        return [c for c in self.calls if c[:2] == ["scontrol", "update"] and "state=drain" in c]
+
+
+def admin(fake: WatchSlurm) -> AdminSlurm:
+    return AdminSlurm(run=fake)
