@@ -120,13 +120,26 @@ def _ber_of(finding: Mapping[str, Any]) -> float | None:
         return None
 
 
+def _ber_judged(summary: Mapping[str, Any]) -> set[str]:
+    """The nodes whose raw BER this run judged (link.ber among their checks, not skipped): a
+    node-rail of theirs without a link.ber finding is below the threshold."""
+    skipped = summary.get("skipped") or {}
+    return {
+        str(node)
+        for node, ids in (summary.get("checks") or {}).items()
+        if "link.ber" in ids and "link.ber" not in (skipped.get(node) or {})
+    }
+
+
 def heat_cells(
     links: Sequence[Mapping[str, Any]],
     findings: Sequence[Mapping[str, Any]],
     busbw: Sequence[Mapping[str, Any]],
+    ber_judged: set[str] | frozenset[str] = frozenset(),
 ) -> dict[tuple[str, int], Cell]:
-    """Every node-rail of the link matrix, with the BER the link checks found on its HCA and
-    the worst busbw of its rails-rung jobs against their floor."""
+    """Every node-rail of the link matrix, with the BER the link checks found on its HCA (good
+    on the nodes in `ber_judged` where they found nothing) and the worst busbw of its
+    rails-rung jobs against their floor."""
     cells: dict[tuple[str, int], Cell] = {}
     rail_of: dict[tuple[str, str], int] = {}
     for link in links:
@@ -136,6 +149,8 @@ def heat_cells(
         raw = link.get("raw_ber")
         if isinstance(raw, int | float):
             cell.raw_ber, cell.ber_level = float(raw), GOOD
+        elif node in ber_judged:
+            cell.ber_level = GOOD
         cells[(node, rail)] = cell
         rail_of[(node, cell.hca)] = rail
     for f in findings:
@@ -173,16 +188,13 @@ def heat_cells(
     return cells
 
 
-def heat_map_html(
-    links: Sequence[Mapping[str, Any]],
-    findings: Sequence[Mapping[str, Any]],
-    busbw: Sequence[Mapping[str, Any]],
-) -> str:
+def heat_map_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]]) -> str:
     """Each node a column of one cell per rail (rail 0 on top), nodes in fabric order wrapped
     in rows of NODES_PER_ROW; a cell's tooltip names node, HCA and rail and what was seen."""
+    links: Sequence[Mapping[str, Any]] = summary.get("links") or []
     if not links:
         return ""
-    cells = heat_cells(links, findings, busbw)
+    cells = heat_cells(links, findings, summary.get("busbw") or [], _ber_judged(summary))
     nodes = list(dict.fromkeys(str(link["node"]) for link in links))
     rails = sorted({rail for _, rail in cells})
     key = "".join(

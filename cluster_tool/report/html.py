@@ -204,14 +204,11 @@ def _rung_plots(busbw: Sequence[Mapping[str, Any]]) -> str:
     return lines_html + distributions_html(busbw, DISTRIBUTION_JOBS)
 
 
-def _link_state(
-    links: Sequence[Mapping[str, Any]],
-    findings: Sequence[Mapping[str, Any]],
-    busbw: Sequence[Mapping[str, Any]],
-) -> str:
+def _link_state(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]]) -> str:
+    links = summary.get("links") or []
     nodes = {str(link["node"]) for link in links}
     table = link_matrix_html(links) if len(nodes) <= TABLE_NODES or not links else ""
-    return table + heat_map_html(links, findings, busbw)
+    return table + heat_map_html(summary, findings)
 
 
 def _table(
@@ -293,7 +290,7 @@ def render_html(summary: Mapping[str, Any], findings: Sequence[Mapping[str, Any]
             f'<div class="verdict {css}" id="verdict">{escape(headline)}</div>',
             f'<div class="meta">{meta}</div>',
             "<h2>Link state, rail × node</h2>",
-            _link_state(summary.get("links") or [], findings, summary.get("busbw") or []),
+            _link_state(summary, findings),
             "<h2>Bus bandwidth per rung</h2>",
             _rung_plots(summary.get("busbw") or []),
             "<h2>Findings by id, worst first</h2>",

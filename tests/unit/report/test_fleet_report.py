@@ -20,6 +20,7 @@ from tests.browser import open_in_chromium
 from tests.unit.report.fleet_run import (
     BER_NODE,
     HOT_NODES,
+    NO_BER_NODE,
     NODES,
     SLOW_NODE,
     SLOW_PARTNER,
@@ -159,6 +160,10 @@ def test_the_ber_the_link_check_found_colours_its_node_rail(planted: tuple[Path,
     title, css = _cell(parsed, BER_NODE, 5)
     assert "b1" in css and "link.ber raw BER 3e-06" in title
     assert sum("b1" in c for c in parsed.cells.values()) == 1
+    # Judged and clean is good; not judged (the check was skipped there) is no data.
+    assert "b0" in _cell(parsed, BER_NODE, 4)[1]
+    assert all("b3" in _cell(parsed, NO_BER_NODE, rail)[1] for rail in range(8))
+    assert sum("b3" in c for c in parsed.cells.values()) == 8
 
 
 def test_1000_identical_findings_are_one_row_with_their_count(planted: tuple[Path, str]) -> None:
@@ -226,3 +231,11 @@ def test_node_fabric_and_finding_text_is_escaped_in_every_new_section() -> None:
     assert len(parsed.cells) == 8
     # The page shows the text as it was, escaped, not markup.
     assert parsed.outliers == ['gpu<b>"01+gpu<em>02 rail 2: 10.0 GB/s']
+
+
+def test_the_headline_names_twenty_failed_nodes_and_counts_the_rest() -> None:
+    nodes = {n: {"verdict": "fail" if n in HOT_NODES else "pass"} for n in NODES}
+    page = render_html({"command": "validate", "verdict": "fail", "nodes": nodes}, [])
+    headline = page[page.index('id="verdict"') :].split("</div>", 1)[0]
+    assert "fail: gpu0001, gpu0002," in headline and "gpu0020 and 980 more (see Nodes)" in headline
+    assert "gpu0021" not in headline
