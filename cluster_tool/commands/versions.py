@@ -43,9 +43,9 @@ def versions(
 ) -> int:
     """The fleet's versions against the spec and the compatibility matrix. Exit 0 when no error
     finding, 1 otherwise, 3 when a node could not be reached."""
-    from cluster_tool.compat.fleet import collect_versions
     from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.spec import load_spec
+    from cluster_tool.workflows.versions import collect_versions
 
     chosen = spec or spec_arg
     if chosen is None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# Loaded on first use: the version probe (cluster_tool.compat.probe) rides in every node-check,
-# which must not pay for the matrix's YAML and pydantic models.
+# Loaded on first use: importing one module of the package (the fleet's, the spec's) does not
+# load the matrix's YAML.
 _FROM = {
     "MATRIX_FILE": "matrix",
     "EqualRule": "matrix",

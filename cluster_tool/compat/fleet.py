@@ -1,32 +1,23 @@
-"""`cluster-tool versions`: collect (or replay) the version probe on every GPU node, hold what
-runs against the spec and the matrix, and tabulate the fleet: component x version x node count.
-
-The edge (SSH through a Transport, or a saved capture) is handed in; the rest is pure.
-"""
+"""`cluster-tool versions`, the pure part: each node's probe outputs read into what it runs,
+held against the spec and the matrix, and the fleet tabulated: component x version x node
+count. Collecting the outputs is cluster_tool.workflows.versions'."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from cluster_tool.compat.probe import PROBE_NAME, Versions, parse_versions
 from cluster_tool.compat.readback import (
     NodeVersions,
     check_fleet_outliers,
     check_node_versions,
+    from_version_lines,
     read_node_versions,
 )
-from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
+from cluster_tool.errors import EXIT_UNREACHABLE
 from cluster_tool.findings import Finding, Report
-from cluster_tool.remote.fanout import (
-    HostResult,
-    Target,
-    Transport,
-    collect,
-    load_capture,
-    save_capture,
-)
+from cluster_tool.probes import ProbeOutput
+from cluster_tool.probes.versions import PROBE_NAME, Versions
 from cluster_tool.spec.models import Cluster
 
 
@@ -62,12 +53,12 @@ class FleetVersions:
         return EXIT_UNREACHABLE if self.unreachable else self.report.exit_code
 
 
-def node_versions(name: str, result: HostResult) -> NodeVersions:
+def node_versions(name: str, outputs: Mapping[str, ProbeOutput]) -> NodeVersions:
     """A node's versions from its probe outputs: the version probe, or for a capture made
-    before it existed, `nvidia-smi -q` and `ibstat` (driver, VBIOS, adapters only)."""
-    outputs = result.outputs
+    before it existed, `nvidia-smi -q` and `ibstat` (driver, VBIOS, adapters only); ParseError
+    when the text is not what the tools print."""
     if PROBE_NAME in outputs:
-        read = parse_versions(name, outputs[PROBE_NAME].stdout)
+        read = from_version_lines(name, Versions().process(outputs[PROBE_NAME].stdout.split("\n")))
         smi = outputs.get("nvidia-smi-q")
         if smi is not None and smi.rc == 0 and smi.stdout.strip():
             # The VBIOS per GPU is nvidia-smi's to tell.
@@ -126,57 +117,29 @@ def _order(component: str) -> int:
     return _ORDER.index(head) if head in _ORDER else len(_ORDER)
 
 
-def collect_versions(
+def judge_fleet(
     cluster: Cluster,
-    *,
-    nodes: Sequence[str] | None = None,
-    transport: Transport | None = None,
-    concurrency: int = 32,
-    save: Path | None = None,
-    replay: Path | None = None,
-    on_done: Callable[[HostResult], None] | None = None,
+    nodes: Sequence[str],
+    read: Sequence[NodeVersions],
+    unreachable: Mapping[str, str],
 ) -> FleetVersions:
-    """Read the versions on the GPU nodes (over SSH, or from a capture) and judge them."""
-    selected = list(nodes) if nodes is not None else [n.name for n in cluster.gpu_nodes()]
-    if replay is not None:
-        results = load_capture(replay, selected)
-    else:
-        if transport is None:
-            raise UsageError("no transport to reach the hosts")
-        address = {h.name: h.address for h in cluster.hosts()}
-        results = collect(
-            [(Target(name, address.get(name)), [Versions()]) for name in selected],
-            transport,
-            concurrency=concurrency,
-            on_done=on_done,
+    """The findings and the table for the nodes read; `unreachable` (node -> why) are
+    os.unreachable, in the order of `nodes`."""
+    findings = [
+        Finding(
+            check="os.unreachable",
+            node=name,
+            expected="reachable over SSH",
+            observed=unreachable[name],
+            message=f"{name}: unreachable: {unreachable[name]}",
         )
-        if save is not None:
-            save_capture(save, results)
-    findings: list[Finding] = []
-    unreachable: list[str] = []
-    read: list[NodeVersions] = []
-    for name in selected:
-        result = results.get(name)
-        if result is None or not result.reachable:
-            why = result.error if result is not None else f"not in the capture {replay}"
-            unreachable.append(name)
-            findings.append(
-                Finding(
-                    check="os.unreachable",
-                    node=name,
-                    expected="reachable over SSH",
-                    observed=why,
-                    message=f"{name}: unreachable: {why}",
-                )
-            )
-            continue
-        try:
-            read.append(node_versions(name, result))
-        except ParseError as exc:
-            raise UsageError(f"{name}: {exc}") from None
+        for name in nodes
+        if name in unreachable
+    ]
     findings += check_node_versions(cluster, read)
     findings += check_fleet_outliers(read)
     report = Report.from_findings(
-        findings, {"nodes": len(selected), "read": len(read), "unreachable": len(unreachable)}
+        findings, {"nodes": len(nodes), "read": len(read), "unreachable": len(unreachable)}
     )
-    return FleetVersions(read, report, table(read), unreachable)
+    gone = [name for name in nodes if name in unreachable]
+    return FleetVersions(list(read), report, table(read), gone)

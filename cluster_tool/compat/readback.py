@@ -16,6 +16,7 @@ from cluster_tool.compat.spec import spec_pins
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.ibstat import parse_ibstat
 from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
+from cluster_tool.parsers.versions import VersionLines
 from cluster_tool.spec.models import Cluster
 
 # ibstat's `CA type` is the PCI device id in decimal (MT4129 = 0x1021); the families by
@@ -92,6 +93,15 @@ def read_node_versions(
             for ca in parse_ibstat(ibstat)
         )
     return NodeVersions(node, driver, hcas, vbios)
+
+
+def from_version_lines(node: str, lines: VersionLines) -> NodeVersions:
+    """A node's versions from what the version probe read (cluster_tool.probes.versions)."""
+    hcas = tuple(
+        Hca(h.device, HCA_MODELS.get(h.hca_type or "", h.hca_type), h.firmware, h.psid)
+        for h in lines.hcas
+    )
+    return NodeVersions(node, lines.nvidia_driver, hcas, (), dict(lines.facts))
 
 
 def check_node_versions(

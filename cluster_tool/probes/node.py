@@ -3,7 +3,6 @@ SSH and `node-check` runs on the node itself, each with the parser that reads it
 
 from __future__ import annotations
 
-from cluster_tool.compat.probe import Versions
 from cluster_tool.parsers.dcgmi import DcgmDiag, parse_dcgmi_diag
 from cluster_tool.parsers.ibstat import IbstatCa, parse_ibstat
 from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
@@ -13,6 +12,7 @@ from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi_q
 from cluster_tool.parsers.nvidia_topo import TopoMatrix, parse_topo_matrix
 from cluster_tool.parsers.nvlink_errors import NvlinkErrorGpu, parse_nvlink_errors
 from cluster_tool.probes import Probe
+from cluster_tool.probes.versions import Versions
 
 __all__ = [
     "HEALTH_PROBES",

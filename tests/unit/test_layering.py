@@ -68,13 +68,8 @@ ONLY_BELOW = ("remote", "checks")
 # is removing it. The tests below leave them out; the strict xfail tests at the end fail once
 # one is gone, so its entry goes with it.
 KNOWN_ARROWS: dict[tuple[str, str], str] = {
-    ("compat", "remote"): "issue 19 (versions): compat/fleet.py collects over SSH "
-    "(remote.fanout), a job for workflows; upward, and it closes compat -> remote -> probes "
-    "-> compat",
     ("spec", "compat"): "issue 19 (compat matrix): spec/checks.py calls compat.spec, whose "
     "modules read spec.models",
-    ("probes", "compat"): "issue 19 (versions): probes/node.py registers compat.probe.Versions, "
-    "a probe class (it subclasses probes.Probe) living in compat",
 }
 
 

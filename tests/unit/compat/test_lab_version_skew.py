@@ -15,8 +15,12 @@ from cluster_lab.faults import FaultError, heal_all, inject
 from cluster_lab.sim import cli as sim
 from cluster_lab.sim.hw import node_hardware, node_names
 from cluster_lab.sim.sysfs import write_sysfs_tree
-from cluster_tool.compat.probe import parse_versions
-from cluster_tool.compat.readback import check_fleet_outliers, check_node_versions
+from cluster_tool.compat.readback import (
+    check_fleet_outliers,
+    check_node_versions,
+    from_version_lines,
+)
+from cluster_tool.parsers.versions import parse_versions
 from cluster_tool.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,7 +59,7 @@ def data_node(data: dict[str, Any], node: str) -> dict[str, Any]:
 def findings(data: dict[str, Any], tmp: Path) -> list[tuple[str, str | None, str | None]]:
     cluster = load_spec(ROOT / "examples" / "lab.yml")
     gpu_nodes = [n for n in node_names(data) if data_node(data, n).get("gpus")]
-    read = [parse_versions(n, probe_text(data, n, tmp)) for n in gpu_nodes]
+    read = [from_version_lines(n, parse_versions(probe_text(data, n, tmp))) for n in gpu_nodes]
     found = check_node_versions(cluster, read) + check_fleet_outliers(read)
     return [(f.check, f.node, f.component) for f in found]
 

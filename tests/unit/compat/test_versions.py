@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from cluster_tool.cli import main
-from cluster_tool.compat.probe import COMMAND, Versions, parse_versions
+from cluster_tool.compat.readback import NodeVersions, from_version_lines
 from cluster_tool.errors import ParseError
+from cluster_tool.parsers.versions import parse_versions
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.probes.node import HEALTH_PROBES
+from cluster_tool.probes.versions import COMMAND, Versions
 from cluster_tool.remote.fanout import HostResult, save_capture
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,6 +40,10 @@ DPKG_OUTPUT = (
     "ii  slurmd 22.05.8-4+deb12u3\n"
     "rc  slurm-smd-slurmd 24.05.5-1\n"
 )
+
+
+def read(node: str, text: str) -> NodeVersions:
+    return from_version_lines(node, parse_versions(text))
 
 
 def run_probe(tmp_path: Path, tools: dict[str, str]) -> str:
@@ -73,7 +79,7 @@ def _without(tool: str, tmp_path: Path) -> str:
 
 def test_the_probe_reads_the_daemon_and_the_packages(tmp_path: Path) -> None:
     text = run_probe(tmp_path, {"nv-fabricmanager": FM_VERSION_OUTPUT, "dpkg-query": DPKG_OUTPUT})
-    node = parse_versions("gpu001", text)
+    node = read("gpu001", text)
     facts = node.components()
     # The running daemon's answer, not the package dpkg holds (upgraded under it).
     assert facts["fabricmanager"] == "535.161.08"
@@ -87,19 +93,19 @@ def test_the_probe_reads_the_daemon_and_the_packages(tmp_path: Path) -> None:
 
 def test_without_the_daemon_binary_the_fabric_manager_package_stands_in(tmp_path: Path) -> None:
     text = run_probe(tmp_path, {"dpkg-query": DPKG_OUTPUT})
-    assert parse_versions("gpu001", text).components()["fabricmanager"] == "535.154.05"
+    assert read("gpu001", text).components()["fabricmanager"] == "535.154.05"
 
 
 def test_a_node_without_dpkg_still_reports_what_it_has(tmp_path: Path) -> None:
     text = run_probe(tmp_path, {"nv-fabricmanager": FM_VERSION_OUTPUT})
-    facts = parse_versions("gpu001", text).components()
+    facts = read("gpu001", text).components()
     assert facts["fabricmanager"] == "535.161.08"
     assert "doca" not in facts and "kernel" in facts
 
 
 def test_hca_lines_give_model_firmware_and_psid() -> None:
     # ibstat_h100_8xcx7 capture: CA type MT4129, firmware 28.41.1000 (sysfs hca_type/fw_ver).
-    node = parse_versions(
+    node = read(
         "gpu001",
         "module nvidia 535.161.08\nhca mlx5_0 MT4129 28.41.1000 MT_0000000838\n"
         "hca mlx5_bond_0 MT41692 32.38.3056 -\n",
@@ -113,7 +119,7 @@ def test_hca_lines_give_model_firmware_and_psid() -> None:
 
 def test_a_line_the_probe_does_not_print_is_a_parse_error() -> None:
     with pytest.raises(ParseError, match="line 2"):
-        parse_versions("gpu001", "kernel 6.1.0-27-amd64\nNVRM version: 550.127.08\n")
+        parse_versions("kernel 6.1.0-27-amd64\nNVRM version: 550.127.08\n")
 
 
 def test_the_probe_rides_with_the_health_probes() -> None:
