@@ -15,6 +15,7 @@ from cluster_tool.commands import parse as parse_commands
 from cluster_tool.commands import plan as plan_commands
 from cluster_tool.commands import spec as spec_commands
 from cluster_tool.commands import versions as versions_commands
+from cluster_tool.commands import watch as watch_commands
 from cluster_tool.commands import workflows as workflow_commands
 from cluster_tool.errors import EXIT_INTERRUPTED, EXIT_USAGE, ClusterToolError
 
@@ -58,6 +59,7 @@ _AREAS: tuple = (
     workflow_commands,
     history_commands,
     versions_commands,
+    watch_commands,
 )
 for _module in _AREAS:
     _module.register(app)
