@@ -6,6 +6,7 @@ row, and opens in headless Chromium without console errors."""
 from __future__ import annotations
 
 import functools
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,11 @@ def test_a_1024_node_report_stays_under_4_mb_with_one_cell_per_node_rail(
     assert where == {(n, r) for n in NODES for r in range(8)}
     # 1,024 nodes do not get a 1,024-column table: the heat map is the matrix.
     assert 'id="link-matrix"' not in page
+    # Offline: no script, and no URL but the SVG namespace.
+    assert "<script" not in page.lower()
+    assert set(re.findall(r"(?:https?:)?//[\w.-]+[^\s\"'<>]*", page)) == {
+        "http://www.w3.org/2000/svg"
+    }
 
 
 def test_a_planted_slow_rail_is_named_by_node_and_rail(planted: tuple[Path, str]) -> None:
