@@ -1,8 +1,6 @@
 """`cluster-tool watch`: the running cluster watched every interval and acted on by the spec's
 policy; `--once --json` runs one cycle for cron. docs/watch.md."""
 
-from __future__ import annotations
-
 import signal
 from pathlib import Path
 from types import FrameType
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
 POLICIES = ("observe", "drain", "requeue")
 
 
-def _show(result: CycleResult, json_out: bool) -> None:
+def _show(result: "CycleResult", json_out: bool) -> None:
     if json_out:
         output.emit_json(result.to_json())
         return
@@ -102,7 +100,7 @@ def watch(
     sources = FanoutSources(cluster, transport_named(transport, via.ssh_config), concurrency)
     slurm = connect(via.slurm_via, via.ssh_config)
 
-    def cycle() -> CycleResult:
+    def cycle() -> "CycleResult":
         return watch_once(cluster, sources, slurm, settings, folder, textfile=textfile)
 
     if once:
