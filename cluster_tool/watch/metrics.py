@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from cluster_tool.fileio import atomic_write
 from cluster_tool.spec.models import Cluster
 
-__all__ = ["METRICS", "render_textfile", "write_textfile"]
+__all__ = ["DCGM_EXPORTER_FIELDS", "METRICS", "render_textfile", "write_textfile"]
 
 PORT_COUNTER_RATE = "cluster_tool_watch_port_counter_rate"
 LINK_BER = "cluster_tool_watch_link_ber"
@@ -32,6 +32,15 @@ METRICS: tuple[str, ...] = (
     BUSBW,
     BUSBW_BASELINE,
     LAST_CYCLE,
+)
+
+# dcgm-exporter's fields the dashboard reads beside the watcher's own, as its default counters
+# file names them (github.com/NVIDIA/dcgm-exporter, etc/default-counters.csv: "SM clock
+# frequency (in MHz)", "GPU utilization (in %)", "Value of the last XID error encountered").
+DCGM_EXPORTER_FIELDS: tuple[str, ...] = (
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS",
 )
 
 
