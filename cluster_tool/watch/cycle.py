@@ -37,7 +37,7 @@ from cluster_tool.remote.fanout import HostResult
 from cluster_tool.slurm import NodeState, RunningJob, SlurmAdmin, SlurmError
 from cluster_tool.spec.models import Cluster, NodeProfile, Watch
 from cluster_tool.watch.signals import DATA_COUNTERS, PortCounters, Sources
-from cluster_tool.watch.state import WatchState
+from cluster_tool.watch.state import SEEN_LINES_MAX, WatchState
 from cluster_tool.watch.straggler import Signal, find_slow, judge_stragglers
 
 __all__ = ["Action", "CycleResult", "Policy", "drain_cap", "opted_in", "run_cycle"]
@@ -174,10 +174,15 @@ def _kernel_log(
     node-check's to judge, not the watcher's."""
     memory = state.node(node)
     xids, links = parse_xids(text), parse_link_events(text)
+    # The state keeps the newest SEEN_LINES_MAX fingerprints; only the newest that many
+    # events of this read are compared with them, so a log longer than that does not show
+    # its oldest lines again as new.
+    events = sorted((*xids, *links), key=lambda e: e.line_no)[-SEEN_LINES_MAX:]
     seen = set(memory.seen_lines)
-    new_xids = [e for e in xids if _fingerprint(e) not in seen]
-    new_links = [e for e in links if _fingerprint(e) not in seen]
-    memory.seen_lines = [_fingerprint(e) for e in (*xids, *links)]
+    new = [e for e in events if _fingerprint(e) not in seen]
+    new_xids = [e for e in new if isinstance(e, XidEvent)]
+    new_links = [e for e in new if isinstance(e, LinkEvent)]
+    memory.seen_lines = [_fingerprint(e) for e in events]
     if not memory.log_read:
         memory.log_read = True
         return []

@@ -186,3 +186,22 @@ def test_the_port_counter_probe_reads_sysfs_lines_and_refuses_others() -> None:
     done = subprocess.run(["sh", "-c", PortCounters().command()], capture_output=True, text=True)
     assert done.returncode == 0
     PortCounters().process(done.stdout.split("\n"))
+
+
+def test_a_kernel_log_longer_than_the_state_keeps_shows_no_old_line_as_new(
+    lab: Cluster, tmp_path: Path
+) -> None:
+    """5,100 Xid 13 lines (the line format of the real HGX capture dmesg_xid79_sxid20034_hgx.txt)
+    read twice across a restart: nothing new the second time; one Xid 79 after them is."""
+    xid = "[{t:14.6f}] NVRM: Xid (PCI:0000:1b:00): {code}, pid=4242, name=python, Graphics\n"
+    long_log = BOOT_LOG + "".join(xid.format(t=100.0 + i, code=13) for i in range(5100))
+    fake, watch = fake_slurm(), Watch()
+    for at in (1000.0, 1060.0):
+        result = watch_once(
+            lab, sources({"gpu001": long_log}), admin(fake), watch, tmp_path, now=at
+        )
+        assert [f for f in result.findings if f.check == "gpu.xid"] == []
+    later = long_log + xid.format(t=9000.0, code=79)
+    result = watch_once(lab, sources({"gpu001": later}), admin(fake), watch, tmp_path, now=1120.0)
+    found = [(f.node, f.component, f.severity) for f in result.findings if f.check == "gpu.xid"]
+    assert found == [("gpu001", "GPU0", "error")]
