@@ -36,7 +36,7 @@ from cluster_tool.probes.node import KernelLog, NvidiaSmiQ
 from cluster_tool.remote.fanout import HostResult
 from cluster_tool.slurm import NodeState, RunningJob, SlurmAdmin, SlurmError
 from cluster_tool.spec.models import Cluster, NodeProfile, Watch
-from cluster_tool.watch.signals import DATA_COUNTERS, PortCounters, Sources
+from cluster_tool.watch.signals import DATA_COUNTERS, GpuClocks, PortCounters, Sources
 from cluster_tool.watch.state import SEEN_LINES_MAX, WatchState
 from cluster_tool.watch.straggler import Signal, find_slow, judge_stragglers
 
@@ -332,7 +332,19 @@ def run_cycle(
                 findings.append(_unread(node, PortCounters(), str(exc)))
             else:
                 rates[node] = _rates(node, counters, state, now)
-                signals[node] = _straggler_signals(profile, rates[node])
+                signals.setdefault(node, []).extend(_straggler_signals(profile, rates[node]))
+        clocks_out, why = _output(result, GpuClocks())
+        if clocks_out is None:
+            findings.append(_unread(node, GpuClocks(), why or ""))
+        else:
+            try:
+                clocks = [c for _, c, _ in GpuClocks().process(lines(clocks_out.stdout)) if c]
+            except ParseError as exc:
+                findings.append(_unread(node, GpuClocks(), str(exc)))
+            else:
+                if clocks:
+                    slowest = Signal("SM clock", "slowest GPU", min(clocks), "MHz", "low")
+                    signals.setdefault(node, []).append(slowest)
 
     findings += _fabric(cluster, sources.fabric_outputs(), state, nodes, now)
 

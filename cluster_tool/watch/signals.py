@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cluster_tool.errors import ParseError
+from cluster_tool.parsers.nvidia_query import parse_query_csv
 from cluster_tool.probes import Probe
 from cluster_tool.probes.fabric import FABRIC_PROBES
 from cluster_tool.probes.node import KernelLog, NvidiaSmiQ
@@ -24,6 +25,7 @@ __all__ = [
     "DATA_COUNTERS",
     "WATCH_PROBES",
     "FanoutSources",
+    "GpuClocks",
     "PortCounters",
     "Sources",
     "parse_port_counters",
@@ -86,7 +88,41 @@ class PortCounters(Probe):
         return parse_port_counters("\n".join(output))
 
 
-WATCH_PROBES: tuple[Probe, ...] = (NvidiaSmiQ(), KernelLog(), PortCounters())
+GPU_CLOCK_FIELDS = ("index", "clocks.sm", "utilization.gpu")
+
+
+class GpuClocks(Probe):
+    """Each GPU's SM clock (MHz) and utilisation (%) now: a throttled GPU makes its node the
+    slow one of its job."""
+
+    name = "gpu-clocks"
+    check = "watch.unread"
+    what = "nvidia-smi --query-gpu clocks.sm"
+    timeout_s = 30
+
+    def command(self) -> str:
+        return f"nvidia-smi --query-gpu={','.join(GPU_CLOCK_FIELDS)} --format=csv,noheader,nounits"
+
+    def process(self, output: list[str]) -> list[tuple[int, float | None, float | None]]:
+        """(GPU index, SM clock MHz, utilisation %) per GPU; None where nvidia-smi said N/A."""
+        # @parser types its wrapper as text -> records; it hands the field list through.
+        result = parse_query_csv("\n".join(output), GPU_CLOCK_FIELDS)  # type: ignore[call-arg]
+        out = []
+        for row in result.rows:
+            index, clock, util = (row.get(f) for f in GPU_CLOCK_FIELDS)
+            if not isinstance(index, int):
+                raise ParseError("expected a GPU index", line_no=row.line_no)
+            out.append(
+                (
+                    index,
+                    float(clock) if isinstance(clock, int | float) else None,
+                    float(util) if isinstance(util, int | float) else None,
+                )
+            )
+        return out
+
+
+WATCH_PROBES: tuple[Probe, ...] = (NvidiaSmiQ(), KernelLog(), PortCounters(), GpuClocks())
 
 
 class Sources(Protocol):

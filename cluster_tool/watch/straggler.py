@@ -1,5 +1,5 @@
 """Stragglers found from outside the job: per node of a running job, the rates the watcher
-reads anyway (data sent per rail, transmit wait per rail, SM clock where read), each compared
+reads anyway (data sent per rail, transmit wait per rail, its slowest GPU's SM clock), each compared
 with the same rate on the job's other nodes. A node whose rate is far from theirs (robust
 z-score, and by a share of their median) is the slow one this cycle; named only when it is the
 slow one `straggler_cycles` cycles running, so a one-off blip (a checkpoint write, a data
@@ -61,6 +61,8 @@ def robust_z(value: float, others: Sequence[float]) -> float:
 def _fmt(value: float, unit: str) -> str:
     if unit == "B/s":
         return f"{value / 1e9:.2f} GB/s"
+    if unit == "MHz":
+        return f"{value:.0f} MHz"
     return f"{value:.3g} {unit}"
 
 

@@ -55,11 +55,18 @@ def port_counters(xmit_words: Mapping[str, int], wait: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gpu_clocks(sm_mhz: int = 1980, slow_gpu: int | None = None, slow_mhz: int = 1980) -> str:
+    """`nvidia-smi --query-gpu=index,clocks.sm,utilization.gpu --format=csv,noheader,nounits`:
+    eight GPUs at `sm_mhz` (H100 SXM's maximum SM clock, 1980 MHz), one at `slow_mhz`."""
+    return "".join(f"{i}, {slow_mhz if i == slow_gpu else sm_mhz}, 100\n" for i in range(8))
+
+
 @dataclass
 class NodeReading:
     kernel_log: str = BOOT_LOG
     counters: str = ""
     smi: str = NVIDIA_SMI_Q
+    clocks: str = field(default_factory=gpu_clocks)
     reachable: bool = True
 
 
@@ -85,6 +92,7 @@ class CapturedSources:
                     "nvidia-smi-q": ProbeOutput(0, r.smi),
                     "kernel-log": ProbeOutput(0, r.kernel_log),
                     "port-counters": ProbeOutput(0, r.counters),
+                    "gpu-clocks": ProbeOutput(0, r.clocks),
                 },
             )
         return out

@@ -19,6 +19,7 @@ from tests.unit.watch.fakes import (
     NodeReading,
     WatchSlurm,
     admin,
+    gpu_clocks,
     port_counters,
 )
 
@@ -94,3 +95,28 @@ def test_robust_z_and_a_job_too_small_to_tell() -> None:
         "b": [Signal("PortXmitData", "mlx5_0 rail 0", 100.0, "B/s")],
     }
     assert find_slow([two], signals, Watch()) == []
+
+
+def test_a_node_whose_gpu_clocks_down_for_three_cycles_is_named(lab: Cluster) -> None:
+    """No counters at all (the job's traffic unknown): the slowest GPU's SM clock alone.
+    gpu004's GPU5 runs at 1200 MHz (throttled) while every other GPU holds 1980 MHz."""
+    fake = WatchSlurm(NODES)
+    fake.running = {"7002": ("gpu[001-004]", "", "")}
+    state = WatchState()
+    policy = Watch.model_validate({"policy": "observe"})
+    results = []
+    for i in range(4):
+        readings = {n: NodeReading() for n in NODES}
+        readings["gpu004"].clocks = gpu_clocks(slow_gpu=5, slow_mhz=1200)
+        sources = CapturedSources(readings)
+        results.append(run_cycle(lab, state, sources, admin(fake), policy, 60.0 * i))
+    assert [stragglers(r) for r in results] == [
+        [],
+        [],
+        [("gpu004", "job 7002")],
+        [("gpu004", "job 7002")],
+    ]
+    finding = next(f for f in results[2].findings if f.check == "watch.straggler")
+    assert "SM clock slowest GPU 1200 MHz against the job's other nodes' median 1980 MHz" in (
+        finding.message
+    )
