@@ -12,7 +12,7 @@ from typing import Any
 from cluster_tool.parsers.base import ParseError, noise_recorder, parser
 from cluster_tool.parsers.pci import normalize_pci_bus_id
 
-__all__ = ["XidEvent", "parse_xids"]
+__all__ = ["XidEvent", "log_prefix", "parse_xids"]
 
 # Any line carrying one of these is an Xid/SXid line and must parse in full; every other
 # kernel line is not ours and is skipped.
@@ -84,7 +84,12 @@ class XidEvent:
     line_no: int
 
 
-def _prefix(prefix: str, line_no: int, line: str) -> tuple[str | None, float | None, str | None]:
+def log_prefix(
+    prefix: str, line_no: int, line: str, *, before: str
+) -> tuple[str | None, float | None, str | None]:
+    """The time and host a kernel-log line starts with, in any of dmesg's, journalctl -k's or
+    syslog's formats: (wall clock as printed, seconds since boot, host); `before` names what
+    follows the prefix, for the error on a prefix none of them matches."""
     for pattern in _PREFIXES:
         match = pattern.match(prefix)
         if match is None:
@@ -97,7 +102,7 @@ def _prefix(prefix: str, line_no: int, line: str) -> tuple[str | None, float | N
         uptime = groups.get("uptime")
         return stamp, float(uptime) if uptime else None, groups.get("host")
     raise ParseError(
-        "expected a dmesg, dmesg -T, journalctl -k or syslog prefix before the Xid",
+        f"expected a dmesg, dmesg -T, journalctl -k or syslog prefix before {before}",
         line_no=line_no,
         line=line,
     )
@@ -139,7 +144,9 @@ def parse_xids(text: str) -> list[XidEvent]:
                 line_no=line_no,
                 line=raw,
             )
-        timestamp, uptime, host = _prefix(line[: trigger.start()], line_no, raw)
+        timestamp, uptime, host = log_prefix(
+            line[: trigger.start()], line_no, raw, before="the Xid"
+        )
         rest = match["rest"] or ""
         pid = name = severity = None
         link = None

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from cluster_tool.parsers.base import ParseError, noise_recorder, parser
-from cluster_tool.parsers.kernel_log import _PREFIXES
+from cluster_tool.parsers.kernel_log import log_prefix
 from cluster_tool.parsers.pci import normalize_pci_bus_id
 
 __all__ = ["LinkEvent", "parse_link_events"]
@@ -36,24 +36,6 @@ class LinkEvent:
     line_no: int
 
 
-def _prefix(prefix: str, line_no: int, line: str) -> tuple[str | None, float | None, str | None]:
-    for pattern in _PREFIXES:
-        match = pattern.match(prefix)
-        if match is None:
-            continue
-        groups = match.groupdict()
-        stamp = groups.get("human") or groups.get("iso") or groups.get("jts")
-        if stamp is not None and stamp.startswith("["):
-            return None, float(stamp.strip("[] ")), groups.get("host")
-        uptime = groups.get("uptime")
-        return stamp, float(uptime) if uptime else None, groups.get("host")
-    raise ParseError(
-        "expected a dmesg, dmesg -T, journalctl -k or syslog prefix before mlx5_core",
-        line_no=line_no,
-        line=line,
-    )
-
-
 @parser("link-events", "mlx5 port Link up / Link down lines from dmesg, journalctl -k or syslog")
 def parse_link_events(text: str) -> list[LinkEvent]:
     """Every mlx5 link state change of a kernel log, in log order; other lines are skipped.
@@ -75,7 +57,9 @@ def parse_link_events(text: str) -> list[LinkEvent]:
                 line_no=line_no,
                 line=raw,
             )
-        timestamp, uptime, host = _prefix(line[: trigger.start()], line_no, raw)
+        timestamp, uptime, host = log_prefix(
+            line[: trigger.start()], line_no, raw, before="mlx5_core"
+        )
         events.append(
             LinkEvent(
                 pci=pci,
