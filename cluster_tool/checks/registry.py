@@ -144,7 +144,7 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("slurm.drain", "workflow", "warning", "a failed node's drain reason could not be set"),
     ("history.regression", "workflow", "warning", "a node is worse than its own history"),
     ("history.store", "workflow", "warning", "the history store could not be read or written"),
-    # --- versions against the compatibility matrix (compat/readback.py) --------------------
+    # --- versions against the compatibility matrix (checks/versions.py) --------------------
     ("version.drift", "compat", "error", "the node runs another driver than the spec pins"),
     ("version.incompatible", "compat", "error", "what the node runs breaks a matrix rule"),
     ("version.outlier", "compat", "warning", "firmware or VBIOS differs from the fleet's"),

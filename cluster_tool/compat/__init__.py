@@ -1,5 +1,7 @@
 """Which versions of the node stack work together: the compatibility matrix (`matrix.yml`,
-data with a public source per rule) and the checks that hold a spec's pins against it.
+data with a public source per rule). The spec's pins are held against it by
+cluster_tool/spec/pins.py (spec check, the playbooks' preflight), the versions read back from the
+nodes by cluster_tool/checks/versions.py.
 
 docs/compat.md lists the rules and says how to add a release.
 """
@@ -8,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Loaded on first use: importing one module of the package (the fleet's, the spec's) does not
-# load the matrix's YAML.
+# Loaded on first use: importing the package does not load the matrix's YAML.
 _FROM = {
     "MATRIX_FILE": "matrix",
     "EqualRule": "matrix",
@@ -24,9 +25,6 @@ _FROM = {
     "matches": "matrix",
     "numbers": "matrix",
     "parse_matrix": "matrix",
-    "Pin": "spec",
-    "spec_pins": "spec",
-    "spec_problems": "spec",
 }
 
 
@@ -44,7 +42,6 @@ __all__ = [
     "ExcludesRule",
     "Matrix",
     "MatrixError",
-    "Pin",
     "RangeRule",
     "RequiresRule",
     "Violation",
@@ -53,6 +50,4 @@ __all__ = [
     "matches",
     "numbers",
     "parse_matrix",
-    "spec_pins",
-    "spec_problems",
 ]

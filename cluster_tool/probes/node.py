@@ -210,5 +210,5 @@ HEALTH_PROBES: tuple[Probe, ...] = (
     NvlinkErrorCounters(),
     Mlxlink(),
     Lspci(),
-    Versions(),  # read by `cluster-tool versions` (cluster_tool.compat), not by check_node
+    Versions(),  # read by `cluster-tool versions` (checks/versions.py), not by check_node
 )

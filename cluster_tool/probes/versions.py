@@ -1,7 +1,8 @@
 """The version probe: one read-only shell command that prints what a node runs (kernel, loaded
 driver, fabric manager, the packages of the stack, each RDMA device's type, firmware and PSID),
 one tagged line per thing found, so a missing tool leaves its line out instead of shifting the
-others. Read by cluster_tool.parsers.versions; judged by cluster_tool.compat."""
+others. Read by cluster_tool.parsers.versions; judged by cluster_tool.checks.versions against
+the compatibility matrix (cluster_tool.compat)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ import string
 from collections import Counter
 from typing import Any
 
-from cluster_tool.compat.spec import spec_problems as compat_problems
 from cluster_tool.redact import is_secret_name
 from cluster_tool.spec.models import (
     LANE_RATE_GBPS,
@@ -21,6 +20,7 @@ from cluster_tool.spec.models import (
     NodeProfile,
     expand_hostlist,
 )
+from cluster_tool.spec.pins import spec_problems as compat_problems
 
 Loc = tuple[str | int, ...]
 Problem = tuple[Loc, str]

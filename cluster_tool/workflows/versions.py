@@ -1,13 +1,13 @@
 """`cluster-tool versions`, the job: the version probe on every GPU node (over SSH, or from a
-saved capture), judged by cluster_tool.compat.fleet."""
+saved capture), judged by cluster_tool.checks.fleet_versions."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from cluster_tool.compat.fleet import FleetVersions, judge_fleet, node_versions
-from cluster_tool.compat.readback import NodeVersions
+from cluster_tool.checks.fleet_versions import FleetVersions, judge_fleet, node_versions
+from cluster_tool.checks.versions import NodeVersions
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.probes.versions import Versions
 from cluster_tool.remote.fanout import (

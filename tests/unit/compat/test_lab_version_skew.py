@@ -15,7 +15,7 @@ from cluster_lab.faults import FaultError, heal_all, inject
 from cluster_lab.sim import cli as sim
 from cluster_lab.sim.hw import node_hardware, node_names
 from cluster_lab.sim.sysfs import write_sysfs_tree
-from cluster_tool.compat.readback import (
+from cluster_tool.checks.versions import (
     check_fleet_outliers,
     check_node_versions,
     from_version_lines,

@@ -252,8 +252,8 @@ def test_no_rule_fires_on_the_examples_pins_with_a_node_that_runs_them(
     """The example's pins, with a node that runs exactly them (fabric manager = driver, pyxis
     built for the pinned Slurm, ConnectX-7 on the firmware its DOCA bundles, a 6.8 kernel):
     only what the breaking case changes makes the rule fire."""
-    from cluster_tool.compat.spec import spec_pins
     from cluster_tool.spec import load_spec
+    from cluster_tool.spec.pins import spec_pins
 
     pins = {c: p.version for c, p in spec_pins(load_spec(path)).items()}
     assert pins["doca"].startswith("2.9"), "the node below runs DOCA 2.9's firmware line"

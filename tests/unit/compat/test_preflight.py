@@ -1,7 +1,7 @@
 """Before install: an incompatible combination of pins is refused before any host is touched,
 by `bringup` (it loads the spec, whose check holds the pins against the matrix) and by the
 site playbook's preflight (it holds the rendered inventory's spec against the same matrix,
-through `python -m cluster_tool.compat`)."""
+through `python -m cluster_tool.spec.pins`)."""
 
 from __future__ import annotations
 
@@ -40,15 +40,15 @@ def test_bringup_refuses_an_incompatible_spec_before_touching_a_host(
 def _preflight_check_task() -> dict:  # type: ignore[type-arg]
     plays = yaml.safe_load((ROOT / "playbooks/phases/preflight_nodes.yml").read_text())
     tasks = [t for play in plays for t in play.get("tasks", [])]
-    found = [t for t in tasks if "compat" in json.dumps(t.get("ansible.builtin.command", {}))]
-    assert len(found) == 1, "preflight_nodes.yml runs `python -m cluster_tool.compat` once"
+    found = [t for t in tasks if "spec.pins" in json.dumps(t.get("ansible.builtin.command", {}))]
+    assert len(found) == 1, "preflight_nodes.yml runs `python -m cluster_tool.spec.pins` once"
     return found[0]
 
 
 def test_the_playbook_preflight_checks_the_rendered_spec_against_the_matrix() -> None:
     task = _preflight_check_task()
     argv = task["ansible.builtin.command"]["argv"]
-    assert argv[1:] == ["-m", "cluster_tool.compat", "{{ inventory_dir }}/spec.json"]
+    assert argv[1:] == ["-m", "cluster_tool.spec.pins", "{{ inventory_dir }}/spec.json"]
     assert task["delegate_to"] == "localhost" and task["run_once"] is True
     assert task["changed_when"] is False and task["check_mode"] is False
 
@@ -80,7 +80,7 @@ def test_the_preflight_check_judges_versions_only(tmp_path: Path) -> None:
     spec["ansible_vars"]["ansible_user"] = "root"
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
-    command = [sys.executable, "-m", "cluster_tool.compat", str(path)]
+    command = [sys.executable, "-m", "cluster_tool.spec.pins", str(path)]
     assert subprocess.run(command, capture_output=True).returncode == 0
     spec["software"]["slurm_version"] = "21.08.8"
     path.write_text(json.dumps(spec))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tool.compat.readback import (
+from cluster_tool.checks.versions import (
     check_fleet_outliers,
     check_node_versions,
     read_node_versions,

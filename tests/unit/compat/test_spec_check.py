@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from cluster_tool.cli import main
-from cluster_tool.compat.spec import GPUDIRECT_MODE_DEFAULT, OPEN_MODULES_DEFAULT, spec_problems
 from cluster_tool.errors import SpecError
 from cluster_tool.spec import load_spec, load_spec_text
+from cluster_tool.spec.pins import GPUDIRECT_MODE_DEFAULT, OPEN_MODULES_DEFAULT, spec_problems
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yml"))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tool.checks.versions import NodeVersions, from_version_lines
 from cluster_tool.cli import main
-from cluster_tool.compat.readback import NodeVersions, from_version_lines
 from cluster_tool.errors import ParseError
 from cluster_tool.parsers.versions import parse_versions
 from cluster_tool.probes import ProbeOutput

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tool.compat.matrix import Matrix, Violation, evaluate, load_matrix
-from cluster_tool.compat.spec import spec_pins
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.ibstat import parse_ibstat
 from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
 from cluster_tool.parsers.versions import VersionLines
 from cluster_tool.spec.models import Cluster
+from cluster_tool.spec.pins import spec_pins
 
 # ibstat's `CA type` is the PCI device id in decimal (MT4129 = 0x1021); the families by
 # Mellanox/NVIDIA's PCI ids (vendor 15b3, https://pci-ids.ucw.cz/read/PC/15b3).

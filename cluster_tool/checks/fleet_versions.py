@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cluster_tool.compat.readback import (
+from cluster_tool.checks.versions import (
     NodeVersions,
     check_fleet_outliers,
     check_node_versions,
