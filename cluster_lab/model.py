@@ -15,7 +15,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster_tool.errors import UsageError
+from cluster_tool.fileio import atomic_write
 
 MODEL_FILE = "model.json"
 SCHEMA_VERSION = 1
@@ -210,14 +210,12 @@ def load(model_dir: Path) -> HardwareModel:
 
 
 def save(model_dir: Path, model: HardwareModel) -> HardwareModel:
-    """Write the model atomically (temporary file + rename); bumps `generation`."""
+    """Write the model atomically (`fileio.atomic_write`); bumps `generation`."""
     model_dir.mkdir(parents=True, exist_ok=True)
     model.generation += 1
     path = model_path(model_dir)
-    tmp = path.with_name(f".{MODEL_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(model.model_dump(mode="json"), indent=1, sort_keys=True) + "\n")
-    tmp.chmod(0o644)
-    os.replace(tmp, path)
+    text = json.dumps(model.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+    atomic_write(path, text, mode=0o644)  # the nodes' simulators read it
     return model
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from cluster_lab.config import LabConfig
 from cluster_lab.host import ProcRef
 from cluster_lab.nodes import CgroupHierarchy
+from cluster_tool.fileio import atomic_write
 
 
 @dataclass
@@ -65,9 +65,7 @@ def load_state(path: Path) -> LabState | None:
 
 def save_state(path: Path, state: LabState) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(state.to_json(), indent=1, sort_keys=True) + "\n")
 
 
 def running_lab(config: LabConfig) -> LabConfig:
