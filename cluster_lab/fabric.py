@@ -199,6 +199,10 @@ def _replay_counters(config: LabConfig, model: hw.HardwareModel) -> None:
             for counter, value in sorted(hca.port.counters.items()):
                 if value and re.fullmatch(r"[A-Za-z]+", counter):
                     set_port_counter(config, hca.node_description, 1, counter, value)
+            # The leaf end of the cable: the power cycles (and flaps) its switch port counted.
+            leaf_downs = link_downed(hca, time.time())[1]
+            if leaf_downs:
+                set_port_counter(config, hca.leaf, hca.leaf_port, LINK_DOWNED, leaf_downs)
 
 
 def _start_opensm(config: LabConfig, model: hw.HardwareModel) -> ProcRef:
@@ -315,6 +319,7 @@ def set_port_counter(config: LabConfig, node_id: str, port: int, counter: str, v
 # The leaf end's LinkDownedCounter (every power cycle of the node, kept as a switch keeps it),
 # held in the model beside the HCA.
 LEAF_LINK_DOWNED = "leaf_link_downed"
+LINK_DOWNED = "LinkDownedCounter"
 
 
 def link_downed(hca: hw.Hca, now: float) -> tuple[int, int]:
@@ -326,9 +331,22 @@ def link_downed(hca: hw.Hca, now: float) -> tuple[int, int]:
     since = float(getattr(hca, "flap_since", 0) or 0)
     if period > 0 and now >= since:
         flaps = int((now - since) // period) + 1
-    here = int(hca.port.counters.get("LinkDownedCounter", 0)) + flaps
+    here = int(hca.port.counters.get(LINK_DOWNED, 0)) + flaps
     there = int(getattr(hca, LEAF_LINK_DOWNED, 0) or 0) + flaps
     return min(here, 255), min(there, 255)
+
+
+def count_power_cycle(node: hw.Node) -> None:
+    """A node's power cycle (BMC off/on, reboot, re-image) takes each of its links down: both
+    ends of every cable count one more LinkDowned (the HCA's PortCounters, then the leaf port's,
+    kept in the model across the power cycle as the switch keeps it). 8-bit: they stop at 255.
+    A real node's counters are rarely cleared, so this is what `validate --fabric` reads after
+    every maintenance."""
+    for hca in node.hcas:
+        here = int(hca.port.counters.get(LINK_DOWNED, 0))
+        hca.port.counters = {**hca.port.counters, LINK_DOWNED: min(here + 1, 255)}
+        there = int(getattr(hca, LEAF_LINK_DOWNED, 0) or 0)
+        setattr(hca, LEAF_LINK_DOWNED, min(there + 1, 255))
 
 
 def set_link_downed(config: LabConfig, node: str, hca: hw.Hca, now: float) -> tuple[int, int]:

@@ -64,3 +64,18 @@ def test_a_bad_period_is_refused_in_one_line() -> None:
     with pytest.raises(FaultError, match="PERIOD must be"):
         inject(json.loads((FIXTURES / "sim" / "lab-model.json").read_text()), "link-flap",
                "gpu002", "mlx5_0", "often")  # fmt: skip
+
+
+def test_a_power_cycle_counts_a_link_down_at_both_ends_of_each_cable() -> None:
+    # What real hardware shows after a node's reboot and what the lab's BMC power-off now
+    # does to its model (and ibsim): one LinkDowned more at the HCA and at the leaf port.
+    model = json.loads((FIXTURES / "sim" / "lab-model.json").read_text())
+    node = hw.HardwareModel.model_validate(model).node("gpu003")
+    assert fabric.link_downed(node.hcas[0], T0) == (0, 0)
+    fabric.count_power_cycle(node)
+    fabric.count_power_cycle(node)
+    assert {fabric.link_downed(h, T0) for h in node.hcas} == {(2, 2)}
+    # 8-bit counters stop at 255 instead of wrapping to 0.
+    setattr(node.hcas[0], fabric.LEAF_LINK_DOWNED, 255)
+    fabric.count_power_cycle(node)
+    assert fabric.link_downed(node.hcas[0], T0) == (3, 255)
