@@ -12,14 +12,17 @@ from pathlib import Path
 
 from cluster_tool.checks.counters import CounterSnapshot, snapshot
 from cluster_tool.checks.fabric import fabric_findings
+from cluster_tool.checks.fleet_versions import node_versions
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.checks.registry import FABRIC_CHECKS, NEEDS, NODE_CHECKS
+from cluster_tool.checks.versions import NodeVersions, check_fleet_outliers, check_node_versions
 from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
 from cluster_tool.findings import Finding, Report
 from cluster_tool.parsers.ibcounters import parse_ibqueryerrors
 from cluster_tool.probes import Probe, ProbeOutput
 from cluster_tool.probes.fabric import FABRIC_PROBES
 from cluster_tool.probes.node import HEALTH_PROBES
+from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
 from cluster_tool.remote.fanout import (
     HostResult,
     Target,
@@ -128,6 +131,7 @@ def run_validate(
                 message=f"{name}: unreachable: {results[name].error}",
             )
         )
+    unread_versions: dict[str, str] = {}
     if health:
         nccl_conf = render_nccl_conf(cluster)
         for name in selected:
@@ -136,6 +140,8 @@ def run_validate(
                 continue
             expect = expectations_for(cluster, name, nccl_conf=nccl_conf)
             findings += check_node(expect, result.outputs)
+        version_findings, unread_versions = _version_findings(cluster, selected, results)
+        findings += version_findings
     read: CounterSnapshot | None = None
     if fabric_host is not None and results[fabric_host].reachable:
         outputs = results[fabric_host].outputs
@@ -168,7 +174,36 @@ def run_validate(
         fabric_host=fabric_host,
         dcgm=dcgm,
     )
+    for name, why in unread_versions.items():
+        skipped.setdefault(name, {}).update({c: why for c in VERSION_CHECKS})
     return ValidateResult(report, results, selected, fabric_host, unreachable, skipped, read)
+
+
+VERSION_CHECKS = ("version.drift", "version.incompatible", "version.outlier")
+
+
+def _version_findings(
+    cluster: Cluster, nodes: Sequence[str], results: dict[str, HostResult]
+) -> tuple[list[Finding], dict[str, str]]:
+    """What the version probe read, judged as `cluster-tool versions` judges it: drift from the
+    spec's pins and broken matrix rules per node, outliers across the nodes read. A node whose
+    probe did not answer, or a capture made before the probe rode with the health probes, is
+    not judged; one whose output could not be read is returned with why (its version checks
+    did not run)."""
+    read: list[NodeVersions] = []
+    unread: dict[str, str] = {}
+    for name in nodes:
+        result = results[name]
+        out = result.outputs.get(VERSIONS_PROBE) if result.reachable else None
+        if out is None or out.rc != 0 or not out.stdout.strip():
+            continue
+        try:
+            read.append(node_versions(name, result.outputs))
+        except ParseError as exc:
+            unread[name] = f"the version probe's output: {exc}"
+    if not read:
+        return [], unread
+    return check_node_versions(cluster, read) + check_fleet_outliers(read), unread
 
 
 def _counter_snapshot(out: ProbeOutput | None, read_at: float) -> CounterSnapshot | None:
