@@ -25,6 +25,8 @@ from typing import Any
 from cluster_lab import bmc, fabric, lifecycle
 from cluster_lab import model as hw
 from cluster_lab.config import LabConfig
+from cluster_lab.sim.hw import node_hardware
+from cluster_lab.sim.sysfs import write_sysfs_tree
 from cluster_tool.errors import ClusterToolError
 
 log = logging.getLogger("cluster_lab.agent")
@@ -64,9 +66,11 @@ class Agent:
             time.sleep(1)
 
     def sync_flaps(self, current: hw.HardwareModel) -> None:
-        """lab fault link-flap: ibsim's LinkDownedCounter at both ends of a flapping cable
-        climbs with the flaps the kernel log shows (checked every second)."""
+        """lab fault link-flap: ibsim's LinkDownedCounter at both ends of a flapping cable,
+        and the node's own in its sysfs tree, climb with the flaps the kernel log shows
+        (checked every second)."""
         now = time.time()
+        data: dict[str, Any] | None = None
         for node in current.nodes:
             for hca in node.hcas:
                 if not float(getattr(hca, "flap_period", 0) or 0):
@@ -74,6 +78,9 @@ class Agent:
                 key = (node.name, hca.device)
                 if self.flapped.get(key) == fabric.link_downed(hca, now):
                     continue
+                data = data or current.model_dump(mode="json")
+                tree = self.config.nodes_dir / node.name / "sysfs-class"
+                write_sysfs_tree(node_hardware(data, node.name), tree, now=now)
                 try:
                     self.flapped[key] = fabric.set_link_downed(self.config, node.name, hca, now)
                 except ClusterToolError:

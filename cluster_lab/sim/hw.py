@@ -221,6 +221,17 @@ class Hca:
     # lab fault link-flap: the link goes down every `flap_period` s from `flap_since` (epoch s).
     flap_period: float = 0.0
     flap_since: float = 0.0
+    # The port's IBTA PortCounters as the model keeps them (LinkDownedCounter, PortXmitData...).
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def link_downed(self, now: float) -> int:
+        """The HCA end's LinkDownedCounter at `now`: the model's, plus every flap of lab fault
+        link-flap so far; 8 bits, it stops at 255. The same count ibsim holds for the port
+        (cluster_lab.fabric.link_downed, which the lab agent sets every second)."""
+        flaps = 0
+        if self.flap_period > 0 and now >= self.flap_since:
+            flaps = int((now - self.flap_since) // self.flap_period) + 1
+        return min(int(self.counters.get("LinkDownedCounter", 0)) + flaps, 255)
 
     def flaps(self, now: float) -> list[float]:
         """When the link went down (epoch s) up to `now`: one at the fault, then every
@@ -466,6 +477,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
                 fw_ver=str(h.get("fw_ver", CONNECTX7_FIRMWARE)),
                 flap_period=float(h.get("flap_period", 0.0)),
                 flap_since=float(h.get("flap_since", 0.0)),
+                counters={str(k): int(v) for k, v in counters.items()},
             )
         )
     known = (

@@ -279,6 +279,19 @@ def render_query(hw: NodeHardware, now: float | None = None) -> str:
 # Aliases nvidia-smi accepts map to the same entry.
 _Getter = Callable[[NodeHardware, Gpu, int], str]
 
+# The boost SM clock of an H100/H200 SXM (clocks.max.sm).
+SM_MAX_MHZ = 1980
+
+
+def _sm_clock(hw: NodeHardware, gpu: Gpu) -> str:
+    """A GPU in thermal slowdown sits at 345 MHz. A straggler node (lab fault slow-node) runs
+    its GPUs at FACTOR of the boost clock, as a node in HW slowdown (power brake, a failing
+    PSU) does: the clock is what makes its collectives slow, and nvidia-smi shows it without
+    the job's help."""
+    if gpu.thermal_slowdown:
+        return "345"
+    return str(round(SM_MAX_MHZ * min(hw.slow_factor, 1.0)))
+
 
 def _ecc(kind: str, scope: str) -> _Getter:
     def get(hw: NodeHardware, g: Gpu, i: int) -> str:
@@ -333,8 +346,12 @@ QUERY_FIELDS: dict[str, tuple[str, _Getter]] = {
         "",
         lambda hw, g, i: _active(g.thermal_slowdown),
     ),
-    "clocks.sm": ("MHz", lambda hw, g, i: "345" if g.thermal_slowdown else "1980"),
-    "clocks.max.sm": ("MHz", lambda hw, g, i: "1980"),
+    "clocks_event_reasons.hw_slowdown": (
+        "",
+        lambda hw, g, i: _active(g.thermal_slowdown or hw.slow_factor < 1),
+    ),
+    "clocks.sm": ("MHz", lambda hw, g, i: _sm_clock(hw, g)),
+    "clocks.max.sm": ("MHz", lambda hw, g, i: str(SM_MAX_MHZ)),
     "fabric.state": ("", lambda hw, g, i: g.fabric_state),
     "fabric.status": ("", lambda hw, g, i: g.fabric_status),
 }
@@ -345,6 +362,7 @@ _ALIASES = {
     "gpu_bus_id": "pci.bus_id",
     "clocks_throttle_reasons.hw_thermal_slowdown": "clocks_event_reasons.hw_thermal_slowdown",
     "clocks_throttle_reasons.sw_thermal_slowdown": "clocks_event_reasons.sw_thermal_slowdown",
+    "clocks_throttle_reasons.hw_slowdown": "clocks_event_reasons.hw_slowdown",
     "clocks.current.sm": "clocks.sm",
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,55 @@ _PHYS = {"Active": "5: LinkUp", "Armed": "5: LinkUp", "Initializing": "5: LinkUp
 _PHYS_CODE = {"LinkUp": "5: LinkUp", "Polling": "2: Polling", "Disabled": "3: Disabled"}
 _CAP_MASK_IB = "0xa751e848"
 _CAP_MASK_ETH = "0x00010000"
+# ports/1/counters/: the file the kernel's ib core writes for each IBTA PortCounters field
+# (Documentation/ABI/stable/sysfs-class-infiniband); each reads the model's counter of that
+# name, 0 when the model has none.
+PORT_COUNTER_FILES = {
+    "symbol_error": "SymbolErrorCounter",
+    "link_error_recovery": "LinkErrorRecoveryCounter",
+    "link_downed": "LinkDownedCounter",
+    "port_rcv_errors": "PortRcvErrors",
+    "port_rcv_remote_physical_errors": "PortRcvRemotePhysicalErrors",
+    "port_rcv_switch_relay_errors": "PortRcvSwitchRelayErrors",
+    "port_xmit_discards": "PortXmitDiscards",
+    "port_xmit_constraint_errors": "PortXmitConstraintErrors",
+    "port_rcv_constraint_errors": "PortRcvConstraintErrors",
+    "local_link_integrity_errors": "LocalLinkIntegrityErrors",
+    "excessive_buffer_overrun_errors": "ExcessiveBufferOverrunErrors",
+    "VL15_dropped": "VL15Dropped",
+    "port_xmit_data": "PortXmitData",
+    "port_rcv_data": "PortRcvData",
+    "port_xmit_packets": "PortXmitPkts",
+    "port_rcv_packets": "PortRcvPkts",
+    "port_xmit_wait": "PortXmitWait",
+    "unicast_xmit_packets": "PortUnicastXmitPkts",
+    "unicast_rcv_packets": "PortUnicastRcvPkts",
+    "multicast_xmit_packets": "PortMulticastXmitPkts",
+    "multicast_rcv_packets": "PortMulticastRcvPkts",
+}
+# ports/1/hw_counters/: the mlx5 driver's own counters on an InfiniBand port (all quiet in
+# the lab; `lifespan` is the driver's refresh period in ms).
+HW_COUNTER_FILES = (
+    "duplicate_request",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "out_of_buffer",
+    "out_of_sequence",
+    "packet_seq_err",
+    "req_cqe_error",
+    "req_cqe_flush_error",
+    "req_remote_access_errors",
+    "req_remote_invalid_request",
+    "resp_cqe_error",
+    "resp_cqe_flush_error",
+    "resp_local_length_error",
+    "resp_remote_access_errors",
+    "rnr_nak_retry_err",
+    "rx_atomic_requests",
+    "rx_dct_connect",
+    "rx_read_requests",
+    "rx_write_requests",
+)
 
 
 def _guid_sysfs(guid_hex: str) -> str:
@@ -89,10 +139,25 @@ def _write_device(
     _write(port / "pkeys" / "0", "0xffff")
 
 
-def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
-    """Write `dest/infiniband/…` and `dest/infiniband_mad/abi_version` for `node`, updating
-    what an earlier call wrote there in place. Returns `dest` (the overlay's lower layer)."""
+def write_port_counters(dest: Path, hca: Hca, now: float) -> None:
+    """`infiniband/<hca>/ports/1/counters/*` and `hw_counters/*` as they stand at `now`: the
+    model's port counters, LinkDowned with the flaps of lab fault link-flap so far (the count
+    ibsim's port holds, so both ends of the cable agree with the node's own view)."""
+    port = dest / "infiniband" / hca.device / "ports" / "1"
+    for name, counter in PORT_COUNTER_FILES.items():
+        value = hca.link_downed(now) if name == "link_downed" else hca.counters.get(counter, 0)
+        _write(port / "counters" / name, str(int(value)))
+    for name in HW_COUNTER_FILES:
+        _write(port / "hw_counters" / name, "0")
+    _write(port / "hw_counters" / "lifespan", "10")
+
+
+def write_sysfs_tree(node: NodeHardware, dest: Path, now: float | None = None) -> Path:
+    """Write `dest/infiniband/…` and `dest/infiniband_mad/abi_version` for `node` (the port
+    counters as they stand at `now`, default the clock), updating what an earlier call wrote
+    there in place. Returns `dest` (the overlay's lower layer)."""
     dest = Path(dest)
+    now = time.time() if now is None else now
     _write(dest / "infiniband_mad" / "abi_version", "5")
     wanted = {h.device for h in node.hcas if h.present} | {n.device for n in node.other_nics}
     if (dest / "infiniband").is_dir():
@@ -120,6 +185,7 @@ def write_sysfs_tree(node: NodeHardware, dest: Path) -> Path:
             cap_mask=_CAP_MASK_IB,
             link_layer="InfiniBand",
         )
+        write_port_counters(dest, hca, now)
     for nic in node.other_nics:
         _write_nic(dest, node, nic)
     # The overlay layer must be readable by unprivileged tools in the node.
