@@ -25,7 +25,9 @@ from .kernel_state import (
     MODULE_SIZES,
     MODULE_USERS,
     loaded_dir,
+    loaded_mlx5,
     loaded_modules,
+    mlx5_file,
     persistence_file,
     persistence_on,
     publish,
@@ -318,9 +320,81 @@ def persistenced(argv: list[str], model: dict[str, Any], host: str) -> Result:
                 state.unlink()
 
 
+# The mlx5_core/ib_core version of DOCA-Host releases' driver (the MLNX_OFED release each DOCA-Host
+# release carries, as `modinfo -F version mlx5_core` prints it); another release shows its own.
+DOCA_MLX5_VERSIONS = {"2.9.1": "24.10-1.1.4"}
+
+
+def doca_mlx5_version(versions: dict[str, str]) -> str | None:
+    """The mlx5_core version of the installed DOCA-Host (None: DOCA is not installed)."""
+    doca = versions.get("doca-ofed")
+    return DOCA_MLX5_VERSIONS.get(doca, doca) if doca else None
+
+
+_MLX5_MODULES = ("mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs")
+
+
+def modinfo(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`modinfo [-F FIELD] MODULE` for DOCA's RDMA modules (its DKMS build in updates/dkms, which
+    modprobe prefers to the inbox one): what modprobe would load now, loaded or not. Other
+    modules go to the real modinfo."""
+    field_name = None
+    names = []
+    args = iter(argv)
+    for a in args:
+        if a in ("-F", "--field"):
+            field_name = next(args, None)
+        elif a.startswith("--field="):
+            field_name = a.split("=", 1)[1]
+        elif not a.startswith("-"):
+            names.append(a)
+    doca = doca_mlx5_version(installed_versions())
+    if doca is None or not names or any(n.replace("-", "_") not in _MLX5_MODULES for n in names):
+        done = subprocess.run(["/sbin/modinfo", *argv], check=False)
+        return Result("", done.returncode)
+    release = os.uname().release
+    out = []
+    for name in names:
+        fields = {
+            "filename": f"/lib/modules/{release}/updates/dkms/{name.replace('-', '_')}.ko",
+            "version": doca,
+            "license": "Dual BSD/GPL",
+        }
+        if field_name is not None:
+            out.append(fields.get(field_name, ""))
+        else:
+            out.extend(f"{k + ':':<16}{v}" for k, v in fields.items())
+    return Result("\n".join(line for line in out if line) + "\n")
+
+
+def openibd(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """openibd, the service that loads DOCA's mlx5_core/ib_core. Started, it loads DOCA's stack
+    only where none is loaded (at boot, or after its own stop): with the inbox stack loaded since
+    DOCA was installed, modprobe of a loaded module does nothing, so only `openibd restart` (stop
+    unloads the stack, start loads DOCA's) or a reboot replaces it, as on a real node (DOCA-Host's
+    installation steps end with `/etc/init.d/openibd restart`). Stopped, it unloads the stack."""
+    import signal
+
+    state = mlx5_file()
+    doca = doca_mlx5_version(installed_versions())
+    if doca and (not state.exists() or loaded_mlx5() is None):
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(doca + "\n")
+    publish(_hardware(model, host))
+
+    def unload(*_: object) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            state.write_text("")
+            publish(_hardware(load_model(), host))
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, unload)
+    while True:
+        time.sleep(3600)
+
+
 def idle_daemon(argv: list[str], model: dict[str, Any], host: str) -> Result:
-    """A service the simulated hardware does not need (fabric manager, DCGM host engine,
-    openibd): it
+    """A service the simulated hardware does not need (fabric manager, DCGM host engine): it
     only has to run, answer `status` and stop, the way the roles drive it."""
     import signal
 
@@ -351,7 +425,8 @@ TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "nvidia-persistenced": persistenced,
     "nv-fabricmanager": fabricmanager,
     "nv-hostengine": idle_daemon,
-    "openibd": idle_daemon,
+    "openibd": openibd,
+    "modinfo": modinfo,
 }
 
 

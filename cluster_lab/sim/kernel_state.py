@@ -52,6 +52,27 @@ def persistence_on(run_dir: Path | None = None) -> bool:
         return False
 
 
+# The kernel's own mlx5_core/ib_core, which udev loads at boot while no DOCA driver is installed;
+# it sets no module version (current kernels dropped MODULE_VERSION from mlx5_core).
+INBOX_MLX5 = "inbox"
+
+
+def mlx5_file(run_dir: Path | None = None) -> Path:
+    """Which mlx5_core/ib_core stack is loaded: "inbox", DOCA's driver version, or empty while
+    openibd has the stack unloaded. Absent (a fresh boot, before anything loaded DOCA's): the
+    inbox stack."""
+    return (run_dir or RUN_DIR) / "mlx5_core"
+
+
+def loaded_mlx5(run_dir: Path | None = None) -> str | None:
+    """The loaded mlx5_core: INBOX_MLX5, DOCA's driver version, or None when unloaded."""
+    try:
+        text = mlx5_file(run_dir).read_text().strip()
+    except OSError:
+        return INBOX_MLX5
+    return text or None
+
+
 def loaded_modules(hw: NodeHardware | None, run_dir: Path | None = None) -> list[str]:
     """Simulated modules loaded in this node: modprobed since boot and still in the model."""
     if hw is None:
@@ -61,9 +82,16 @@ def loaded_modules(hw: NodeHardware | None, run_dir: Path | None = None) -> list
     return [m for m in MODULE_SIZES if m in marked and m in hw.modules]
 
 
-def kernel_files(hw: NodeHardware, loaded: list[str]) -> dict[str, str]:
-    """Relative path -> content of the /proc/driver and /sys/module views of `loaded`."""
+def kernel_files(hw: NodeHardware, loaded: list[str], mlx5: str | None = None) -> dict[str, str]:
+    """Relative path -> content of the /proc/driver and /sys/module views of `loaded`, and of the
+    mlx5_core/ib_core stack `mlx5` (see loaded_mlx5) on a node with HCAs: DOCA's modules carry
+    their version in /sys/module/<module>/version, the inbox ones none."""
     files: dict[str, str] = {}
+    if mlx5 is not None and hw.hcas:
+        for module in ("ib_core", "mlx5_core"):
+            files[f"sys-module/{module}/initstate"] = "live\n"
+            if mlx5 != INBOX_MLX5:
+                files[f"sys-module/{module}/version"] = f"{mlx5}\n"
     if "nvidia" in loaded:
         files["proc-driver/nvidia/version"] = (
             f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {hw.driver_version}  "
@@ -90,10 +118,10 @@ def kernel_files(hw: NodeHardware, loaded: list[str]) -> dict[str, str]:
     return files
 
 
-def write_tree(hw: NodeHardware, loaded: list[str], root: Path) -> None:
+def write_tree(hw: NodeHardware, loaded: list[str], root: Path, mlx5: str | None = None) -> None:
     """Bring `root` in line with `kernel_files`, in place: the directories stay the same
     inodes, so bind mounts of them see every change."""
-    wanted = kernel_files(hw, loaded)
+    wanted = kernel_files(hw, loaded, mlx5)
     for sub in MOUNTS.values():
         (root / sub).mkdir(parents=True, exist_ok=True)
     for rel, text in wanted.items():
@@ -191,7 +219,7 @@ def publish(
         mount = in_lab_node()
     root = (run_dir or RUN_DIR) / "kernel"
     try:
-        write_tree(hw, loaded_modules(hw, run_dir), root)
+        write_tree(hw, loaded_modules(hw, run_dir), root, loaded_mlx5(run_dir))
     except OSError:
         return
     if not mount:

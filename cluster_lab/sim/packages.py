@@ -133,7 +133,9 @@ case "$ACTION" in
     start-stop-daemon --start --quiet --oknodo --background --make-pidfile \\
       --pidfile "$PIDFILE" --startas "$DAEMON" -- "$@" ;;
   stop)
-    start-stop-daemon --stop --quiet --pidfile "$PIDFILE" --remove-pidfile --oknodo ;;
+    # --retry: wait until the daemon is gone (as systemd does), so a restart's new daemon
+    # starts after the old one has finished stopping.
+    start-stop-daemon --stop --quiet --retry 10 --pidfile "$PIDFILE" --remove-pidfile --oknodo ;;
   restart|force-reload)
     "$0" stop; "$0" start ;;
   status)
@@ -175,6 +177,12 @@ _LOAD_MODULES_AT_BOOT = """    for m in nvidia nvidia_uvm nvidia_modeset; do
         [ -n "$m" ] && { /usr/local/sbin/modprobe "$m" || true; }
       done
     done
+"""
+
+# The driver running when DOCA is installed is the inbox one udev loaded at boot: recorded for the
+# simulated /sys/module (a tmpfs under /run: a reboot forgets it, and openibd then loads DOCA's).
+_INBOX_MLX5_AT_INSTALL = """run="${LAB_RUN_DIR:-/run/cluster-tool-lab}"
+[ -e "$run/mlx5_core" ] || { mkdir -p "$run" && echo inbox > "$run/mlx5_core"; }
 """
 
 _WRAPPER = """#!/usr/bin/python3
@@ -269,9 +277,13 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
         SimPackage(
             "doca-ofed",
             "NVIDIA DOCA-OFED (simulated: the HCAs come from the lab's sysfs tree)",
-            tools={"usr/sbin/openibd-lab": "openibd"},
+            # openibd loads DOCA's mlx5_core/ib_core in place of the inbox stack, which stays
+            # loaded after the install until openibd restarts or the node reboots; modinfo
+            # answers for DOCA's modules (what modprobe would load now).
+            tools={"usr/sbin/openibd-lab": "openibd", "usr/local/sbin/modinfo": "modinfo"},
             services={"openibd": "/usr/sbin/openibd-lab"},
             carries_simulator=True,
+            postinst=_INBOX_MLX5_AT_INSTALL,
             # DOCA's profile brings its builds of these (the lab has Debian's) and MFT.
             depends=("infiniband-diags", "rdma-core", "ibverbs-utils", "mft"),
         ),
