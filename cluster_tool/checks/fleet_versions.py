@@ -109,6 +109,7 @@ _ORDER = (
     "sharp_plugin",
     "slurm",
     "pyxis",
+    "pyxis_slurm",
 )
 
 

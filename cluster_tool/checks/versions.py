@@ -63,8 +63,9 @@ class NodeVersions:
     nvidia_driver: str | None = None
     hcas: tuple[Hca, ...] = ()
     vbios: tuple[str | None, ...] = ()  # per GPU, in nvidia-smi's index order
-    # Matrix component -> what runs (kernel, fabricmanager, doca, nccl, sharp_plugin, slurm), and
-    # a few shown but not judged (mlx5_core, pyxis).
+    # Matrix component -> what runs (kernel, fabricmanager, doca, nccl, sharp_plugin, slurm, and
+    # pyxis_slurm: the Slurm the pyxis plugin was built against), and a few shown but not
+    # judged (mlx5_core, pyxis).
     other: Mapping[str, str] = field(default_factory=dict)
 
     def components(self) -> dict[str, str]:

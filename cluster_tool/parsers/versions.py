@@ -1,6 +1,7 @@
 """The version probe's output (cluster_tool/probes/versions.py): tagged lines, one per thing the
 node reported (`kernel V`, `module NAME V`, `fabricmanager V`, `package NAME V`,
-`hca DEVICE HCA_TYPE FIRMWARE PSID`), read into what runs per matrix component."""
+`hca DEVICE HCA_TYPE FIRMWARE PSID`, `pyxis_slurm V`: the Slurm the pyxis plugin was built
+against), read into what runs per matrix component."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class VersionLines:
     hcas: tuple[HcaLine, ...] = ()
 
 
-_LINE = re.compile(r"^(kernel|module|fabricmanager|package|hca) +(\S.*)$")
+_LINE = re.compile(r"^(kernel|module|fabricmanager|package|hca|pyxis_slurm) +(\S.*)$")
 _DEBIAN_REVISION = re.compile(r"^(?:\d+:)?(?P<upstream>.+?)(?:-[^-]+)?$")
 
 # package name -> matrix component
@@ -75,6 +76,8 @@ def parse_versions(text: str) -> VersionLines:
                 facts["mlx5_core"] = rest[1]
         elif tag == "fabricmanager":
             facts["fabricmanager"] = rest[0]
+        elif tag == "pyxis_slurm" and len(rest) == 1:
+            facts["pyxis_slurm"] = rest[0]
         elif tag == "package" and len(rest) == 2:
             name, version = rest
             if name.startswith("nvidia-fabricmanager"):

@@ -1,5 +1,6 @@
 """The version probe: one read-only shell command that prints what a node runs (kernel, loaded
-driver, fabric manager, the packages of the stack, each RDMA device's type, firmware and PSID),
+driver, fabric manager, the packages of the stack, each RDMA device's type, firmware and PSID,
+the Slurm the pyxis plugin was built against),
 one tagged line per thing found, so a missing tool leaves its line out instead of shifting the
 others. Read by cluster_tool.parsers.versions; judged by cluster_tool.checks.versions against
 the compatibility matrix (cluster_tool.compat)."""
@@ -24,6 +25,32 @@ _PACKAGES = (
     "nvslurm-plugin-pyxis",
 )
 
+# Where the enroot_pyxis role installs the plugin (roles/enroot_pyxis/vars); a plugstack line
+# naming spank_pyxis.so elsewhere (a packaged pyxis) wins.
+PYXIS_PLUGIN = "/usr/local/lib/slurm/spank_pyxis.so"
+
+# The Slurm pyxis was built against: every Slurm plugin carries `plugin_version`, the
+# SLURM_VERSION_NUMBER ((major << 16) | (minor << 8) | micro) of the headers it was compiled
+# with, and slurmd refuses a SPANK plugin whose major.minor differs from its own ("Incompatible
+# Slurm plugin version", src/common/plugin.c). The word is read out of the ELF file with
+# readelf and od, never by loading it: the symbol's address and section, the section's file
+# offset. No readelf (binutils), no plugin: no line.
+_PYXIS = (
+    "( so=$(sed -n 's|^[[:space:]]*[a-z]*[[:space:]]*\\(/[^[:space:]]*spank_pyxis[.]so\\).*|\\1|p' "
+    "/etc/slurm/plugstack.conf /etc/slurm/plugstack.conf.d/*.conf 2>/dev/null | head -n 1); "
+    f'[ -n "$so" ] || so={PYXIS_PLUGIN}; '
+    '[ -r "$so" ] && command -v readelf >/dev/null 2>&1 || exit 0; '
+    'set -- $(readelf -Ws "$so" | '
+    'awk \'$4 == "OBJECT" && $8 == "plugin_version" {print $2, $7; exit}\'); '
+    "[ $# -eq 2 ] || exit 0; "
+    'set -- "$1" $(readelf -WS "$so" | sed -n "s/^ *\\[ *$2\\] *//p"); '
+    "[ $# -ge 5 ] || exit 0; "
+    "v=$(od -An -tu4 -j $((0x$1 - 0x$4 + 0x$5)) -N4 \"$so\" | tr -d ' '); "
+    "[ -n \"$v\" ] && printf 'pyxis_slurm %d.%02d.%d\\n' "
+    "$((v >> 16)) $(((v >> 8) & 255)) $((v & 255)); "
+    "true ); "
+)
+
 # dpkg's status `ii` is installed, `hi` installed and held (the roles hold what they pin); `rc`
 # and the rest are not installed.
 # `nv-fabricmanager --version` prints `Fabric Manager version is : 550.127.08`; the daemon is
@@ -43,7 +70,7 @@ COMMAND = (
     'for d in /sys/class/infiniband/*; do [ -e "$d/fw_ver" ] || continue; '
     'echo "hca ${d##*/} $(cat "$d/hca_type" 2>/dev/null || echo -) $(cat "$d/fw_ver") '
     '$(cat "$d/board_id" 2>/dev/null || echo -)"; '
-    "done; true"
+    "done; " + _PYXIS + "true"
 )
 
 

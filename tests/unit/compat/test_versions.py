@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from cluster_tool.errors import ParseError
 from cluster_tool.parsers.versions import parse_versions
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.probes.node import HEALTH_PROBES
-from cluster_tool.probes.versions import COMMAND, Versions
+from cluster_tool.probes.versions import COMMAND, PYXIS_PLUGIN, Versions
 from cluster_tool.remote.fanout import HostResult, save_capture
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -252,3 +253,67 @@ def test_a_validate_capture_without_the_probe_is_read_from_nvidia_smi_and_ibstat
 def test_versions_needs_a_spec(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["versions"]) == 2
     assert capsys.readouterr().err.strip().endswith("give the cluster spec: --spec FILE")
+
+
+# --- pyxis and the Slurm it was built against ---------------------------------------------
+
+# What Slurm's spank.h makes every SPANK plugin export (SPANK_PLUGIN(name, ver)) and the
+# version word slurm/slurm_version.h defines: SLURM_VERSION_NUM(a,b,c) (((a) << 16) + ((b) << 8)
+# + (c)). The compiler, not the probe, puts the word into a real ELF shared object.
+SPANK_PLUGIN_C = """
+const char plugin_name[] = "pyxis";
+const char plugin_type[] = "spank";
+const unsigned int plugin_version = (({major}) << 16) + (({minor}) << 8) + ({micro});
+const unsigned int spank_plugin_version = 0;
+int slurm_spank_init(void *sp, int ac, char **av) {{ return 0; }}
+"""
+
+
+def built_plugin(tmp_path: Path, major: int, minor: int, micro: int) -> Path:
+    if not (shutil.which("cc") and shutil.which("readelf")):
+        pytest.skip("needs a C compiler and readelf to build a plugin")
+    source = tmp_path / "pyxis.c"
+    source.write_text(SPANK_PLUGIN_C.format(major=major, minor=minor, micro=micro))
+    plugin = tmp_path / "spank_pyxis.so"
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-O2", "-o", str(plugin), str(source)], check=True, timeout=60
+    )
+    return plugin
+
+
+def test_the_probe_reads_the_slurm_pyxis_was_built_against(tmp_path: Path) -> None:
+    plugin = built_plugin(tmp_path, 23, 11, 4)
+    command = COMMAND.replace(PYXIS_PLUGIN, str(plugin))
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "pyxis_slurm 23.11.4" in done.stdout.splitlines()
+    assert read("gpu001", done.stdout).components()["pyxis_slurm"] == "23.11.4"
+
+
+def test_without_the_plugin_there_is_no_pyxis_line(tmp_path: Path) -> None:
+    command = COMMAND.replace(PYXIS_PLUGIN, str(tmp_path / "absent.so"))
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30)
+    assert "pyxis_slurm" not in done.stdout
+
+
+def test_pyxis_built_for_another_slurm_release_is_incompatible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = lab_nodes()[:2]
+    slurmd = "package slurmd 22.05.8-4+deb12u3"
+    folder = capture(
+        tmp_path,
+        {
+            # Built against 23.11 headers, run under 22.05: slurmd refuses it.
+            first: (slurmd, f"{slurmd}\npyxis_slurm 23.11.4"),
+            # Another micro release of 22.05: SPANK plugins match on major.minor only.
+            second: (slurmd, f"{slurmd}\npyxis_slurm 22.05.2"),
+        },
+    )
+    code, data = versions_json(folder, capsys)
+    assert code == 1
+    named = [(f["check"], f["node"], f["component"]) for f in data["findings"]]
+    assert ("version.incompatible", first, "pyxis_slurm") in named
+    assert not [n for n in named if n[1] == second and n[0] == "version.incompatible"]
+    (finding,) = [f for f in data["findings"] if f["component"] == "pyxis_slurm"]
+    assert "pyxis-built-for-slurm" in finding["message"]
