@@ -69,7 +69,7 @@ def _ssh_ok(lab: LabHandle, node: str, command: str, timeout: float = 120) -> st
 
 
 def _inject(lab: LabHandle, kind: str, *args: object, **options: object) -> str:
-    from cluster_lab.faults import inject_fault
+    from cluster_lab.live_faults import inject_fault
 
     record = inject_fault(lab.config, kind, *args, **options)  # type: ignore[arg-type]
     return str(record["id"])
