@@ -6,6 +6,12 @@ before its traffic (a snapshot kept in the run record), reads them again after, 
 what changed, per port per hour, on both ends of every cable. Nothing is cleared: clearing
 (`perfquery -R`, `ibclearerrors`) would destroy the evidence other people's tools keep.
 
+Without a snapshot (a plain `validate --fabric`) a LinkDownedCounter above zero says only that
+the link went down at some time since the counters were last cleared: every reboot, reseat or
+switch reload does that. It is `link.downed-history` (info; a warning once it sits at its
+maximum and no delta can be read from it), naming the cable and how to judge it, never an error.
+The other counters are still judged as absolute values (`fabric.errors`).
+
 Link flaps: a LinkDownedCounter that climbed while the traffic ran, or an HCA port that went
 down more than once in the node's kernel log, named with its cable (node, HCA, leaf, port)
 even when the link is up now.
@@ -38,6 +44,7 @@ __all__ = [
     "check_kernel_link_flaps",
     "drop_reboot_link_downs",
     "judge_counters",
+    "link_downs_since_cleared",
     "port_deltas",
     "snapshot",
 ]
@@ -401,6 +408,61 @@ def drop_reboot_link_downs(
     return dataclasses.replace(counters, ports=tuple(ports)), findings
 
 
+def link_downs_since_cleared(
+    cluster: Cluster,
+    fabric: Fabric,
+    counters: IbQueryErrors | Sequence[PerfCounters],
+) -> list[Finding]:
+    """Absolute counters (no snapshot before): `link.downed-history` per cable whose
+    LinkDownedCounter is above `ib_link_downed_max` at either end. The count is every time the
+    link went down since the counters were last cleared (a reboot, reseat or switch reload
+    each adds one), so it is info naming the cable and how to judge it: a warning only at its
+    maximum (255), where even deltas cannot see it climb until someone clears it."""
+    limit = cluster.thresholds.health.ib_link_downed_max
+    top = COUNTER_MAX[LINK_DOWNED]
+    cables = _Cables(cluster, fabric, cabling_plan(cluster))
+    read = snapshot(counters, 0.0, fabric=fabric)
+    found: dict[frozenset[Port], list[tuple[Port, int]]] = defaultdict(list)
+    for end, values in sorted(read.ports.items()):
+        downs = values.get(LINK_DOWNED, 0)
+        if downs > limit:
+            found[cables.cable(end)].append((end, downs))
+    out: list[Finding] = []
+    for figures in found.values():
+        end = figures[0][0]
+        host = cables.host_end(end)
+        node, component = host if host else (None, cables.label(end))
+        at = "; ".join(f"{cables.label(e)}: LinkDownedCounter {n}" for e, n in figures)
+        saturated = any(n >= top for _, n in figures)
+        if saturated:
+            what = (
+                f"LinkDownedCounter stopped at its maximum {top}: the link went down at least "
+                f"that often since the counters were last cleared, and no delta can show it "
+                f"going down again; clear it (`perfquery -R` on the port) and judge it over a "
+                f"window"
+            )
+        else:
+            what = (
+                "the link went down at some time since the counters were last cleared (a "
+                "reboot, reseat or switch reload does that), which says nothing about now"
+            )
+        out.append(
+            Finding(
+                check="link.downed-history",
+                severity="warning" if saturated else "info",
+                node=node,
+                component=component,
+                expected=f"LinkDownedCounter <= {limit}, or judged as a delta",
+                observed=at,
+                message=f"{cables.words(end)}: {what} ({at}). To judge the cable: "
+                "`validate --after-maintenance` reads the counters before and after its "
+                "traffic and fails a link that went down meanwhile (link.flap); `watch` does "
+                "the same between its cycles",
+            )
+        )
+    return out
+
+
 # --- kernel log ----------------------------------------------------------------------------
 
 
@@ -464,14 +526,17 @@ def judge_counters(
     nodes: Iterable[str] | None = None,
 ) -> tuple[list[Finding], IbQueryErrors | Sequence[PerfCounters] | None]:
     """The counters of one read, judged as deltas against `before` when the run took a
-    snapshot before its traffic; else what the absolute check (`fabric.errors`) should still
-    judge, without the LinkDowned of `rebooted` nodes' cables. Returns (findings, counters left
-    for the absolute check, None when the deltas said it all)."""
+    snapshot before its traffic; else the LinkDowned counts as history (`link.downed-history`,
+    or `link.downed-reboot` for the cables of `rebooted` nodes) and what the absolute check
+    (`fabric.errors`, which leaves LinkDowned alone) should still judge. Returns (findings,
+    counters left for the absolute check, None when the deltas said it all)."""
     if before is not None and read_at is not None:
         after = snapshot(counters, read_at, fabric=fabric)
         return check_counter_deltas(cluster, fabric, before, after, nodes=nodes), None
+    notes: list[Finding] = []
     if rebooted and isinstance(counters, IbQueryErrors):
-        kept, notes = drop_reboot_link_downs(cluster, fabric, counters, rebooted)
-        only = set(nodes) if nodes is not None else None
-        return [f for f in notes if only is None or f.node in only], kept
-    return [], counters
+        counters, notes = drop_reboot_link_downs(cluster, fabric, counters, rebooted)
+    # LinkDowned as an absolute count is history, never an error (the absolute check leaves it).
+    notes += link_downs_since_cleared(cluster, fabric, counters)
+    only = set(nodes) if nodes is not None else None
+    return [f for f in notes if only is None or f.node in only], counters

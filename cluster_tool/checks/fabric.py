@@ -471,10 +471,12 @@ def _spine_links(
 
 
 def _thresholds(cluster: Cluster) -> dict[str, int]:
+    # LinkDownedCounter is not among them: an absolute count of link downs is every reboot,
+    # reseat or switch reload since the counters were cleared, judged in checks/counters.py
+    # (link.downed-history without a snapshot, link.flap as a delta over the run's traffic).
     h = cluster.thresholds.health
     return {
         "SymbolErrorCounter": h.ib_symbol_errors_max,
-        "LinkDownedCounter": h.ib_link_downed_max,
         "PortRcvErrors": h.ib_rcv_errors_max,
         "LinkErrorRecoveryCounter": h.ib_link_error_recovery_max,
     }
@@ -624,8 +626,9 @@ def fabric_findings(
     was judged), or records already parsed from an operator's files. Without
     `counters_required` (`fabric check` with no `--counters`) missing counters are not a finding.
     With `counters_before` (this run's snapshot from before its traffic) and `read_at`, the
-    counters are judged as deltas (checks/counters.py); without, as absolute values, except the
-    LinkDowned of the cables of `rebooted` nodes.
+    counters are judged as deltas (checks/counters.py); without, as absolute values, except
+    LinkDowned: an absolute count of link downs is history (`link.downed-history`, or
+    `link.downed-reboot` on the cables of `rebooted` nodes), never `fabric.errors`.
     """
     if ibnetdiscover is None or not isinstance(ibnetdiscover, Fabric):
         discovered = _discovered(host, ibnetdiscover)

@@ -109,6 +109,12 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("link.congestion", "fabric", "info, warning", "PortXmitWait climbed: congestion"),
     ("link.counters-unknown", "fabric", "warning", "a counter reset or saturated between reads"),
     ("link.downed-reboot", "fabric", "info", "LinkDowned of a rebooted node, not held against it"),
+    (
+        "link.downed-history",
+        "fabric",
+        "info, warning",
+        "LinkDowned since the counters were cleared, with no snapshot: history, not a verdict",
+    ),
     # --- the nccl-tests gate (gate/) ----------------------------------------------------------
     ("nccl.single", "gate", "error", "a one-node job below its floor"),
     ("nccl.pair", "gate", "error", "the node fails the pairs rung with two partners"),

@@ -657,7 +657,13 @@ class HealthThresholds(StrictModel):
     gpu_pcie_gen: int = Field(5, ge=1, description="Expected GPU PCIe generation (default 5).")
     gpu_pcie_width: int = Field(16, ge=1, description="Expected GPU PCIe width (default 16).")
     ib_symbol_errors_max: int = Field(10, ge=0, description="SymbolErrorCounter (default 10).")
-    ib_link_downed_max: int = Field(0, ge=0, description="LinkDownedCounter (default 0).")
+    ib_link_downed_max: int = Field(
+        0,
+        ge=0,
+        description="LinkDownedCounter read as an absolute value (no snapshot before the run) "
+        "at or below which nothing is said; above it is link.downed-history, info, never an "
+        "error: every reboot or reseat counts one (default 0).",
+    )
     ib_rcv_errors_max: int = Field(10, ge=0, description="PortRcvErrors (default 10).")
     ib_link_error_recovery_max: int = Field(
         5, ge=0, description="LinkErrorRecoveryCounter (default 5)."

@@ -17,7 +17,7 @@ from cluster_tool.checks.fabric import check_fabric, fabric_findings
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.fabric.plan import cabling_plan, switch_links
 from cluster_tool.findings import Finding
-from cluster_tool.parsers.ibcounters import IbQueryErrors, parse_ibqueryerrors
+from cluster_tool.parsers.ibcounters import IbQueryErrors, parse_ibqueryerrors, parse_perfquery
 from cluster_tool.parsers.ibnetdiscover import Fabric, parse_ibnetdiscover
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
@@ -75,10 +75,10 @@ def test_link_downs_of_a_reboot_before_the_snapshot_do_not_fail_the_node(
     reading = (f"{LEAF}|3|[LinkDownedCounter == 2]",)
     before, after = snap(0, *reading), snap(HOUR / 4, *reading)
     assert check_counter_deltas(lab, fabric, before, after) == []
-    # Judged as an absolute count (today's rule), the same reading fails gpu003.
-    absolute = check_fabric(lab, fabric, counters=ibqueryerrors(*reading))
+    # Read alone (a plain validate --fabric, no snapshot), the same count is history: info.
+    absolute = fabric_findings(lab, fabric, ibqueryerrors(*reading), host="sm")
     assert [(f.check, f.node, f.severity) for f in absolute] == [
-        ("fabric.errors", "gpu003", "error")
+        ("link.downed-history", "gpu003", "info")
     ]
 
 
@@ -187,8 +187,12 @@ def test_absolute_link_downs_of_a_rebooted_node_are_set_aside_only_for_it(
         f"{LEAF}|2|[LinkDownedCounter == 1]",  # gpu002 mlx5_0's leaf end
     )
     kept, notes = drop_reboot_link_downs(lab, fabric, counters, rebooted={"gpu003"})
-    f = only(check_fabric(lab, fabric, counters=kept))
-    assert (f.check, f.node) == ("fabric.errors", "gpu002")
+    # gpu002 was not rebooted in this run: its count is history, still not an error.
+    judged = fabric_findings(lab, fabric, counters, host="sm", rebooted={"gpu003"})
+    assert sorted((f.check, f.node, f.severity) for f in judged) == [
+        ("link.downed-history", "gpu002", "info"),
+        ("link.downed-reboot", "gpu003", "info"),
+    ]
     note = only(notes)
     assert (note.check, note.severity, note.node, note.component) == (
         "link.downed-reboot",
@@ -251,9 +255,70 @@ def test_the_fabric_check_judges_deltas_when_the_run_has_a_snapshot(
         findings = fabric_findings(lab, fabric, counters, host="sm", **kwargs)  # type: ignore[arg-type]
         return [(f.check, f.node, f.severity) for f in findings]
 
-    assert judged() == [("fabric.errors", "gpu003", "error")]  # absolute: today's verdict
+    assert judged() == [("link.downed-history", "gpu003", "info")]  # absolute: history
     assert judged(counters_before=snap(0, reading), read_at=HOUR / 4) == []
     assert judged(rebooted={"gpu003"}) == [("link.downed-reboot", "gpu003", "info")]
     # A link down during the traffic is still found, named as a flap.
     climbed = snap(0, f"{LEAF}|3|[LinkDownedCounter == 1]")
     assert judged(counters_before=climbed, read_at=HOUR / 4) == [("link.flap", "gpu003", "error")]
+
+
+def test_an_absolute_link_down_count_is_history_naming_the_cable_never_an_error(
+    lab: Cluster, fabric: Fabric
+) -> None:
+    # A plain validate --fabric after gpu003 was power-cycled once: both ends of its mlx5_0
+    # cable (su1-leaf-r0 port 3 in the lab's plan) counted the link going down.
+    both_ends = (f"{LEAF}|3|[LinkDownedCounter == 1]", "gpu003 mlx5_0|1|[LinkDownedCounter == 1]")
+    f = only(fabric_findings(lab, fabric, ibqueryerrors(*both_ends), host="sm"))
+    assert (f.check, f.severity, f.node, f.component) == (
+        "link.downed-history",
+        "info",
+        "gpu003",
+        "mlx5_0",
+    )
+    assert not f.fails
+    assert f.observed == (
+        "su1-leaf-r0 port 3: LinkDownedCounter 1; gpu003 mlx5_0: LinkDownedCounter 1"
+    )
+    assert f.message.startswith(
+        "gpu003 mlx5_0 ↔ su1-leaf-r0 port 3: the link went down at some time since the "
+        "counters were last cleared (a reboot, reseat or switch reload does that)"
+    )
+    assert "`validate --after-maintenance`" in f.message  # how to judge it: a window
+
+    # The other counters of the same port are judged as before: SymbolError 60 > 10 fails.
+    dirty = ibqueryerrors(f"{LEAF}|3|[SymbolErrorCounter == 60] [LinkDownedCounter == 1]")
+    judged = fabric_findings(lab, fabric, dirty, host="sm")
+    assert sorted((f.check, f.severity, f.observed) for f in judged) == [
+        ("fabric.errors", "error", "SymbolErrorCounter 60"),
+        ("link.downed-history", "info", "su1-leaf-r0 port 3: LinkDownedCounter 1"),
+    ]
+
+    # At its maximum no delta can show it going down again: a warning, still not an error.
+    pinned = ibqueryerrors(f"{LEAF}|3|[LinkDownedCounter == 255]")
+    f = only(fabric_findings(lab, fabric, pinned, host="sm"))
+    assert (f.check, f.severity) == ("link.downed-history", "warning")
+    assert "stopped at its maximum 255" in f.message and "perfquery -R" in f.message
+
+    # At or below the spec's ib_link_downed_max nothing is said.
+    relaxed = lab.model_copy(deep=True)
+    relaxed.thresholds.health.ib_link_downed_max = 1
+    assert fabric_findings(relaxed, fabric, ibqueryerrors(*both_ends), host="sm") == []
+
+
+def test_perfquery_link_downs_are_history_too(lab: Cluster, fabric: Fabric) -> None:
+    # fabric check --counters with perfquery output: ports named by LID through the fabric.
+    lid = next(p.lid for n in fabric.cas if n.description == "gpu004 mlx5_11" for p in n.ports)
+    blocks = parse_perfquery(
+        f"# Port counters: Lid {lid} port 1 (CapMask: 0x1400)\n"
+        "PortSelect:......................1\nSymbolErrorCounter:..............0\n"
+        "LinkDownedCounter:...............3\n"
+    )
+    f = only(fabric_findings(lab, fabric, blocks, host="sm"))
+    assert (f.check, f.severity, f.node, f.component) == (
+        "link.downed-history",
+        "info",
+        "gpu004",
+        "mlx5_11",
+    )
+    assert f.observed == "gpu004 mlx5_11: LinkDownedCounter 3"

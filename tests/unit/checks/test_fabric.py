@@ -187,20 +187,16 @@ def test_port_counters_over_the_spec_thresholds_are_fabric_errors() -> None:
         "##          110 ports checked, 2 ports have errors beyond threshold\n"
     )
     findings = check_fabric(lab, discovered, counters=errors)
+    # gpu003's leaf port counted LinkDowned 2: not an error counter as an absolute value (a
+    # reboot does it; issue 18), it is link.downed-history (tests/unit/checks/test_counters.py).
     assert sorted((f.check, f.node, f.component) for f in findings) == [
         ("fabric.errors", "gpu002", "mlx5_3"),
-        ("fabric.errors", "gpu003", "mlx5_0"),
     ]
     hca = next(f for f in findings if f.node == "gpu002")
     assert hca.message.startswith("gpu002 mlx5_3 ↔ su1-leaf-r1 port 2: SymbolErrorCounter 11 > 10")
-    switch = next(f for f in findings if f.node == "gpu003")
-    assert switch.message.startswith(
-        "su1-leaf-r0 port 3 ↔ gpu003 mlx5_0 port 1: LinkDownedCounter 2 > 0"
-    )
     # Under the thresholds: nothing. The limits are the spec's, not ibqueryerrors'.
     relaxed = lab.model_copy(deep=True)
     relaxed.thresholds.health.ib_symbol_errors_max = 100
-    relaxed.thresholds.health.ib_link_downed_max = 5
     assert check_fabric(relaxed, discovered, counters=errors) == []
 
 
