@@ -8,10 +8,13 @@ kernel log, its sysfs LinkDowned and ibsim's at both cable ends count the flaps)
 
 1. observe: the baseline.
 2. observe: link.flap on gpu002, gpu003 the job's straggler, and two failing nodes out of four
-   is past the spec's share (one node): watch.fleet; nothing drained.
+   is past the spec's share (one node): watch.fleet; nothing drained. gpu002's own sysfs
+   LinkDowned has climbed with ibsim's at both cable ends.
 3. drain: the same two still failing: watch.fleet again, nothing drained.
 4. slow-node healed; requeue: gpu002 drained with `cluster-tool watch: link.flap mlx5_0 ...`
-   and the job requeued; it is back in the queue and never on gpu002 again.
+   and the job requeued; it is back in the queue (PENDING, Restarts=1). Slurm holds a
+   requeued batch job until its new begin time, longer than this test waits: that it then runs
+   on the three nodes left is not asserted here.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any
 
 import pytest
 import yaml
-from ClusterShell.NodeSet import NodeSet
 
 from tests.lab.conftest import Converged
 
@@ -64,6 +66,32 @@ def _job(converged: Converged, job: str) -> tuple[str, str, str]:
     out = converged.lab.ssh("head", f"squeue -h -j {job} -o '%T|%N|%r'")
     state, nodes, reason = [*out.stdout.strip().split("|"), "", "", ""][:3]
     return state, nodes, reason
+
+
+def _link_downed(converged: Converged, leaf: str, port: int) -> tuple[int, tuple[int, int], int]:
+    """The flapping HCA's LinkDowned from its node's sysfs, then ibsim's at (the HCA, the leaf
+    port) through ibqueryerrors on the head, then the node's again."""
+    from cluster_tool.parsers.ibcounters import parse_ibqueryerrors
+
+    path = f"/sys/class/infiniband/{HCA}/ports/1/counters/link_downed"
+
+    def node() -> int:
+        out = converged.lab.ssh(FLAPPING, f"cat {path}")
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    first = node()
+    fabric = converged.lab.ssh("head", "ibqueryerrors", timeout=120)
+    last = node()
+    hca_end = leaf_end = 0
+    for p in parse_ibqueryerrors(fabric.stdout).ports:
+        downed = p.counters.get("LinkDownedCounter", 0)
+        if (p.node_description, p.port) == (f"{FLAPPING} {HCA}", 1):
+            hca_end = downed
+        # ibsim's switches describe themselves as `MF0;NAME:MODEL/U1`
+        elif p.port == port and f";{leaf}:" in f";{p.node_description}:":
+            leaf_end = downed
+    return first, (hca_end, leaf_end), last
 
 
 def _leaf(converged: Converged) -> tuple[str, int]:
@@ -112,6 +140,12 @@ def test_watch_drains_the_flapping_node_and_requeues_the_job_onto_the_others(
         assert _named(observed, "watch.fleet") == [(None, None)], shown
         assert observed["actions"] == [] and observed["drained"] == [], observed
         assert converged.sinfo()[FLAPPING][0] not in ("drained", "draining"), converged.sinfo()
+        # The node's own LinkDowned (sysfs) climbs with the flaps, as ibsim's does at both
+        # cable ends: read the node, the fabric, the node again.
+        first, ends, last = _link_downed(converged, leaf, port)
+        assert first >= 2 and first <= ends[0] <= last and first <= ends[1] <= last, (
+            first, ends, last,
+        )  # fmt: skip
 
         time.sleep(3.5)
         acting = _cycle(converged, spec, state, "drain", took)
@@ -131,20 +165,14 @@ def test_watch_drains_the_flapping_node_and_requeues_the_job_onto_the_others(
         assert node_state in ("drained", "draining"), (node_state, reason)
         assert reason.startswith(f"cluster-tool watch: link.flap {HCA}: "), reason
 
-        # Back in the queue, and never on the drained node.
-        seen = []
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            seen.append(_job(converged, job))
-            if seen[-1][0] == "RUNNING":
-                break
-            time.sleep(1)
-        assert seen[-1][0] in ("PENDING", "REQUEUED", "RUNNING"), seen
-        ran_on = [set(NodeSet(n)) for s, n, _ in seen if s == "RUNNING"]
-        assert all(FLAPPING not in nodes and len(nodes) == 3 for nodes in ran_on), seen
-        restarts = lab.ssh("head", f"scontrol show job {job}").stdout
-        assert "Restarts=1" in restarts, restarts
-        print(f"watch cycles took {took} s; the job after requeue: {seen[-1]}")
+        # Back in the queue, its restart counted. Slurm holds a requeued batch job pending
+        # (Reason=BeginTime) with its begin time set past the requeue; it runs when that comes,
+        # on the nodes left (gpu002 is drained): longer than this test may wait.
+        after = _job(converged, job)
+        assert after[:2] == ("PENDING", "") and after[2] in ("BeginTime", "None"), after
+        shown_job = lab.ssh("head", f"scontrol show job {job}; date +%s").stdout
+        assert "Restarts=1" in shown_job, shown_job
+        print(f"watch cycles took {took} s; after requeue the job is {after}: {shown_job}")
     finally:
         lab.ssh("head", f"scancel {job}")
         converged.heal(*faults)
