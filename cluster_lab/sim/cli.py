@@ -63,6 +63,23 @@ def hostname() -> str:
     return os.environ.get("LAB_NODE") or socket.gethostname().split(".")[0]
 
 
+# /usr/lib/cluster-tool-lab in a node: the installed packages' versions and build records.
+LIB_ROOT = Path(__file__).resolve().parents[2]
+# Which ib_core the driver package's nvidia-peermem was built against ("doca" or "inbox"),
+# written by its postinst as the DKMS build would decide it.
+PEERMEM_BUILD = "nvidia-peermem.ib_core"
+_PEERMEM_EINVAL = "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument\n"
+
+
+def peermem_built_without_doca(lib_root: Path | None = None) -> bool:
+    """nvidia-peermem was built while DOCA was not installed: without the peer-memory API of
+    DOCA's ib_core its init is a bare -EINVAL (nvidia-peermem.c), so it never loads."""
+    try:
+        return (lib_root or LIB_ROOT).joinpath(PEERMEM_BUILD).read_text().strip() == "inbox"
+    except OSError:
+        return False
+
+
 def installed_versions(versions_dir: Path | None = None) -> dict[str, str]:
     """Versions of the simulator packages installed in this node (package -> upstream
     version, epoch and Debian revision dropped)."""
@@ -274,6 +291,8 @@ def modprobe(argv: list[str], model: dict[str, Any], host: str) -> Result:
         done = subprocess.run(["/usr/sbin/modprobe", *argv], check=False)
         return Result("", done.returncode)
     remove = "-r" in argv or "--remove" in argv
+    if "nvidia_peermem" in ours and not remove and peermem_built_without_doca():
+        return Result("", 1, _PEERMEM_EINVAL)
     for name in ours:
         if hw is None or name not in hw.modules:
             release = os.uname().release

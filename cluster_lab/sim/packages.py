@@ -185,6 +185,14 @@ _INBOX_MLX5_AT_INSTALL = """run="${LAB_RUN_DIR:-/run/cluster-tool-lab}"
 [ -e "$run/mlx5_core" ] || { mkdir -p "$run" && echo inbox > "$run/mlx5_core"; }
 """
 
+# The driver's DKMS build compiles nvidia-peermem against DOCA's ib_core when DOCA is installed
+# (its /usr/src/ofa_kernel), else against the inbox one, which lacks the peer-memory API: recorded
+# for the simulated modprobe, which then refuses nvidia_peermem as the real one does.
+_PEERMEM_BUILD = f"""lib=/{LIB_DIR}
+if [ -e "$lib/versions/doca-ofed" ]; then ib_core=doca; else ib_core=inbox; fi
+echo "$ib_core" > "$lib/nvidia-peermem.ib_core"
+"""
+
 _WRAPPER = """#!/usr/bin/python3
 # cluster-tool lab simulator of `{tool}`: answers from the lab's hardware model.
 import os
@@ -236,7 +244,7 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             carries_simulator=True,
             boot_scripts={"nvidia-kernel-modules": _LOAD_MODULES_AT_BOOT},
             # As udev would on real hardware, the modules load when the driver lands.
-            postinst="/usr/local/sbin/modprobe nvidia || true\n"
+            postinst=_PEERMEM_BUILD + "/usr/local/sbin/modprobe nvidia || true\n"
             "/usr/local/sbin/modprobe nvidia_uvm || true\n"
             "/usr/local/sbin/modprobe nvidia_peermem || true\n",
         ),

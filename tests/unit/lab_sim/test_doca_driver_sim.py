@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster_lab.sim import cli, kernel_state
+from cluster_lab.sim.hw import default_hardware
 from cluster_lab.sim.packages import build_sim_packages
 from tests.conftest import FIXTURES
 
@@ -100,3 +102,39 @@ def test_docas_driver_is_loaded_only_after_openibd_restart_or_a_reboot(
         assert _loaded(run) == DOCA_MLX5
     finally:
         _stop(daemon)
+
+
+def test_nvidia_peermem_built_before_doca_does_not_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver package installed before DOCA built nvidia-peermem against the inbox ib_core,
+    which has no peer-memory API: modprobe refuses it as the real one does ("Invalid argument");
+    installed after DOCA, it loads."""
+    monkeypatch.setenv("LAB_MOUNT_KERNEL_VIEW", "0")
+    monkeypatch.setattr(kernel_state, "RUN_DIR", tmp_path / "run")
+    monkeypatch.setattr(cli, "LIB_ROOT", tmp_path)
+    model = {"nodes": {"gpu001": {"hardware": default_hardware("gpu001").to_dict()}}}
+    (tmp_path / cli.PEERMEM_BUILD).write_text("inbox\n")
+    refused = cli.modprobe(["nvidia_peermem"], model, "gpu001")
+    assert (refused.exit_code, refused.stderr) == (
+        1,
+        "modprobe: ERROR: could not insert 'nvidia_peermem': Invalid argument\n",
+    )
+    assert "nvidia_peermem" not in cli.lsmod([], model, "gpu001").stdout
+    (tmp_path / cli.PEERMEM_BUILD).write_text("doca\n")
+    assert cli.modprobe(["nvidia_peermem"], model, "gpu001").exit_code == 0
+    assert "nvidia_peermem" in cli.lsmod([], model, "gpu001").stdout
+
+
+def test_the_driver_package_records_the_ib_core_its_peermem_was_built_against(
+    tmp_path: Path,
+) -> None:
+    debs = build_sim_packages(tmp_path / "debs")
+    deb = next(p for p in debs if p.name.startswith("nvidia-open-kernel-dkms_"))
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "ctl")], check=True)
+    postinst = (tmp_path / "ctl" / "postinst").read_text()
+    build = postinst.index("nvidia-peermem.ib_core")
+    assert build < postinst.index("modprobe nvidia_peermem"), "recorded before it is loaded"
+    assert 'if [ -e "$lib/versions/doca-ofed" ]; then ib_core=doca; else ib_core=inbox; fi' in (
+        postinst
+    )
