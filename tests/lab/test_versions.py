@@ -1,6 +1,7 @@
 """`cluster-tool versions` on the converged lab (issue 19): the version probe reads what every
 node runs over SSH; a healthy lab keeps the spec and the compatibility matrix, and the
-version-skew faults show up named with node and component, then heal."""
+version-skew faults show up named with node and component, in `versions` and in `validate`, then
+heal."""
 
 from __future__ import annotations
 
@@ -39,6 +40,21 @@ def test_version_skew_is_named_and_a_healthy_lab_reports_none(converged: Converg
             ("version.incompatible", "gpu002", "fabricmanager"),
             ("version.outlier", "gpu003", "hca_firmware mlx5_4"),
         ]
+        # validate judges the same probe, collected with the health probes: the same two,
+        # the fabric manager an error (exit 1), the adapter a warning.
+        rc, report, err = converged.run_json(
+            "validate", str(converged.lab.spec), "--health", "--no-dcgm", timeout=600
+        )
+        judged = [
+            (f["check"], f["node"], f["component"], f["severity"])
+            for f in report.get("findings", [])
+            if f["check"].startswith("version.")
+        ]
+        assert judged == [
+            ("version.incompatible", "gpu002", "fabricmanager", "error"),
+            ("version.outlier", "gpu003", "hca_firmware mlx5_4", "warning"),
+        ], (rc, err[-2000:], report.get("findings"))
+        assert rc == 1
     finally:
         converged.heal(*reversed(faults))
     rc, report = versions(converged)
