@@ -128,7 +128,8 @@ def write_tree(hw: NodeHardware, loaded: list[str], root: Path, mlx5: str | None
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.is_file() or path.read_text() != text:
-            tmp = path.with_name(f".{path.name}.tmp")
+            # Several writers publish (a tool, openibd, persistenced): each its own temporary.
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             tmp.write_text(text)
             tmp.replace(path)
     keep = {root / rel for rel in wanted}
@@ -136,11 +137,13 @@ def write_tree(hw: NodeHardware, loaded: list[str], root: Path, mlx5: str | None
     for sub in MOUNTS.values():
         for dirpath, dirnames, filenames in os.walk(root / sub, topdown=False):
             for name in filenames:
-                if Path(dirpath, name) not in keep:
-                    Path(dirpath, name).unlink()
+                if Path(dirpath, name) not in keep and not name.startswith("."):
+                    # another writer may have removed it first
+                    Path(dirpath, name).unlink(missing_ok=True)
             for name in dirnames:
                 if Path(dirpath, name) not in keep:
-                    Path(dirpath, name).rmdir()
+                    with contextlib.suppress(OSError):  # gone already, or a writer's temporary
+                        Path(dirpath, name).rmdir()
 
 
 # Character devices the driver creates: major 195 for the GPUs and nvidiactl; nvidia-uvm
