@@ -34,6 +34,9 @@ class Ibqueryerrors(Probe):
     check = "ib.counters-unread"
     what = "ibqueryerrors"
     timeout_s = 300
+    # It exits 1 whenever it lists a port over threshold (infiniband-diags:
+    # `rc = print_summary(); if (rc) rc = 1;`): what it printed is the reading.
+    reads_failed_runs = True
 
     def command(self) -> str:
         return "ibqueryerrors"
