@@ -116,6 +116,8 @@ def run_validate(
             concurrency=concurrency,
             on_done=on_done,
         )
+        if fabric_host is not None:
+            _rerun_crashed(results, Target(fabric_host, address.get(fabric_host)), transport)
         if save is not None:
             save_capture(save, results)
 
@@ -204,6 +206,23 @@ def _version_findings(
     if not read:
         return [], unread
     return check_node_versions(cluster, read) + check_fleet_outliers(read), unread
+
+
+def _rerun_crashed(results: dict[str, HostResult], target: Target, transport: Transport) -> None:
+    """A fabric tool killed by a signal (exit 128+N: ibqueryerrors has crashed with SIGSEGV while
+    ports changed state under it) is run once more; what the second run gives is kept, so a
+    second crash still answers as unread."""
+    result = results.get(target.name)
+    if result is None or not result.reachable:
+        return
+    crashed = [p for p in FABRIC_PROBES if (o := result.outputs.get(p.name)) and o.rc >= 128]
+    if not crashed:
+        return
+    again = collect([(target, crashed)], transport).get(target.name)
+    if again is not None and again.reachable:
+        result.outputs.update(
+            {p.name: again.outputs[p.name] for p in crashed if p.name in again.outputs}
+        )
 
 
 def _counter_snapshot(out: ProbeOutput | None, read_at: float) -> CounterSnapshot | None:
