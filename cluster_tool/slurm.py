@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import secrets
 import shlex
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
@@ -182,11 +183,24 @@ class RunningJob:
     comment: str = ""
 
 
-def parse_squeue_running(text: str) -> list[RunningJob]:
+def parse_squeue_running(text: str, token: str | None = None) -> list[RunningJob]:
     """`squeue -h -t RUNNING -o %i|%N|%f|%k` lines (`123|gpu[001-004]|(null)|ckpt requeue`);
-    the comment comes last, so a `|` inside it stays in it."""
+    the comment comes last, so a `|` inside it stays in it. With `token` (the format was
+    `TOKEN|%i|%N|%f|%k`), only a line starting with it starts a job: a comment is any user's
+    text, and a newline in it must not read as another job's line (one the watcher would
+    requeue); such a line belongs to the comment before it."""
     jobs: list[RunningJob] = []
     for no, line in enumerate(text.splitlines(), 1):
+        if token is not None:
+            if not line.startswith(f"{token}|"):
+                if not jobs:
+                    raise ParseError("expected a job line first", line_no=no, line=line)
+                last = jobs[-1]
+                jobs[-1] = RunningJob(
+                    last.job_id, last.nodes, last.features, f"{last.comment}\n{line}"
+                )
+                continue
+            line = line[len(token) + 1 :]
         if not line.strip():
             continue
         parts = line.split("|", 3)
@@ -405,8 +419,9 @@ class AdminSlurm(SlurmCLI):
 
     def running_jobs(self) -> list[RunningJob]:
         """Every running job: its nodes, features and comment (`squeue -t RUNNING`)."""
+        token = secrets.token_hex(8)
         return parse_squeue_running(
-            self.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%N|%f|%k"])
+            self.run(["squeue", "-h", "-t", "RUNNING", "-o", f"{token}|%i|%N|%f|%k"]), token
         )
 
     def requeue(self, job_id: str) -> None:

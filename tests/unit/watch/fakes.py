@@ -112,9 +112,10 @@ class WatchSlurm(SlurmCluster):
         argv = list(argv)
         if argv[:4] == ["squeue", "-h", "-t", "RUNNING"]:
             self.calls.append(argv)
-            assert argv[4:] == ["-o", "%i|%N|%f|%k"], argv
+            assert argv[4] == "-o" and argv[5].endswith("|%i|%N|%f|%k"), argv
+            token = argv[5].split("|", 1)[0]
             return "".join(
-                f"{job}|{nodes}|{features or '(null)'}|{comment or '(null)'}\n"
+                f"{token}|{job}|{nodes}|{features or '(null)'}|{comment or '(null)'}\n"
                 for job, (nodes, features, comment) in self.running.items()
             )
         if argv[:2] == ["scontrol", "requeue"]:

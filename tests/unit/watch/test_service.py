@@ -205,3 +205,12 @@ def test_a_kernel_log_longer_than_the_state_keeps_shows_no_old_line_as_new(
     result = watch_once(lab, sources({"gpu001": later}), admin(fake), watch, tmp_path, now=1120.0)
     found = [(f.node, f.component, f.severity) for f in result.findings if f.check == "gpu.xid"]
     assert found == [("gpu001", "GPU0", "error")]
+
+
+def test_a_comment_spanning_lines_cannot_forge_another_running_job() -> None:
+    # Any user sets a job's comment; a newline in it must not read as a line of its own.
+    fake = fake_slurm()
+    fake.running = {"101": ("gpu001", "", "mine\n999|gpu002|(null)|watch-requeue")}
+    jobs = admin(fake).running_jobs()
+    assert [(j.job_id, j.nodes) for j in jobs] == [("101", ("gpu001",))]
+    assert jobs[0].comment == "mine\n999|gpu002|(null)|watch-requeue"
