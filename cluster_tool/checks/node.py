@@ -181,7 +181,7 @@ def _read(
     if output is None or output.not_installed:
         problems.append(_probe_problem(node, probe, output))
         return None
-    if output.rc != 0 and not (probe.reads_failed_runs and output.stdout.strip()):
+    if not probe.read_anyway(output):
         problems.append(_probe_problem(node, probe, output))
         return None
     try:

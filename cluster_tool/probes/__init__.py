@@ -53,6 +53,11 @@ class Probe:
         """The parsed record; the default is the text itself."""
         return "\n".join(output)
 
+    def read_anyway(self, output: ProbeOutput) -> bool:
+        """Whether `output` is a reading: a clean exit, or a failed one this probe still reads
+        (`reads_failed_runs`) when it printed something."""
+        return output.rc == 0 or (self.reads_failed_runs and bool(output.stdout.strip()))
+
     @property
     def check_id(self) -> str:
         return self.check or f"os.{self.name}"

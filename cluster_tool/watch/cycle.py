@@ -146,7 +146,7 @@ def _output(result: HostResult, probe: Probe) -> tuple[ProbeOutput | None, str |
     out = result.outputs.get(probe.name)
     if out is None:
         return None, "not collected"
-    if out.rc != 0 and not (probe.reads_failed_runs and out.stdout.strip()):
+    if not probe.read_anyway(out):
         err = (out.stderr or out.stdout).strip().splitlines()
         return None, f"exit {out.rc}" + (f": {err[-1][:160]}" if err else "")
     return out, None
