@@ -29,13 +29,8 @@ from typing import Any, Protocol
 
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.fileio import PRIVATE_FILE, atomic_write, private_dir, read_input_bytes
-from cluster_tool.remote.probes import (
-    Probe,
-    ProbeOutput,
-    composite_script,
-    outputs_to_json,
-    split_output,
-)
+from cluster_tool.probes import Probe, ProbeOutput
+from cluster_tool.remote.probes import composite_script, outputs_to_json, split_output
 
 __all__ = [
     "CAPTURE_VERSION",

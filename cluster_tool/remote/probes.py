@@ -16,9 +16,7 @@ from collections.abc import Iterable, Mapping
 from cluster_tool.errors import ParseError
 from cluster_tool.probes import Probe, ProbeOutput
 
-# ProbeOutput lives in cluster_tool.probes; it is named here too for the callers of its former
-# home.
-__all__ = ["ProbeOutput", "composite_script", "outputs_to_json", "split_output"]
+__all__ = ["composite_script", "outputs_to_json", "split_output"]
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 

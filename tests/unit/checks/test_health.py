@@ -20,7 +20,7 @@ from cluster_tool.parsers.ibstat import parse_ibstat
 from cluster_tool.parsers.kernel_log import parse_xids
 from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
 from cluster_tool.parsers.nvidia_topo import parse_topo_matrix
-from cluster_tool.remote.probes import ProbeOutput
+from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
 from cluster_tool.spec.models import HealthThresholds, NodeProfile, builtin_profile
 from tests.conftest import FIXTURES, REPO, read_real_output

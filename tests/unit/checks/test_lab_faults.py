@@ -22,7 +22,7 @@ from cluster_lab.sim.kernel_state import kernel_files
 from cluster_lab.sim.sysfs import write_sysfs_tree
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.findings import Finding
-from cluster_tool.remote.probes import ProbeOutput
+from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
 from tests.conftest import FIXTURES, REPO
 

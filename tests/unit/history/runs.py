@@ -14,8 +14,8 @@ from typing import Any
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.thresholds import GateProfile, Thresholds
+from cluster_tool.probes import ProbeOutput
 from cluster_tool.remote.fanout import HostResult, save_capture
-from cluster_tool.remote.probes import ProbeOutput
 from cluster_tool.slurm import SlurmCLI
 from cluster_tool.workflows.common import RecordingRunner
 from tests.conftest import read_real_output

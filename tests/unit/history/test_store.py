@@ -18,8 +18,8 @@ from cluster_tool.history import (
     Measurement,
     measurements_from_run,
 )
+from cluster_tool.probes import ProbeOutput
 from cluster_tool.remote.fanout import HostResult, save_capture
-from cluster_tool.remote.probes import ProbeOutput
 from tests.conftest import read_real_output
 from tests.unit.history.runs import IBSTAT, SMI, gate_rows
 
