@@ -62,11 +62,6 @@ LAYERS: dict[str, int] = {
 # only judges what it is given (neither collects, reports nor runs a job).
 ONLY_BELOW = ("remote", "checks")
 
-# Arrows between parts that break the rules today (upward, or closing a cycle), each with who
-# is removing it. The tests below leave them out; the strict xfail tests at the end fail once
-# one is gone, so its entry goes with it.
-KNOWN_ARROWS: dict[tuple[str, str], str] = {}
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -180,9 +175,7 @@ def test_every_part_of_the_package_has_a_layer() -> None:
 
 
 def test_no_module_imports_a_layer_above_it() -> None:
-    arrows = {
-        k: v for k, v in upward_arrows().items() if (_part(k[0]), _part(k[1])) not in KNOWN_ARROWS
-    }
+    arrows = upward_arrows()
     assert not arrows, "imports of a higher layer:\n" + "\n".join(sorted(arrows.values()))
 
 
@@ -196,7 +189,7 @@ def test_remote_and_checks_import_only_layers_below_theirs() -> None:
 
 
 def test_no_two_parts_of_the_package_import_each_other() -> None:
-    edges = {k: v for k, v in part_arrows().items() if k not in KNOWN_ARROWS}
+    edges = part_arrows()
     found = cycles(edges)
     assert not found, "import cycles between parts:\n" + "\n".join(
         " <-> ".join(group)
@@ -220,9 +213,3 @@ def test_the_product_never_imports_the_lab() -> None:
         if _is_lab(target)
     )
     assert into_lab == []
-
-
-def test_every_known_bad_arrow_is_still_there() -> None:
-    # An arrow that is gone leaves KNOWN_ARROWS, so the rules above hold for it again.
-    gone = sorted("->".join(arrow) for arrow in KNOWN_ARROWS if arrow not in part_arrows())
-    assert gone == [], f"remove from KNOWN_ARROWS: {gone}"
