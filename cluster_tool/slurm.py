@@ -295,6 +295,7 @@ class SlurmAdmin(Slurm, Protocol):
     def release(self, name: str) -> None: ...
     def running_jobs(self) -> list[RunningJob]: ...
     def requeue(self, job_id: str) -> None: ...
+    def start_now(self, job_id: str) -> None: ...
 
 
 @dataclass
@@ -428,6 +429,12 @@ class AdminSlurm(SlurmCLI):
         """Put a running batch job back in the queue (`scontrol requeue`): it restarts, from its
         own checkpoint, on nodes Slurm picks; a drained node is not among them."""
         self.run(["scontrol", "requeue", job_id])
+
+    def start_now(self, job_id: str) -> None:
+        """End a pending job's begin-time hold (`scontrol update JobId=ID StartTime=now`), such
+        as the one Slurm puts on a requeued batch job: it starts when the scheduler finds it
+        room."""
+        self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
     def release(self, name: str) -> None:
         try:

@@ -469,6 +469,9 @@ class _Offline:
     def requeue(self, job_id: str) -> None:
         self._refuse()
 
+    def start_now(self, job_id: str) -> None:
+        self._refuse()
+
 
 def check_validate_after(job: ValidateAfterJob) -> None:
     """The option combinations validate after maintenance refuses, before anything is read."""
