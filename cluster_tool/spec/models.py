@@ -817,6 +817,57 @@ class HistoryThresholds(StrictModel):
     )
 
 
+class BurnInThresholds(StrictModel):
+    """The burn-in rung (`--burn-in`): DCGM's run level, the soak's defaults, and when a node's
+    busbw sags over the soak (`burnin.sag`)."""
+
+    dcgm_level: Literal[3, 4] = Field(
+        3,
+        description="`dcgmi diag -r LEVEL` after the soak (default 3: adds Targeted Stress, "
+        "Targeted Power, Memory Bandwidth; 4 adds the longer EUD/memtest runs).",
+    )
+    bringup_minutes: float = Field(
+        240, gt=0, description="`bringup --burn-in default`: the soak's length (default 4 h)."
+    )
+    reimage_minutes: float = Field(
+        30,
+        gt=0,
+        description="`reimage/validate --burn-in default`: the soak's length (default 30 min).",
+    )
+    message_bytes: int = Field(
+        8 * 1024**3,
+        ge=1024**2,
+        description="The soak's all_reduce size (default 8 GiB: busbw's plateau on 2 nodes).",
+    )
+    cycles_per_step: int = Field(
+        5,
+        ge=1,
+        le=1000,
+        description="nccl-tests `-N` cycles per pair step; each cycle is one busbw sample "
+        "(default 5).",
+    )
+    baseline_samples: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="A node's first N samples are its own baseline (default 3).",
+    )
+    sag_max: float = Field(
+        0.10,
+        gt=0,
+        lt=1,
+        description="A node sags when its late samples are this fraction below its own "
+        "baseline with most of its partners (default 0.10).",
+    )
+    fleet_floor: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="Or when they are below this fraction of the fleet's median baseline "
+        "(default 0.90).",
+    )
+
+
 class Thresholds(StrictModel):
     """Health-check and nccl-gate limits."""
 
@@ -825,6 +876,7 @@ class Thresholds(StrictModel):
         default_factory=lambda: NcclGateThresholds.model_validate({})
     )
     history: HistoryThresholds = Field(default_factory=lambda: HistoryThresholds.model_validate({}))
+    burn_in: BurnInThresholds = Field(default_factory=lambda: BurnInThresholds.model_validate({}))
 
 
 # --- in service: cluster-tool watch --------------------------------------------------
@@ -856,6 +908,15 @@ class Watch(StrictModel):
         max_length=64,
         description="A job opts in to being requeued when its comment (`sbatch --comment`) or "
         "its features (`--constraint`) hold this word (default `watch-requeue`).",
+    )
+    release_requeued: bool = Field(
+        True,
+        description="Slurm holds a requeued batch job until AuthInfo cred_expire + 1 s (121 s "
+        "by default) after its previous run was cleaned up, so that no slurmd refuses the new "
+        "launch as the old run's revoked credential. When true (default), the next cycle after "
+        "a requeue, once Slurm shows the job PENDING for BeginTime (the previous run's epilog "
+        "done on every node), ends the hold (`scontrol update JobId=ID StartTime=now`): the new "
+        "launch credential is stamped after the revocation, which is all slurmd compares.",
     )
     state_dir: AbsolutePath = Field(
         "/var/lib/cluster-tool/watch",
