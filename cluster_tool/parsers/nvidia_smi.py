@@ -12,6 +12,7 @@ from cluster_tool.parsers.pci import normalize_pci_bus_id
 
 __all__ = [
     "ClockEventReasons",
+    "Clocks",
     "EccCounts",
     "FabricInfo",
     "GpuInfo",
@@ -112,6 +113,20 @@ class ClockEventReasons:
 
 
 @dataclass(frozen=True)
+class Clocks:
+    """MHz. `sm_mhz` is the SM clock now (low on an idle GPU); the application clocks are what
+    the GPU boosts to under load, lowered by `nvidia-smi -ac` and restored by `-rac`; the
+    default application clocks are the board's own; `max_sm_mhz` is the most it can run."""
+
+    sm_mhz: int | None = None
+    graphics_mhz: int | None = None
+    applications_graphics_mhz: int | None = None
+    default_applications_graphics_mhz: int | None = None
+    max_sm_mhz: int | None = None
+    max_graphics_mhz: int | None = None
+
+
+@dataclass(frozen=True)
 class Temperatures:
     """Degrees C. `*_tlimit_c` fields (R535+) are margins relative to T.Limit, the others
     absolute thresholds as older drivers print them."""
@@ -195,6 +210,12 @@ class GpuInfo:
     temperatures: Temperatures | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
+    # The limit the GPU enforces (`Current Power Limit` since R535, `Enforced Power Limit`
+    # before), the board's default and the most it can be set to.
+    enforced_power_limit_w: float | None = None
+    default_power_limit_w: float | None = None
+    max_power_limit_w: float | None = None
+    clocks: Clocks | None = None
     fabric: FabricInfo | None = None
     processes: tuple[GpuProcess, ...] = ()
 
@@ -490,6 +511,26 @@ def _temperatures(sec: _Section | None) -> Temperatures | None:
     )
 
 
+def _clocks(gpu: _Section) -> Clocks | None:
+    now = gpu.section("Clocks")
+    app = gpu.section("Applications Clocks")
+    default = gpu.section("Default Applications Clocks")
+    top = gpu.section("Max Clocks")
+    if now is None and app is None and top is None:
+        return None
+    mhz = " MHz"
+    return Clocks(
+        sm_mhz=now.integer("SM", unit=mhz) if now else None,
+        graphics_mhz=now.integer("Graphics", unit=mhz) if now else None,
+        applications_graphics_mhz=app.integer("Graphics", unit=mhz) if app else None,
+        default_applications_graphics_mhz=default.integer("Graphics", unit=mhz)
+        if default
+        else None,
+        max_sm_mhz=top.integer("SM", unit=mhz) if top else None,
+        max_graphics_mhz=top.integer("Graphics", unit=mhz) if top else None,
+    )
+
+
 def _remapped_rows(gpu: _Section) -> RemappedRows | None:
     node = gpu.node("Remapped Rows")
     if node is None or (node.value is not None and not node.children):
@@ -629,6 +670,14 @@ def _gpu_info(nodes: list[_Node], pci_bus_id: str | None) -> GpuInfo:
         power_limit_w=power.number("Current Power Limit", "Power Limit", unit=" W")
         if power
         else None,
+        enforced_power_limit_w=power.number(
+            "Current Power Limit", "Enforced Power Limit", unit=" W"
+        )
+        if power
+        else None,
+        default_power_limit_w=power.number("Default Power Limit", unit=" W") if power else None,
+        max_power_limit_w=power.number("Max Power Limit", unit=" W") if power else None,
+        clocks=_clocks(gpu),
         fabric=_fabric(gpu),
         processes=_processes(gpu),
     )
@@ -736,6 +785,9 @@ _KNOWN_GPU_FIELDS = frozenset(
         "Fabric",
         "GPU Power Readings",
         "Power Readings",
+        "Clocks",
+        "Applications Clocks",
+        "Max Clocks",
         *_REASON_SECTIONS,
     }
 )

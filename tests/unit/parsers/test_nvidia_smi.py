@@ -166,6 +166,32 @@ def test_failing_gpu_variant_reads_every_fault() -> None:
     assert good.ecc_volatile is not None and good.ecc_volatile.uncorrectable == 0
 
 
+def test_real_h100x8_power_limits_and_clocks() -> None:
+    # Read by hand from the capture's GPU sections (e.g. lines 171-202 for GPU 0): every GPU
+    # enforces 700.00 W of 200-700 W, idles at an SM clock of 86 MHz and has application,
+    # default application and maximum SM clocks of 1980 MHz.
+    for gpu in parse_nvidia_smi_q(real(FULL)).gpus:
+        assert gpu.enforced_power_limit_w == 700.0
+        assert (gpu.default_power_limit_w, gpu.max_power_limit_w) == (700.0, 700.0)
+        clocks = gpu.clocks
+        assert clocks is not None
+        assert (clocks.sm_mhz, clocks.graphics_mhz) == (86, 86)
+        assert clocks.applications_graphics_mhz == 1980
+        assert clocks.default_applications_graphics_mhz == 1980
+        assert (clocks.max_sm_mhz, clocks.max_graphics_mhz) == (1980, 1980)
+
+
+def test_v100_legacy_power_limit_is_the_enforced_one() -> None:
+    # The legacy layout prints `Power Limit`, `Enforced Power Limit` and a V100's application
+    # clock below its maximum (1290 of 1530 MHz), as the capture shows.
+    gpu = parse_nvidia_smi_q(fixture("nvidia-smi-q_v100_driver418.67_legacy_layout.txt")).gpus[0]
+    assert (gpu.enforced_power_limit_w, gpu.max_power_limit_w) == (300.0, 300.0)
+    assert gpu.clocks is not None
+    assert gpu.clocks.applications_graphics_mhz == 1290
+    assert gpu.clocks.default_applications_graphics_mhz == 1290
+    assert (gpu.clocks.sm_mhz, gpu.clocks.max_sm_mhz) == (135, 1530)
+
+
 def test_v100_legacy_layout() -> None:
     report = parse_nvidia_smi_q(fixture("nvidia-smi-q_v100_driver418.67_legacy_layout.txt"))
     assert (report.driver_version, report.cuda_version) == ("418.67", "10.1")
