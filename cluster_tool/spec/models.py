@@ -303,6 +303,18 @@ class NodeProfile(StrictModel):
         "on socket 0, second half on socket 1 (gres.conf `Cores=`).",
     )
     nvlink_domain_size: int = Field(8, ge=1, description="GPUs in one NVLink domain.")
+    gpu_power_limit_w: float | None = Field(
+        None,
+        gt=0,
+        description="Power limit (W) every GPU should enforce (700 on H100/H200 SXM); a GPU "
+        "below it is gpu.power-limit. Unset: not checked.",
+    )
+    gpu_max_sm_clock_mhz: int | None = Field(
+        None,
+        gt=0,
+        description="Maximum SM clock (MHz) the GPUs reach (1980 on H100 SXM5); a GPU whose "
+        "maximum is lower is gpu.clocks. Unset: not checked.",
+    )
     cpu_sockets: int = Field(ge=1, description="CPU sockets (Slurm `Sockets`).")
     cpu_cores_per_socket: int = Field(ge=1, description="Cores per socket.")
     cpu_threads_per_core: int = Field(1, ge=1, le=8, description="Hardware threads per core.")
@@ -493,7 +505,27 @@ class Fabric(StrictModel):
     node_description_format: NodeDescriptionFormat = Field(
         "%h %d", description="rdma-ndd node description format (default `%h %d`: `gpu001 mlx5_0`)."
     )
-    subnet_manager: HostName = Field(description="Host that runs the subnet manager (OpenSM/UFM).")
+    subnet_manager: HostName = Field(
+        description="Host that runs the subnet manager: OpenSM, installed by the opensm role "
+        "(mode `opensm`), or, with an external UFM (mode `ufm`), the host that checks an SM "
+        "answers (`sminfo`)."
+    )
+    subnet_manager_mode: Literal["opensm", "ufm"] = Field(
+        "opensm",
+        description="`opensm` (default): the opensm role installs and runs OpenSM on "
+        "`subnet_manager` (and `standby_subnet_manager`); `ufm`: an external UFM manages the "
+        "subnet, the role installs nothing and only checks that an SM answers.",
+    )
+    standby_subnet_manager: HostName | None = Field(
+        None,
+        description="Second OpenSM host, at a lower `sm_priority` than `subnet_manager` "
+        "(a primary/standby pair). Mode `opensm` only.",
+    )
+    adaptive_routing: bool = Field(
+        False,
+        description="Route with NVIDIA OpenSM's adaptive-routing engines (`ar_ftree,ar_updn`; "
+        "NVIDIA OpenSM from the DOCA-Host repository). Implied by `sharp`.",
+    )
     expected_speed: Literal["EDR", "HDR", "NDR", "XDR"] = Field(
         "NDR", description="Generation of every fabric link (default NDR)."
     )
@@ -1147,6 +1179,7 @@ def _derive_hosts(cluster: Cluster) -> list[Node]:
     add_role(cluster.slurm.accounting_host, ROLE_SLURMDBD)
     add_role(cluster.slurm.login_nodes, ROLE_LOGIN)
     add_role(cluster.fabric.subnet_manager, ROLE_SUBNET_MANAGER)
+    add_role(cluster.fabric.standby_subnet_manager, ROLE_SUBNET_MANAGER)
 
     hosts: list[Node] = []
     gpu_seen = 0

@@ -43,7 +43,13 @@ _HGX_GPU_PCI = (
 
 
 def _hgx(
-    *, description: str, gpu_model: str, gpu_product: str, gpu_memory_gib: int
+    *,
+    description: str,
+    gpu_model: str,
+    gpu_product: str,
+    gpu_memory_gib: int,
+    gpu_power_limit_w: float,
+    gpu_max_sm_clock_mhz: int | None,
 ) -> dict[str, Any]:
     return {
         "description": description,
@@ -51,6 +57,8 @@ def _hgx(
         "gpu_product": gpu_product,
         "gpu_count": 8,
         "gpu_memory_gib": gpu_memory_gib,
+        "gpu_power_limit_w": gpu_power_limit_w,
+        "gpu_max_sm_clock_mhz": gpu_max_sm_clock_mhz,
         "gpu_pci": list(_HGX_GPU_PCI),
         "gpu_sockets": [0, 0, 0, 0, 1, 1, 1, 1],
         "nvlink_domain_size": 8,
@@ -83,11 +91,22 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         gpu_model="h100",
         gpu_product="NVIDIA H100 80GB HBM3",
         gpu_memory_gib=80,
+        # NVIDIA H100 Tensor Core GPU datasheet: H100 SXM "Max thermal design power (TDP) up
+        # to 700W (configurable)"; the real 8x H100 SXM5 `nvidia-smi -q` (driver 535.161.08,
+        # shared/fixtures/real-outputs) shows Default and Max Power Limit 700.00 W and
+        # Max Clocks SM 1980 MHz on every GPU.
+        gpu_power_limit_w=700.0,
+        gpu_max_sm_clock_mhz=1980,
     ),
     "hgx-h200-8x-ndr": _hgx(
         description="HGX H200 8-GPU (141 GB HBM3e), 8x ConnectX-7 NDR compute HCAs, 2x Xeon",
         gpu_model="h200",
         gpu_product="NVIDIA H200",
         gpu_memory_gib=141,
+        # NVIDIA H200 Tensor Core GPU datasheet: H200 SXM "Max thermal design power (TDP) up
+        # to 700W (configurable)". It publishes no SM clock and no real H200 capture with
+        # Max Clocks was found: the maximum clock is left unchecked.
+        gpu_power_limit_w=700.0,
+        gpu_max_sm_clock_mhz=None,
     ),
 }
