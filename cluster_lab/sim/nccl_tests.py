@@ -72,7 +72,7 @@ _LONG = [
     "nthreads=", "ngpus=", "minbytes=", "maxbytes=", "stepbytes=", "stepfactor=", "iters=",
     "agg_iters=", "warmup_iters=", "parallel_init=", "check=", "op=", "datatype=", "root=",
     "blocking=", "stream_null=", "timeout=", "cudagraph=", "report_cputime=", "average=",
-    "help", "local_register=",
+    "help", "local_register=", "run_cycles=",
 ]  # fmt: skip
 
 
@@ -116,6 +116,11 @@ def parse_args(argv: list[str]) -> Options:
             o.blocking = int(value)
         elif name in ("G", "cudagraph"):
             o.graph = int(value)
+        elif name in ("N", "run_cycles"):
+            o.extra["N"] = value
+            if not value.isdigit() or int(value) < 1:
+                # 0 (forever) would never end in the lab; the soak always gives a count.
+                raise UsageFailure(f"run_cycles {value!r}: the lab runs 1 or more cycles")
         elif name in ("h", "help"):
             raise UsageFailure("help")
         else:
@@ -186,8 +191,14 @@ def run(
     hostname: str,
     pid: int,
     adjust: Callable[[NodeHardware], None] | None = None,
+    reload: Callable[[], dict[str, Any]] | None = None,
+    pace: Callable[[float], None] | None = None,
 ) -> Outcome:
-    """One process of `<collective>_perf ARGV`: what it prints and its exit status."""
+    """One process of `<collective>_perf ARGV`: what it prints and its exit status.
+
+    With `-N CYCLES` the sweep is printed CYCLES times, as nccl-tests does; each cycle after the
+    first reads the model again (`reload`: faults injected meanwhile show) and `pace` waits the
+    cycle's own run time (its rows' times x iterations), so a cycle takes time as on GPUs."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}")
     try:
@@ -308,9 +319,34 @@ def run(
     corrupting = {hw.name for hw in nodes if hw.nccl_corrupt}
     corrupt_ranks = sum(1 for r in ranks if r.host in corrupting)
     rows = compute_rows(collective, opts, len(ranks), bandwidth, run_key, corrupt_ranks)
-    errors = out_of_bounds(rows, corrupt_ranks)
+    every = list(rows)
     lines += render_rows(collective, opts, len(ranks), rows)
-    lines += render_footer(avg_busbw(collective, len(ranks), rows), errors)
+    for cycle in range(1, int(opts.extra.get("N", "1"))):
+        if pace is not None:
+            pace(sum(r.out_time_us + r.in_time_us for r in rows) * opts.iters / 1e6)
+        if reload is not None:
+            fresh = reload()
+            nodes = [node_hardware(fresh, h) for h in hosts_in_order]
+            for hw in nodes:
+                if adjust is not None:
+                    adjust(hw)
+            # The same GPUs, as the model now has them.
+            minors = {h: {g.minor for g in gs} for h, gs in used.items()}
+            used = {hw.name: [g for g in hw.gpus if g.minor in minors[hw.name]] for hw in nodes}
+            again = peak_busbw(
+                fresh, nodes, collective, gpus_per_node, algo, gpus=used,
+                ib_hca=env.get("NCCL_IB_HCA"),
+                nvls=env.get("NCCL_NVLS_ENABLE", "1").strip() != "0",
+            )  # fmt: skip
+            if isinstance(again, Bandwidth):
+                bandwidth = again
+        rows = compute_rows(
+            collective, opts, len(ranks), bandwidth, f"{run_key}/{cycle}", corrupt_ranks
+        )
+        every += rows
+        lines += render_rows(collective, opts, len(ranks), rows)
+    errors = out_of_bounds(every, corrupt_ranks)
+    lines += render_footer(avg_busbw(collective, len(ranks), every), errors)
     # nccl-tests exits EXIT_FAILURE when the check found wrong values.
     return Outcome("\n".join(lines) + "\n", 1 if errors else 0)
 
@@ -355,7 +391,10 @@ def main(
 
     hostname = os.environ.get("LAB_NODE") or socket.gethostname().split(".")[0]
     env = nccl_environment(os.environ, _conf_texts(os.environ))
-    outcome = run(collective, argv, env, load_model(), hostname, os.getpid(), adjust)
+    outcome = run(
+        collective, argv, env, load_model(), hostname, os.getpid(), adjust,
+        reload=load_model, pace=lambda s: time.sleep(min(s, 60.0)),
+    )  # fmt: skip
     sys.stdout.write(outcome.stdout)
     sys.stdout.flush()
     if outcome.hang:

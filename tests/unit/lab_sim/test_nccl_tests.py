@@ -373,3 +373,29 @@ def test_nccl_conf_sets_what_the_environment_does_not() -> None:
     site = "NCCL_IB_HCA==" + ",".join(RAIL_HCAS) + "\n"
     out = run("all_reduce", ARGS, nccl_environment(srun_env(0), [site]), model, "gpu001", 7)
     assert busbw_of(out) == two_node_busbw(model)
+
+
+def test_run_cycles_repeat_the_sweep_and_read_faults_injected_between_cycles() -> None:
+    """-N 4 prints the 8 GiB row four times (nccl-tests' run_cycles); a straggler injected after
+    the second cycle shows in cycles 3 and 4 only, and each cycle waits its own run time."""
+    import copy
+
+    model = lab_model()
+    slowed = copy.deepcopy(model)
+    slowed["nodes"]["gpu002"]["hardware"]["slow_factor"] = 0.8
+    reads = iter([model, slowed, slowed])
+    waits: list[float] = []
+    args = ["-b", "8G", "-e", "8G", "-g", "1", "-n", "20", "-N", "4"]
+    out = run("all_reduce", args, srun_env(0), model, "gpu001", 4242,
+              reload=lambda: next(reads), pace=waits.append)  # fmt: skip
+    assert out.exit_code == 0, out.stdout
+    parsed = parse_nccl_tests(out.stdout)
+    busbw = [r.out_of_place.busbw for r in parsed.rows if r.out_of_place]
+    assert len(busbw) == 4 and parsed.complete
+    assert min(busbw[:2]) > 1.15 * max(busbw[2:])  # 0.8x, with the runs' 0-3 % jitter
+    assert len(waits) == 3 and all(w > 0.1 for w in waits)  # 20 iterations of ~8 GiB each
+
+
+def test_run_cycles_zero_is_refused_in_the_lab() -> None:
+    with pytest.raises(UsageFailure, match="run_cycles"):
+        parse_args(["-N", "0"])
