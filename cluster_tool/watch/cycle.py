@@ -52,9 +52,10 @@ _NOT_ACTIONABLE = ("os.", "slurm.", "watch.unread", "watch.fleet", "watch.slurm"
 
 @dataclass(frozen=True)
 class Action:
-    """What the watcher did through Slurm: drained a node, or requeued a job."""
+    """What the watcher did through Slurm: drained a node, requeued a job, or released a job it
+    requeued from Slurm's begin-time hold."""
 
-    kind: Literal["drain", "requeue"]
+    kind: Literal["drain", "requeue", "release"]
     check: str
     node: str | None = None
     job_id: str | None = None
@@ -361,7 +362,14 @@ def run_cycle(
     slow = find_slow(jobs, signals, policy)
     findings += judge_stragglers(slow, state.stragglers, jobs, policy)
 
-    actions, drained, extra = _act(cluster, policy, findings, jobs, states, slurm, state, slurm_ok)
+    released: list[Action] = []
+    if slurm_ok:
+        released, extra = _release(policy, state, slurm, now)
+        findings += extra
+    actions, drained, extra = _act(
+        cluster, policy, findings, jobs, states, slurm, state, slurm_ok, now
+    )
+    actions = released + actions
     findings += extra
 
     first_seen, new, resolved = _remember(state, findings, now)
@@ -394,6 +402,7 @@ def _act(
     slurm: SlurmAdmin,
     state: WatchState,
     slurm_ok: bool,
+    now: float,
 ) -> tuple[list[Action], list[str], list[Finding]]:
     """Drain and requeue by policy; returns the actions, the nodes the watcher now holds
     drained, and the findings acting raised (`watch.fleet`, `watch.slurm`)."""
@@ -458,9 +467,62 @@ def _act(
                 continue
             done.add((job.job_id, found_id))
             state.requeued.append((job.job_id, found_id))
+            state.held[job.job_id] = now
             why = f"{found_id} on {', '.join(hit)}"
             actions.append(Action("requeue", found_id, node=hit[0], job_id=job.job_id, detail=why))
     return actions, sorted(ours), extra
+
+
+# A job the watcher requeued waits in `state.held` until Slurm's requeue has finished (the job
+# PENDING for BeginTime) and is then released; one that waits this long is forgotten.
+HELD_FORGET_S = 86400.0
+# Squeue's state for a requeued job whose previous run is still being cleaned up (the
+# COMPLETING / REQUEUE flags over PENDING): not yet releasable, still ours to release.
+_REQUEUING = {"COMPLETING", "REQUEUED", "REQUEUE_FED"}
+
+
+def _release(
+    policy: Watch, state: WatchState, slurm: SlurmAdmin, now: float
+) -> tuple[list[Action], list[Finding]]:
+    """End Slurm's begin-time hold on the jobs the watcher requeued in an earlier cycle.
+
+    Slurm (job_mgr.c, batch_requeue_fini) sets a requeued batch job's begin time to now +
+    AuthInfo cred_expire + 1 (121 s by default) once every node of its previous run has
+    finished its epilog: "the time stamp on the new batch launch credential must be larger than
+    the time stamp on the revoke request". A slurmd refuses a launch whose credential is not
+    newer than the job's revocation (slurm_cred_revoked: ctime <= revoked), and a credential
+    issued after it purges the old record (slurm_cred_handle_reissue). So once squeue shows the
+    job PENDING for BeginTime, a cycle after the requeue, starting it now issues a credential
+    stamped after the revocation, and the job runs on the nodes Slurm picks (never the drained
+    one) two minutes sooner. Only under the requeue policy with `release_requeued`; never a job
+    held for any other reason (a user's or an admin's hold, a dependency)."""
+    if policy.policy != "requeue" or not state.held:
+        return [], []
+    if not policy.release_requeued:
+        state.held.clear()
+        return [], []
+    try:
+        jobs = slurm.job_states(sorted(state.held))
+    except SlurmError as exc:
+        return [], [_slurm_finding("read the requeued jobs", exc)]
+    actions: list[Action] = []
+    found: list[Finding] = []
+    for job_id, at in sorted(state.held.items()):
+        job = jobs.get(job_id)
+        if job is not None and job.state in _REQUEUING and now - at < HELD_FORGET_S:
+            continue  # its previous run is still being cleaned up: next cycle
+        del state.held[job_id]
+        if job is None or job.state != "PENDING" or job.reason != "BeginTime" or now <= at:
+            continue  # running again, ended, or held for another reason: not ours to touch
+        try:
+            slurm.start_now(job_id)
+        except SlurmError as exc:
+            found.append(_slurm_finding(f"release job {job_id}", exc))
+            continue
+        check = next((c for j, c in reversed(state.requeued) if j == job_id), "")
+        why = f"requeued {now - at:.0f} s ago for {check}; Slurm's begin-time hold ended"
+        actions.append(Action("release", check, job_id=job_id, detail=why))
+    return actions, found
 
 
 def _remember(

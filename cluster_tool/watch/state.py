@@ -80,6 +80,8 @@ class WatchState:
     # "check|node|component" -> the finding as JSON plus first_seen / last_seen.
     open: dict[str, dict[str, Any]] = field(default_factory=dict)
     requeued: list[tuple[str, str]] = field(default_factory=list)  # (job id, check)
+    # Jobs requeued and not yet released from Slurm's begin-time hold: job id -> when.
+    held: dict[str, float] = field(default_factory=dict)
     stragglers: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> node -> streak
     cycles: int = 0
     last_cycle_at: float | None = None
@@ -97,6 +99,7 @@ class WatchState:
             "fabric_counters": self.fabric_counters,
             "open": dict(newest_open[-OPEN_MAX:]),
             "requeued": [list(p) for p in self.requeued[-REQUEUED_MAX:]],
+            "held": dict(sorted(self.held.items(), key=lambda kv: kv[1])[-REQUEUED_MAX:]),
             "stragglers": self.stragglers,
         }
 
@@ -112,6 +115,7 @@ class WatchState:
                 fabric_counters=data.get("fabric_counters"),
                 open={str(k): dict(v) for k, v in data.get("open", {}).items()},
                 requeued=[(str(j), str(c)) for j, c in data.get("requeued", [])],
+                held={str(j): float(t) for j, t in data.get("held", {}).items()},
                 stragglers={
                     str(job): {str(n): int(s) for n, s in nodes.items()}
                     for job, nodes in data.get("stragglers", {}).items()

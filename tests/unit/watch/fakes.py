@@ -107,6 +107,10 @@ class WatchSlurm(SlurmCluster):
 
     running: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # id -> nodes, f, c
     requeued: list[str] = field(default_factory=list)
+    # Jobs back in the queue: id -> (squeue %T, %r). A requeued job shows COMPLETING while its
+    # previous run's epilog runs, then PENDING for BeginTime (a test moves it on).
+    queued: dict[str, tuple[str, str]] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
 
     def __call__(self, argv: Sequence[str]) -> str:
         argv = list(argv)
@@ -121,6 +125,18 @@ class WatchSlurm(SlurmCluster):
         if argv[:2] == ["scontrol", "requeue"]:
             self.calls.append(argv)
             self.requeued.append(argv[2])
+            self.running.pop(argv[2], None)
+            self.queued[argv[2]] = ("COMPLETING", "None")
+            return ""
+        if argv[:3] == ["squeue", "-h", "-j"]:
+            self.calls.append(argv)
+            assert argv[4:] == ["-o", "%i|%T|%r"], argv
+            wanted = argv[3].split(",")
+            return "".join(f"{j}|{t}|{r}\n" for j, (t, r) in self.queued.items() if j in wanted)
+        if argv[:2] == ["scontrol", "update"] and argv[2].startswith("JobId="):
+            self.calls.append(argv)
+            assert argv[3:] == ["StartTime=now"], argv
+            self.started.append(argv[2].split("=", 1)[1])
             return ""
         return super().__call__(argv)
 

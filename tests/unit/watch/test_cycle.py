@@ -157,3 +157,58 @@ def test_an_unreachable_node_is_a_warning_and_never_drained(lab: Cluster) -> Non
     unread = [(f.check, f.severity, f.node) for f in result.findings if f.node == "gpu004"]
     assert unread == [("watch.unread", "warning", "gpu004")]
     assert fake.drains() == []
+
+
+def _requeue_then(lab: Cluster, fake: WatchSlurm, watch: Watch) -> tuple[WatchState, int]:
+    """Cycles 1-2 of the flap test: gpu002 drained, job 101 requeued (COMPLETING in squeue)."""
+    state, results = cycles(lab, fake, [{}, {"gpu002": BOOT_LOG + flapping(3)}], watch)
+    assert fake.requeued == ["101"] and fake.queued == {"101": ("COMPLETING", "None")}
+    return state, len(results)
+
+
+def _next(
+    lab: Cluster, fake: WatchSlurm, state: WatchState, at: float, watch: Watch
+) -> CycleResult:
+    sources = CapturedSources({n: NodeReading(kernel_log=BOOT_LOG + flapping(3)) for n in NODES})
+    return run_cycle(lab, state, sources, admin(fake), watch, at)
+
+
+def test_a_requeued_job_is_released_from_slurms_begin_time_hold_once_its_old_run_is_gone(
+    lab: Cluster,
+) -> None:
+    # Slurm holds a requeued batch job until cred_expire + 1 s after its previous run was
+    # cleaned up (121 s by default); the watcher ends that hold a cycle later, and only once
+    # squeue shows the job PENDING for BeginTime: while it is COMPLETING, nothing.
+    fake = slurm_with_jobs()
+    state, _ = _requeue_then(lab, fake, policy("requeue"))
+    assert fake.started == []
+    third = _next(lab, fake, state, 1120.0, policy("requeue"))
+    assert fake.started == [] and third.actions == []
+    fake.queued["101"] = ("PENDING", "BeginTime")
+    fourth = _next(lab, fake, state, 1180.0, policy("requeue"))
+    assert fake.started == ["101"]
+    assert ["scontrol", "update", "JobId=101", "StartTime=now"] in fake.calls
+    assert [(a.kind, a.job_id, a.check) for a in fourth.actions] == [
+        ("release", "101", "link.flap")
+    ]
+    assert _next(lab, fake, state, 1240.0, policy("requeue")).actions == []
+    assert fake.started == ["101"]
+
+
+def test_a_requeued_job_held_for_another_reason_or_with_release_off_is_left_alone(
+    lab: Cluster,
+) -> None:
+    fake = slurm_with_jobs()
+    state, _ = _requeue_then(lab, fake, policy("requeue"))
+    fake.queued["101"] = ("PENDING", "JobHeldUser")  # the user held it: not the watcher's hold
+    _next(lab, fake, state, 1120.0, policy("requeue"))
+    fake.queued["101"] = ("PENDING", "BeginTime")
+    _next(lab, fake, state, 1180.0, policy("requeue"))
+    assert fake.started == []
+
+    fake = slurm_with_jobs()
+    off = policy("requeue", release_requeued=False)
+    state, _ = _requeue_then(lab, fake, off)
+    fake.queued["101"] = ("PENDING", "BeginTime")
+    _next(lab, fake, state, 1120.0, off)
+    assert fake.started == [] and fake.requeued == ["101"]
