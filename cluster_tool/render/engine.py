@@ -469,6 +469,11 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "cluster_slurmdbd_host": slurm.accounting_host or "",
         "cluster_login_nodes": expand_hostlist(slurm.login_nodes or ""),
         "cluster_subnet_manager": fabric.subnet_manager,
+        # The opensm role: primary first (the higher sm_priority), or an external UFM.
+        "opensm_mode": fabric.subnet_manager_mode,
+        "opensm_hosts": [fabric.subnet_manager]
+        + ([fabric.standby_subnet_manager] if fabric.standby_subnet_manager else []),
+        "opensm_adaptive_routing": fabric.adaptive_routing or fabric.sharp,
         "cluster_management_network": str(cluster.management.network),
         "cluster_management_interface": cluster.management.interface,
         "cluster_bmc_credentials": {

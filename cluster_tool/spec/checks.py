@@ -322,6 +322,18 @@ def _check_references(cluster: Cluster) -> list[Problem]:
     need(("slurm", "accounting_host"), cluster.slurm.accounting_host, "slurmdbd host")
     need(("slurm", "login_nodes"), cluster.slurm.login_nodes, "login node")
     need(("fabric", "subnet_manager"), cluster.fabric.subnet_manager, "subnet manager")
+    standby = cluster.fabric.standby_subnet_manager
+    need(("fabric", "standby_subnet_manager"), standby, "standby subnet manager")
+    if standby and standby == cluster.fabric.subnet_manager:
+        problems.append((("fabric", "standby_subnet_manager"), "the standby must be another host"))
+    if standby and cluster.fabric.subnet_manager_mode == "ufm":
+        problems.append(
+            (
+                ("fabric", "standby_subnet_manager"),
+                "an external UFM runs its own standby; set subnet_manager_mode: opensm "
+                "or remove the standby",
+            )
+        )
     for i, part in enumerate(cluster.slurm.partitions):
         need(("slurm", "partitions", i, "nodes"), part.nodes, "partition node", gpu_only=True)
     return problems
