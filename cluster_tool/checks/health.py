@@ -25,6 +25,7 @@ __all__ = [
     "check_gpus",
     "check_ibstat",
     "check_xids",
+    "gpu_index",
     "xid_class",
 ]
 
@@ -106,11 +107,12 @@ def check_gpus(
             )
         )
     for index, gpu in enumerate(gpus):
-        out.extend(_check_gpu(node, _index_of(profile, gpu, index), profile, thresholds, gpu))
+        out.extend(_check_gpu(node, gpu_index(profile, gpu, index), profile, thresholds, gpu))
     return out
 
 
-def _index_of(profile: NodeProfile, gpu: GpuInfo, position: int) -> int:
+def gpu_index(profile: NodeProfile, gpu: GpuInfo, position: int) -> int:
+    """The GPU's index on its node: by PCI address in the profile, else its minor number."""
     # A GPU that fell off the bus shifts the others' positions: name GPUs by PCI address.
     if gpu.pci and gpu.pci in profile.gpu_pci:
         return profile.gpu_pci.index(gpu.pci)

@@ -16,6 +16,7 @@ from typing import Any
 from cluster_tool.checks.affinity import check_affinity
 from cluster_tool.checks.counters import check_kernel_link_flaps
 from cluster_tool.checks.gdr import check_gdr
+from cluster_tool.checks.gpu_clocks import check_gpu_clocks
 from cluster_tool.checks.health import check_dcgm, check_gpus, check_ibstat, check_xids
 from cluster_tool.checks.link import check_mlxlink
 from cluster_tool.checks.nccl_env import check_nccl_conf
@@ -218,6 +219,7 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
     smi: NvidiaSmiReport | None = _read(node, outputs, NvidiaSmiQ(), findings)
     if smi is not None:
         findings += check_gpus(node, profile, t, smi)
+        findings += check_gpu_clocks(node, profile, smi)
 
     # With nvidia-smi itself failing, `topo -m` fails for the same reason: say it once.
     topo_problems: list[Finding] = []
