@@ -267,6 +267,21 @@ def gpu_hot(
     return [(("nodes", n, "gpus", g, "temperature_c"), value)]
 
 
+def gpu_clock(
+    data: dict[str, Any], node: str, gpu: str | int, mhz: str | int
+) -> list[tuple[Path_, Any]]:
+    """A GPU whose application clock was set to MHZ (`nvidia-smi -ac 2619,MHZ`), below its
+    default 1980 MHz: nvidia-smi shows the clock and the Applications Clocks Setting reason,
+    and the node's collectives run that much slower."""
+    from cluster_lab.sim.hw import SM_MAX_MHZ
+
+    n, g = _gpu_index(data, node, gpu)
+    value = _positive(mhz, "MHZ")
+    if not 0 < value < SM_MAX_MHZ:
+        raise FaultError(f"MHZ must be between 1 and {SM_MAX_MHZ - 1} (the default), not {value}")
+    return [(("nodes", n, "gpus", g, "sm_clock_cap_mhz"), value)]
+
+
 def gpu_missing(data: dict[str, Any], node: str, gpu: str | int) -> list[tuple[Path_, Any]]:
     """A GPU that fell off the bus: the driver no longer lists it."""
     n, g = _gpu_index(data, node, gpu)
@@ -372,6 +387,7 @@ FAULTS: dict[str, FaultKind] = {
         FaultKind("gpu-hot", ("NODE", "GPU", "CELSIUS"), "a GPU running hot", gpu_hot),
         FaultKind("nvlink-errors", ("NODE", "GPU"), "NVLink CRC/replay errors", nvlink_errors),
         FaultKind("pcie-width", ("NODE", "DEVICE", "WIDTH"), "a PCIe link at x1-x8", pcie_width),
+        FaultKind("gpu-clock", ("NODE", "GPU", "MHZ"), "a GPU's clock capped", gpu_clock),
         FaultKind("gpu-missing", ("NODE", "GPU"), "a GPU off the bus", gpu_missing),
         FaultKind("slow-node", ("NODE", "FACTOR"), "a straggler node", slow_node),
         FaultKind("module-missing", ("NODE", "MODULE"), "a kernel module gone", module_missing),

@@ -51,6 +51,10 @@ HGX_OTHER_NICS = (
 # SXM module slot of each GPU (the board's "Module ID"), as on the real capture.
 HGX_MODULE_IDS = (2, 4, 1, 3, 7, 5, 6, 8)
 
+# The boost (maximum) SM clock of an H100/H200 SXM, `Max Clocks SM` in the real 8x H100
+# `nvidia-smi -q` (shared/fixtures/real-outputs), also its default application clock.
+SM_MAX_MHZ = 1980
+
 
 def _numa_of(pci: str) -> int:
     # Two-socket HGX: buses below 0x80 hang off socket 0.
@@ -168,6 +172,9 @@ class Gpu:
     nvlink_errors: dict[int, dict[str, int]] = field(default_factory=dict)
     fabric_state: str = "Completed"
     fabric_status: str = "Success"
+    # Application graphics clock set below the default (`nvidia-smi -ac`, lab fault gpu-clock):
+    # the SM clock never passes it; 0 is the default clock.
+    sm_clock_cap_mhz: int = 0
     slowdown_temp_c: int = 87  # HW slowdown starts here; the simulator raises thermal events
     shutdown_temp_c: int = 92
     # Kernel-log Xid codes raised on this GPU, oldest first: (seconds since boot, code).
@@ -185,6 +192,11 @@ class Gpu:
     @property
     def thermal_slowdown(self) -> bool:
         return self.temperature_c >= self.slowdown_temp_c
+
+    @property
+    def clock_capped(self) -> bool:
+        """An application clock below the board's maximum holds this GPU's SM clock."""
+        return 0 < self.sm_clock_cap_mhz < SM_MAX_MHZ
 
 
 @dataclass
@@ -444,6 +456,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
                 pcie_width_current=int(g.get("pcie_width_current", 16)),
                 nvlinks_down=[int(x) for x in g.get("nvlinks_down", [])],
                 nvlink_errors=_nvlink_errors(g.get("nvlink_errors", {})),
+                sm_clock_cap_mhz=int(g.get("sm_clock_cap_mhz", 0)),
                 xids=xids,
             )
         )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .calibration import MANY_NODES_RING_NDR, SINGLE_NODE_NVLS, TWO_NODES_NDR, Curve, efficiency
-from .hw import Gpu, Hca, NodeHardware
+from .hw import SM_MAX_MHZ, Gpu, Hca, NodeHardware
 
 # Large-message busbw inside one 8-GPU H100 node, by collective and NCCL algorithm. NVLS
 # (NVLink SHARP through the NVSwitches) is NCCL's default on Hopper; its all_reduce figure is
@@ -288,6 +288,11 @@ def peak_busbw(
         factor = hw.slow_factor
         if any(g.thermal_slowdown for g in used[hw.name]):
             factor = min(factor, THERMAL_FACTOR)
+        # A GPU held at an application clock below the maximum (lab fault gpu-clock) computes
+        # its share of each reduction that much slower, and every rank waits for it.
+        capped = [g.sm_clock_cap_mhz / SM_MAX_MHZ for g in used[hw.name] if g.clock_capped]
+        if capped:
+            factor = min(factor, *capped)
         if factor < 1.0:
             busbw *= factor
             limited_by += f"; {hw.name} slowed x{factor:g}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .hw import Gpu, Hca, Nic, NodeHardware
+from .hw import SM_MAX_MHZ, Gpu, Hca, Nic, NodeHardware
 
 # `nvidia-smi -q` puts every ":" in column 42 whatever the nesting.
 _COLON_COLUMN = 42
@@ -81,6 +81,10 @@ def _gpu_block(hw: NodeHardware, gpu: Gpu) -> list[str]:
     hot = gpu.thermal_slowdown
     # A GPU under thermal slowdown clocks down and draws less; the clocks show it.
     graphics_clock = 345 if hot else 86
+    # An application clock set below the default (lab fault gpu-clock, as `nvidia-smi -ac`
+    # leaves it): the GPU is held there under load and says why, as the real tool does.
+    capped = gpu.clock_capped
+    application_clock = _application_clock(gpu)
     lines = [
         f"GPU {gpu.bus_id}",
         _kv(1, "Product Name", spec.name),
@@ -158,7 +162,7 @@ def _gpu_block(hw: NodeHardware, gpu: Gpu) -> list[str]:
         _kv(1, "Performance State", "P0"),
         _kv(1, "Clocks Event Reasons"),
         _kv(2, "Idle", _active(not hot)),
-        _kv(2, "Applications Clocks Setting", "Not Active"),
+        _kv(2, "Applications Clocks Setting", _active(capped)),
         _kv(2, "SW Power Cap", "Not Active"),
         _kv(2, "HW Slowdown", _active(hot)),
         _kv(3, "HW Thermal Slowdown", _active(hot)),
@@ -227,7 +231,7 @@ def _gpu_block(hw: NodeHardware, gpu: Gpu) -> list[str]:
         _kv(2, "Memory", "2619 MHz"),
         _kv(2, "Video", "765 MHz"),
         _kv(1, "Applications Clocks"),
-        _kv(2, "Graphics", "1980 MHz"),
+        _kv(2, "Graphics", f"{application_clock} MHz"),
         _kv(2, "Memory", "2619 MHz"),
         _kv(1, "Default Applications Clocks"),
         _kv(2, "Graphics", "1980 MHz"),
@@ -279,9 +283,6 @@ def render_query(hw: NodeHardware, now: float | None = None) -> str:
 # Aliases nvidia-smi accepts map to the same entry.
 _Getter = Callable[[NodeHardware, Gpu, int], str]
 
-# The boost SM clock of an H100/H200 SXM (clocks.max.sm).
-SM_MAX_MHZ = 1980
-
 
 def _sm_clock(hw: NodeHardware, gpu: Gpu) -> str:
     """A GPU in thermal slowdown sits at 345 MHz. A straggler node (lab fault slow-node) runs
@@ -290,7 +291,13 @@ def _sm_clock(hw: NodeHardware, gpu: Gpu) -> str:
     the job's help."""
     if gpu.thermal_slowdown:
         return "345"
-    return str(round(SM_MAX_MHZ * min(hw.slow_factor, 1.0)))
+    return str(min(round(SM_MAX_MHZ * min(hw.slow_factor, 1.0)), _application_clock(gpu)))
+
+
+def _application_clock(gpu: Gpu) -> int:
+    """The application graphics clock: the default (the maximum) unless `nvidia-smi -ac` (lab
+    fault gpu-clock) set it lower."""
+    return gpu.sm_clock_cap_mhz if gpu.clock_capped else SM_MAX_MHZ
 
 
 def _ecc(kind: str, scope: str) -> _Getter:
@@ -352,6 +359,12 @@ QUERY_FIELDS: dict[str, tuple[str, _Getter]] = {
     ),
     "clocks.sm": ("MHz", lambda hw, g, i: _sm_clock(hw, g)),
     "clocks.max.sm": ("MHz", lambda hw, g, i: str(SM_MAX_MHZ)),
+    "clocks.applications.graphics": ("MHz", lambda hw, g, i: str(_application_clock(g))),
+    "clocks.default_applications.graphics": ("MHz", lambda hw, g, i: str(SM_MAX_MHZ)),
+    "clocks_event_reasons.applications_clocks_setting": (
+        "",
+        lambda hw, g, i: _active(g.clock_capped),
+    ),
     "fabric.state": ("", lambda hw, g, i: g.fabric_state),
     "fabric.status": ("", lambda hw, g, i: g.fabric_status),
 }
@@ -363,6 +376,11 @@ _ALIASES = {
     "clocks_throttle_reasons.hw_thermal_slowdown": "clocks_event_reasons.hw_thermal_slowdown",
     "clocks_throttle_reasons.sw_thermal_slowdown": "clocks_event_reasons.sw_thermal_slowdown",
     "clocks_throttle_reasons.hw_slowdown": "clocks_event_reasons.hw_slowdown",
+    "clocks_throttle_reasons.applications_clocks_setting": (
+        "clocks_event_reasons.applications_clocks_setting"
+    ),
+    "clocks.applications.gr": "clocks.applications.graphics",
+    "clocks.default_applications.gr": "clocks.default_applications.graphics",
     "clocks.current.sm": "clocks.sm",
 }
 

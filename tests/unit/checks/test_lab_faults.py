@@ -137,6 +137,7 @@ def test_every_lab_node_is_healthy(tmp_path: Path) -> None:
         (("nvlink-errors", "gpu001", "4"), {}, {("gpu.nvlink-errors", "gpu001", "GPU4 link 0")}),
         (("pcie-width", "gpu003", "mlx5_10", "8"), {}, {("ib.pcie", "gpu003", "mlx5_10")}),
         (("pcie-width", "gpu002", "1", "4"), {}, {("gpu.pcie", "gpu002", "GPU1")}),
+        (("gpu-clock", "gpu004", "3", "1200"), {}, {("gpu.clocks", "gpu004", "GPU3")}),
     ],
 )
 def test_each_node_fault_is_found_and_heals(
@@ -153,7 +154,7 @@ def test_each_node_fault_is_found_and_heals(
     assert expected <= found, found
     # The fault's other symptoms are the same node's, never another node's.
     assert {n for _, n, _ in found} == {node}
-    if fault[0] in ("gpu-missing", "module-missing", "pcie-width"):  # one cause, said once
+    if fault[0] in ("gpu-missing", "module-missing", "pcie-width", "gpu-clock"):  # said once
         assert found == expected
     heal(data, record["id"])
     assert data["nodes"] == healthy["nodes"]

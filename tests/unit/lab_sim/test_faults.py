@@ -64,6 +64,7 @@ def test_every_fault_kind_heals_back_to_the_original(model: dict[str, Any]) -> N
         "gpu-ecc": ("gpu001", 3),
         "gpu-xid": ("gpu002", 5, 79),
         "gpu-hot": ("gpu003", 1, 96),
+        "gpu-clock": ("gpu001", 2, 1200),
         "gpu-missing": ("gpu004", 2),
         "slow-node": ("gpu004", 0.5),
         "module-missing": ("gpu002", "nvidia_peermem"),
