@@ -975,6 +975,49 @@ class Watch(StrictModel):
         description="...and by at least this fraction of the job's median (default 0.2), so "
         "a job whose nodes never differ (MAD 0) is not flagged for a wobble.",
     )
+    probes: bool = Field(
+        False,
+        description="Run short NCCL probes on idle GPU nodes (default off): every "
+        "`probe_every` cycles, a per-rail all_reduce of `probe_bytes` between neighbours of a "
+        "ring of the IDLE nodes, as low-priority Slurm jobs (never on a node running a job), "
+        "each node's busbw per rail kept as its own baseline (`watch.probe` when it falls "
+        "below it). Needs `probe_workdir`.",
+    )
+    probe_every: int = Field(
+        10, ge=1, le=10000, description="Cycles between two probe runs (default 10)."
+    )
+    probe_partition: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="The Slurm partition of the probe jobs: a low-priority one (PriorityTier "
+        "below the users'), so a user's job is never kept waiting by a probe (default: the "
+        "spec's default partition).",
+    )
+    probe_bytes: str = Field(
+        "64M",
+        pattern=r"^[1-9][0-9]{0,5}[KMG]?$",
+        description="The probe's all_reduce size, nccl-tests' -b and -e (default 64M: seconds "
+        "per rail, near the link's rate).",
+    )
+    probe_min_drop: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="A node's probe busbw on a rail counts as low when it is this fraction "
+        "(default 0.2) below its own baseline and past thresholds.history.mad_z; its baseline "
+        "needs thresholds.history.min_runs earlier probe runs.",
+    )
+    probe_workdir: AbsolutePath | None = Field(
+        None,
+        description="A folder the watcher's host and the GPU nodes share (the probe jobs' "
+        "scripts and outputs), as the gate's workdir.",
+    )
+
+    @model_validator(mode="after")
+    def _probes_need_a_workdir(self) -> Watch:
+        if self.probes and self.probe_workdir is None:
+            raise ValueError("watch.probes needs watch.probe_workdir (a folder the nodes share)")
+        return self
 
 
 # --- the cluster ---------------------------------------------------------------------
