@@ -285,6 +285,13 @@ class Slurm(Protocol):
     def node_states(self, nodes: Iterable[str] | None = None) -> list[NodeState]: ...
 
 
+class SlurmSteps(Protocol):
+    """What `validate --via slurm` needs: node states, and one job step across the nodes."""
+
+    def node_states(self, nodes: Iterable[str] | None = None) -> list[NodeState]: ...
+    def srun_step(self, argv: Sequence[str], timeout: float) -> StepRun: ...
+
+
 class SlurmAdmin(Slurm, Protocol):
     """What the workflows need beyond the gate: the jobs on a node, cancelling them (only under
     --force), and the maintenance reservation the gate's jobs are submitted into."""
@@ -358,6 +365,77 @@ class SlurmCLI:
         return parse_scontrol_nodes(self.run(argv))
 
 
+def run_step_command(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+    """Run a job step's `srun` here: its exit status and what srun itself said on stderr. A
+    non-zero status is not an error here: srun exits non-zero as soon as one task did."""
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError as exc:
+        raise SlurmError(f"{argv[0]}: not found (is this a Slurm login node?)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SlurmError(f"{argv[0]}: the step did not end in {timeout:g} s") from exc
+    return proc.returncode, proc.stderr
+
+
+def ssh_step_runner(
+    host: str, ssh_config: Path | None = None
+) -> Callable[[Sequence[str], float], tuple[int, str]]:
+    """Run a job step's `srun` over SSH on `host`; ssh's own failure (exit 255) is a
+    SlurmError, the step's status is returned as `run_step_command` returns it."""
+
+    def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        ssh = ["ssh", "-o", "BatchMode=yes"]
+        if ssh_config is not None:
+            ssh += ["-F", str(ssh_config)]
+        rc, err = run_step_command([*ssh, host, shlex.join(argv)], timeout)
+        if rc == 255:
+            last = err.strip().splitlines()
+            raise SlurmError(f"srun (on {host}): {last[-1] if last else 'ssh failed (exit 255)'}")
+        return rc, err
+
+    return run
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """How one job step ended: srun's exit status and the last thing srun itself said (why it
+    could not allocate, which task failed). The tasks' own output is in their files."""
+
+    rc: int
+    said: str = ""
+
+
+def srun_argv(
+    nodes: Sequence[str],
+    command: Sequence[str],
+    *,
+    output: str,
+    error: str,
+    time_limit_s: int,
+    gpus_per_node: int | None = None,
+    job_name: str = "cluster-tool",
+) -> list[str]:
+    """One task on each of `nodes`, at once or not at all, each task's stdout and stderr in a
+    file of its own that Slurm names (`%N`: the node's name, expanded by Slurm on the node).
+    A task that fails does not end the others (`--kill-on-bad-exit=0`), a node that never
+    answers does not hold the step past its time limit, nor past `--wait` once the first task
+    ended."""
+    names = str(NodeSet.fromlist(list(nodes)))
+    minutes = max(1, -(-time_limit_s // 60))
+    argv = [
+        "srun", f"--job-name={job_name}", f"--nodes={len(nodes)}", "--ntasks-per-node=1",
+        f"--nodelist={names}", "--exclusive", f"--time={minutes}", "--immediate=30",
+        "--kill-on-bad-exit=0", "--no-kill", f"--wait={time_limit_s}",
+        f"--output={output}", f"--error={error}",
+    ]  # fmt: skip
+    if gpus_per_node:
+        # Under ConstrainDevices a task sees only the GPUs it asked for.
+        argv.append(f"--gpus-per-node={gpus_per_node}")
+    return [*argv, *command]
+
+
 def ssh_command_runner(
     host: str, ssh_config: Path | None = None, timeout: float = 120.0
 ) -> Callable[[Sequence[str]], str]:
@@ -384,6 +462,9 @@ class AdminSlurm(SlurmCLI):
     cancelling them (only under --force), and maintenance reservations the gate submits into."""
 
     reservation: str | None = None
+    # How a job step's srun runs (here, or over SSH on the controller): it may run for minutes,
+    # and its non-zero exit is an answer, not an error.
+    step: Callable[[Sequence[str], float], tuple[int, str]] = run_step_command
 
     def __post_init__(self) -> None:
         inner = self.run
@@ -436,6 +517,12 @@ class AdminSlurm(SlurmCLI):
         room."""
         self.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
+    def srun_step(self, argv: Sequence[str], timeout: float) -> StepRun:
+        """Run one job step (`srun_argv`) and wait for it, at most `timeout` seconds."""
+        rc, err = self.step(argv, timeout)
+        lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+        return StepRun(rc, lines[-1] if lines else "")
+
     def release(self, name: str) -> None:
         try:
             self.run(["scontrol", "delete", f"ReservationName={name}"])
@@ -449,5 +536,7 @@ def connect(via: str | None = None, ssh_config: Path | None = None) -> AdminSlur
     controller; default $CLUSTER_TOOL_SLURM_VIA) when this machine is not a Slurm client."""
     host = via or os.environ.get("CLUSTER_TOOL_SLURM_VIA")
     if host:
-        return AdminSlurm(run=ssh_command_runner(host, ssh_config))
+        return AdminSlurm(
+            run=ssh_command_runner(host, ssh_config), step=ssh_step_runner(host, ssh_config)
+        )
     return AdminSlurm()

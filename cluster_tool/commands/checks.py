@@ -196,9 +196,35 @@ def validate(
             "--admit-unproven", help="With --after-maintenance --admit: see `validate-after`."
         ),
     ] = False,
+    via: Annotated[
+        str,
+        typer.Option(
+            "--via",
+            help="ssh: probe each node over SSH; slurm: node-check on every idle node as one "
+            "Slurm job step (drained, busy or non-Slurm nodes still over SSH).",
+        ),
+    ] = "ssh",
+    slurm_via: Annotated[
+        str | None,
+        typer.Option(
+            "--slurm-via", help="With --via slurm: run srun over SSH on this host (the controller)."
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir",
+            help="With --via slurm: a folder the GPU nodes see at the same path (default the "
+            "context's gate work folder); node files and records go below it.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> int:
-    """Health and fabric checks over SSH, read-only. Exit 0 pass, 1 failed, 3 unreachable."""
+    """Health and fabric checks, read-only. Exit 0 pass, 1 failed, 3 unreachable."""
+    if via not in ("ssh", "slurm"):
+        raise UsageError("--via: ssh or slurm")
+    if via == "ssh" and (slurm_via or workdir):
+        raise UsageError("--slurm-via and --workdir go with --via slurm")
     if after_maintenance or switch or admit or admit_unproven:
         # The after-maintenance job (cluster_tool.workflows.jobs) owns this path.
         from cluster_tool.commands._context import validate_after_job
@@ -208,6 +234,8 @@ def validate(
         chosen_spec = spec or spec_arg
         if not after_maintenance or chosen_spec is None:
             raise UsageError("--switch and --admit go with --after-maintenance and a spec")
+        if via != "ssh":
+            raise UsageError("--via slurm goes with a plain validate, not --after-maintenance")
         if health or fabric:
             # Honoured or refused, never ignored: this workflow always does both.
             raise UsageError(
@@ -231,10 +259,24 @@ def validate(
         health = fabric = True
     if save is not None and replay is not None:
         raise UsageError("--save and --from exclude each other")
+    if via == "slurm" and (save is not None or replay is not None):
+        raise UsageError(
+            "--via slurm gathers node-check records, not probe captures: drop --from/--save"
+        )
+    slurm = None
     if replay is None:
         from cluster_tool.commands._context import reach_cluster
 
-        ssh_config = reach_cluster(cluster, ssh_config=ssh_config).ssh_config
+        reached = reach_cluster(
+            cluster, ssh_config=ssh_config, slurm_via=slurm_via, gate_workdir=workdir
+        )
+        ssh_config = reached.ssh_config
+        if via == "slurm":
+            from cluster_tool.slurm import connect
+
+            if reached.gate_workdir is None:
+                raise UsageError("--via slurm needs --workdir, a folder the GPU nodes share")
+            slurm, workdir = connect(reached.slurm_via, ssh_config), reached.gate_workdir
     chosen = transport_named(transport, ssh_config)
     selected = select_gpu_nodes(cluster, nodes or None)
 
@@ -254,6 +296,8 @@ def validate(
         replay=replay,
         dcgm=dcgm,
         on_done=progress,
+        slurm=slurm,
+        shared=workdir,
     )
     if junit is not None:
         from cluster_tool.fileio import atomic_write

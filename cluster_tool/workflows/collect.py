@@ -33,7 +33,9 @@ from cluster_tool.remote.fanout import (
 )
 from cluster_tool.render.engine import render_nccl_conf
 from cluster_tool.report.junit import validate_junit
+from cluster_tool.slurm import SlurmSteps
 from cluster_tool.spec.models import Cluster
+from cluster_tool.workflows.via_slurm import StepOutcome, run_node_checks_via_slurm
 
 __all__ = [
     "ValidateResult",
@@ -83,19 +85,38 @@ def run_validate(
     on_done: Callable[[HostResult], None] | None = None,
     counters_before: CounterSnapshot | None = None,
     rebooted: Collection[str] = (),
+    slurm: SlurmSteps | None = None,
+    shared: Path | None = None,
 ) -> ValidateResult:
     """Collect (or replay), check, report. `nodes` narrows health and the host-cable part of
     the fabric check; leaf-spine links are always checked in full. With `counters_before` (the
     run's snapshot from before its traffic) port counters are judged as deltas; without, the
-    LinkDowned of `rebooted` nodes' cables is not held against them."""
+    LinkDowned of `rebooted` nodes' cables is not held against them. With `slurm` (and `shared`,
+    a folder the GPU nodes see at the same path) the node checks run as one Slurm job step
+    (`cluster_tool.workflows.via_slurm`); the nodes it cannot run on are read over SSH."""
     if not health and not fabric:
         raise UsageError("nothing to validate: give --health, --fabric or both")
     started = time.monotonic()
     selected = list(nodes) if nodes is not None else [n.name for n in cluster.gpu_nodes()]
     fabric_host = cluster.fabric.subnet_manager if fabric else None
+    step: StepOutcome | None = None
+    over_ssh = selected
+    if health and slurm is not None:
+        if replay is not None or save is not None:
+            raise UsageError(
+                "--via slurm gathers node-check records, not probe captures: drop --from/--save"
+            )
+        if shared is None:
+            raise UsageError("--via slurm needs --workdir, a folder the GPU nodes share")
+        step = run_node_checks_via_slurm(cluster, selected, slurm, shared, dcgm=dcgm)
+        over_ssh = [n for n in selected if n in step.to_ssh]
+        if on_done is not None:
+            for name in selected:
+                if name not in step.to_ssh:
+                    on_done(HostResult(name, error=step.no_record.get(name)))
     jobs: dict[str, list[Probe]] = {}
     if health:
-        for name in selected:
+        for name in over_ssh:
             jobs.setdefault(name, []).extend(health_probes(dcgm=dcgm))
     if fabric_host is not None:
         jobs.setdefault(fabric_host, []).extend(FABRIC_PROBES)
@@ -106,6 +127,8 @@ def run_validate(
             results.setdefault(
                 name, HostResult(name, error=f"not in the capture {replay}", probes=())
             )
+    elif not jobs:
+        results = {}  # every node answered in the Slurm step, and no fabric asked for
     else:
         if transport is None:
             raise UsageError("no transport to reach the hosts")
@@ -122,13 +145,24 @@ def run_validate(
             save_capture(save, results)
 
     findings: list[Finding] = []
-    unreachable = sorted((n for n, r in results.items() if not r.reachable), key=list(jobs).index)
+    if step is not None:
+        # A stepped node is judged by its own node-check; one without a readable record did
+        # not answer, as a host that SSH could not reach.
+        for name, why in step.no_record.items():
+            results[name] = HostResult(name, error=why)
+        for name in step.findings:
+            results[name] = HostResult(name)
+    order = [*jobs, *(n for n in selected if n not in jobs)]
+    unreachable = sorted((n for n, r in results.items() if not r.reachable), key=order.index)
     for name in unreachable:
+        stepped = step is not None and name in step.no_record
         findings.append(
             Finding(
                 check="os.unreachable",
                 node=name,
-                expected="reachable over SSH",
+                expected="a node-check record from the Slurm step"
+                if stepped
+                else "reachable over SSH",
                 observed=results[name].error,
                 message=f"{name}: unreachable: {results[name].error}",
             )
@@ -136,13 +170,16 @@ def run_validate(
     unread_versions: dict[str, str] = {}
     if health:
         nccl_conf = render_nccl_conf(cluster)
-        for name in selected:
+        for name in over_ssh:
             result = results[name]
             if not result.reachable:
                 continue
             expect = expectations_for(cluster, name, nccl_conf=nccl_conf)
             findings += check_node(expect, result.outputs)
-        version_findings, unread_versions = _version_findings(cluster, selected, results)
+        if step is not None:
+            for node_findings in step.findings.values():
+                findings += node_findings
+        version_findings, unread_versions = _version_findings(cluster, over_ssh, results)
         findings += version_findings
     read: CounterSnapshot | None = None
     if fabric_host is not None and results[fabric_host].reachable:
@@ -159,7 +196,7 @@ def run_validate(
             rebooted=rebooted,
         )
         read = _counter_snapshot(outputs.get("ibqueryerrors"), read_at)
-    summary = {
+    summary: dict[str, object] = {
         "nodes": len(selected) if health else 0,
         "unreachable": len(unreachable),
         "fabric_host": fabric_host,
@@ -168,6 +205,15 @@ def run_validate(
         "elapsed_s": round(time.monotonic() - started, 2),
         "replayed_from": str(replay) if replay is not None else None,
     }
+    if step is not None:
+        summary["via"] = "slurm"
+        summary["slurm_step"] = {
+            "nodes": len(selected) - len(step.to_ssh),
+            "records": str(step.folder) if step.folder is not None else None,
+            "srun": step.srun,
+            "elapsed_s": step.elapsed_s,
+            "over_ssh": step.to_ssh,
+        }
     report = Report.from_findings(_worst_first(findings), summary)
     skipped = skipped_checks(
         findings,
