@@ -11,6 +11,9 @@ a node and why (the check id first):
   `cluster-tool reimage: ...`: the gate and the re-image ladder.
 - `cluster-tool watch: link.flap mlx5_0: ...`: `cluster-tool watch`, in service; the id first,
   so re-image and validate-after see what the watcher found.
+- `cluster-tool epilog: link.errors mlx5_0: ...`: Slurm's Epilog (`node-check --epilog`), for
+  errors a job's run added (counter deltas, new Xids) that node-check cannot re-prove, so
+  node-check never lifts it.
 
 Anything else (`RMA`, `bad PSU`, a reason another tool wrote) is the operator's: only an
 operator's explicit word (`validate-after --admit`) lifts it.
@@ -38,6 +41,7 @@ class Owner(StrEnum):
     GATE = "gate"
     REIMAGE = "reimage"
     WATCH = "watch"
+    EPILOG = "epilog"
 
 
 _PREFIX = {
@@ -46,6 +50,7 @@ _PREFIX = {
     Owner.GATE: "cluster-tool gate: ",
     Owner.REIMAGE: "cluster-tool reimage: ",
     Owner.WATCH: "cluster-tool watch: ",
+    Owner.EPILOG: "cluster-tool epilog: ",
 }
 PENDING_REASON = "cluster-tool: pending validation"
 REIMAGE_REASON = "cluster-tool reimage: in progress"
@@ -57,6 +62,7 @@ _WORKFLOW = re.compile(rf"^cluster-tool: (?:{_ID}:(?: |$)|failed$|pending valida
 _GATE = re.compile(r"^cluster-tool gate: \S")
 _REIMAGE = re.compile(r"^cluster-tool reimage: \S")
 _WATCH = re.compile(rf"^cluster-tool watch: ({_ID})(?: |:|$)")
+_EPILOG = re.compile(rf"^cluster-tool epilog: {_ID}(?: |:|$)")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -79,6 +85,8 @@ def owner(reason: str) -> Owner | None:
         return Owner.REIMAGE
     if _WATCH.match(reason):
         return Owner.WATCH
+    if _EPILOG.match(reason):
+        return Owner.EPILOG
     return None
 
 
@@ -148,6 +156,12 @@ def watch_reason(check: str, component: str | None, message: str) -> str:
     """`cluster-tool watch: ID[ COMPONENT]: message`: what the watcher found on the node."""
     where = f" {component}" if component else ""
     return one_line(f"{_PREFIX[Owner.WATCH]}{check}{where}: {message}")
+
+
+def epilog_reason(check: str, component: str | None, message: str) -> str:
+    """`cluster-tool epilog: ID[ COMPONENT]: message`: what a job's run added on the node."""
+    where = f" {component}" if component else ""
+    return one_line(f"{_PREFIX[Owner.EPILOG]}{check}{where}: {message}")
 
 
 def watch_check(reason: str) -> str | None:
