@@ -8,6 +8,8 @@ import json
 import re
 from typing import Any
 
+import yaml
+
 from cluster_tool.watch.metrics import DCGM_EXPORTER_FIELDS, METRICS
 from tests.conftest import REPO
 
@@ -79,3 +81,18 @@ def test_it_has_the_heat_maps_rates_and_findings_over_time() -> None:
     assert by_title["Findings over time"]["type"] == "timeseries"
     assert "cluster_tool_watch_findings" in by_title["Findings over time"]["targets"][0]["expr"]
     assert {"PortXmitData per rail", "PortXmitWait per rail"} <= set(by_title)
+
+
+def test_every_dcgm_field_it_queries_is_in_the_exporters_counters_file() -> None:
+    # dcgm-exporter exports only what its counters file names: a panel on a field the role's
+    # file leaves out would stay empty on every cluster the roles built.
+    role = REPO / "roles" / "dcgm_exporter"
+    internal = yaml.safe_load((role / "vars" / "main.yml").read_text(encoding="utf-8"))
+    default = yaml.safe_load((role / "defaults" / "main.yml").read_text(encoding="utf-8"))
+    lists = re.findall(r"__dcgm_exporter_\w+", default["dcgm_exporter_counters"])
+    counters = {c["field"] for name in lists for c in internal[name]}
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in panels(dashboard["panels"]) for t in p.get("targets", [])]
+    queried = {m for e in exprs for m in metric_names(e) if m.startswith("DCGM_FI_")}
+    assert queried, "the dashboard reads dcgm-exporter's SM clock, utilisation and last Xid"
+    assert queried | set(DCGM_EXPORTER_FIELDS) <= counters
