@@ -51,3 +51,43 @@ def test_docas_driver_is_the_loaded_one_on_every_gpu_node_after_the_bringup(
         assert loaded.stdout.split() == [DOCA_MLX5, DOCA_MLX5], node
         on_disk = lab.ssh(node, "modinfo -F version mlx5_core")
         assert on_disk.stdout.strip() == DOCA_MLX5, (node, on_disk.stderr)
+
+
+def test_slurm_runs_its_cgroup_plugins_and_a_job_step_lives_in_its_jobs_cgroup(
+    converged: Converged,
+) -> None:
+    """The lab runs the slurm role's production plugins (no lab override): slurmd starts under
+    proctrack/cgroup + task/cgroup on the node's own cgroup hierarchies, a step is tracked in
+    the job's cgroup, and ConstrainDevices leaves a one-GPU step only its own /dev/nvidiaN."""
+    lab = converged.lab
+    config = lab.ssh("head", "scontrol show config")
+    assert config.returncode == 0, config.stderr
+    settings = dict(
+        (key.strip(), value.strip())
+        for key, _, value in (line.partition("=") for line in config.stdout.splitlines())
+    )
+    assert settings["ProctrackType"] == "proctrack/cgroup"
+    assert "task/cgroup" in settings["TaskPlugin"].split(","), settings["TaskPlugin"]
+    step = lab.ssh(
+        "head", "srun -N1 -w gpu002 -t 1 sh -c 'echo job=$SLURM_JOB_ID; cat /proc/self/cgroup'"
+    )
+    assert step.returncode == 0, step.stderr
+    job = re.search(r"^job=(\d+)$", step.stdout, re.MULTILINE)
+    assert job, step.stdout
+    # cgroup v1: /slurm/uid_0/job_N/step_0 in the freezer (proctrack) and the task plugin's
+    # controllers; cgroup v2: .../job_N/step_0/user/task_0 in the unified line.
+    in_job = re.findall(rf"/job_{job.group(1)}/step_0(?:/|$)", step.stdout, re.MULTILINE)
+    assert in_job, step.stdout
+    # Opening a simulated /dev/nvidiaN the device cgroup allows fails with ENXIO (no driver
+    # behind it); one the cgroup denies fails with EPERM before the driver is asked.
+    probe = (
+        "python3 -c 'import errno, glob, os\n"
+        'for d in sorted(glob.glob("/dev/nvidia[0-9]*")):\n'
+        '    try: os.close(os.open(d, os.O_RDONLY)); print(d, "open")\n'
+        "    except OSError as e: print(d, errno.errorcode[e.errno])'"
+    )
+    devices = lab.ssh("head", f"srun -N1 -w gpu002 -t 1 --gres=gpu:1 {probe}")
+    assert devices.returncode == 0, devices.stderr
+    verdicts = dict(line.split() for line in devices.stdout.splitlines())
+    assert len(verdicts) == 8, devices.stdout
+    assert sorted(verdicts.values()) == ["ENXIO"] + ["EPERM"] * 7, verdicts
