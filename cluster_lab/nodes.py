@@ -40,19 +40,43 @@ class CgroupHierarchy:
     lab_path: str  # absolute directory of the lab's cgroup in this hierarchy
 
     @property
+    def unified(self) -> bool:
+        """The host's only hierarchy: a pure cgroup v2 host (cgroup2 at /sys/fs/cgroup)."""
+        return self.fstype == "cgroup2" and self.mountpoint == CGROUP_ROOT
+
+    @property
     def node_dir_name(self) -> str:
-        return os.path.basename(self.mountpoint)
+        # A unified hierarchy is the node's /sys/fs/cgroup itself, as on a v2 host.
+        return "." if self.unified else os.path.basename(self.mountpoint)
 
 
-def host_cgroup_hierarchies(cgroup_name: str) -> list[CgroupHierarchy]:
-    """The host's cgroup hierarchies, each with the lab's cgroup below the caller's own."""
+CGROUP_ROOT = "/sys/fs/cgroup"
+# What Slurm's cgroup/v2 plugin asks of the cgroup it is given (cpuset and cpu for
+# ConstrainCores, memory for ConstrainRAMSpace, pids); devices are an eBPF program in v2 and
+# need no controller (https://slurm.schedmd.com/cgroup_v2.html, "Requirements").
+CGROUP2_CONTROLLERS = ("cpuset", "cpu", "io", "memory", "pids")
+
+
+def host_cgroup_hierarchies(
+    cgroup_name: str, *, mountinfo: str | None = None, self_cgroup: str | None = None
+) -> list[CgroupHierarchy]:
+    """The host's cgroup hierarchies, each with the lab's cgroup below the caller's own.
+
+    On a pure cgroup v2 host the lab's cgroup sits at the root instead: v2 enables a
+    controller for a cgroup's children only while the cgroup itself holds no process (the
+    "no internal process" rule), and the caller's own cgroup holds the caller.
+    `mountinfo` and `self_cgroup` stand for /proc/self/mountinfo and /proc/self/cgroup."""
     # Read our own cgroup once: it changes as soon as we move a process.
     own: dict[str, str] = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    if self_cgroup is None:
+        self_cgroup = Path("/proc/self/cgroup").read_text()
+    for line in self_cgroup.splitlines():
         _hid, controllers, path = line.split(":", 2)
         own[controllers] = path
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
     result: list[CgroupHierarchy] = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fstype, _source, super_opts = ([*right.split(), "", "", ""])[:3]
         if fstype not in ("cgroup", "cgroup2"):
@@ -66,8 +90,8 @@ def host_cgroup_hierarchies(cgroup_name: str) -> list[CgroupHierarchy]:
             named = [o for o in opts if o.startswith("name=")]
             key = ",".join(wanted + named)
             options = ",".join(wanted) if wanted else "none," + ",".join(named)
-        base = own.get(key, "/")
-        if mountpoint.startswith("/sys/fs/cgroup"):
+        base = "/" if (fstype, mountpoint) == ("cgroup2", CGROUP_ROOT) else own.get(key, "/")
+        if mountpoint.startswith(CGROUP_ROOT):
             result.append(
                 CgroupHierarchy(
                     mountpoint=mountpoint,
@@ -86,6 +110,23 @@ def _make_cgroup(path: Path) -> None:
         mine, parent = path / knob, path.parent / knob
         if mine.exists() and not mine.read_text().strip() and parent.exists():
             mine.write_text(parent.read_text())
+
+
+def delegate_cgroup2(lab_cgroup: Path, node: str) -> Path:
+    """Make `<lab cgroup>/<node>` a delegated cgroup v2 subtree, as systemd's Delegate=yes
+    gives slurmd one: Slurm's controllers enabled for its children, the node's processes in
+    its leaf `init` (the boot script moves them there), so a job's cgroup can take them."""
+    node_cgroup = lab_cgroup / node
+    for cg in (lab_cgroup, node_cgroup):
+        cg.mkdir(exist_ok=True)
+    for cg in (lab_cgroup.parent, lab_cgroup, node_cgroup):
+        available = set((cg / "cgroup.controllers").read_text().split())
+        enabled = set((cg / "cgroup.subtree_control").read_text().split())
+        wanted = [c for c in CGROUP2_CONTROLLERS if c in available and c not in enabled]
+        if wanted:
+            (cg / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+    (node_cgroup / "init").mkdir(exist_ok=True)
+    return node_cgroup
 
 
 def remove_cgroup_tree(path: Path) -> None:
@@ -115,12 +156,13 @@ def cgroup_processes(path: Path) -> list[int]:
 
 
 def memory_usage_bytes(hierarchies: list[CgroupHierarchy], node: str) -> int | None:
-    """Memory charged to a node's cgroup (v1 memory controller), or None if unavailable."""
+    """Memory charged to a node's cgroup (v1 memory controller or v2), or None if unavailable."""
     for h in hierarchies:
-        if h.options == "memory":
-            usage = Path(h.lab_path) / node / "memory.usage_in_bytes"
-            if usage.exists():
-                return int(usage.read_text())
+        if h.options == "memory" or h.unified:
+            node_cgroup = Path(h.lab_path) / node
+            for usage in (node_cgroup / "memory.usage_in_bytes", node_cgroup / "memory.current"):
+                if usage.exists():
+                    return int(usage.read_text())
     return None
 
 
@@ -255,12 +297,17 @@ def start_node(
     prepare_upper(config, spec)
     procs_files: list[Path] = []
     lines: list[str] = []
+    delegated = ""
     for h in hierarchies:
+        lines.append(f"{h.node_dir_name}:{h.fstype}:{h.options}")
+        if h.unified:
+            # The boot script enters this subtree itself: the supervisor must stay out of it.
+            delegated = str(delegate_cgroup2(Path(h.lab_path), spec.name))
+            continue
         cg = Path(h.lab_path) / spec.name
         _make_cgroup(Path(h.lab_path))
         _make_cgroup(cg)
         procs_files.append(cg / "cgroup.procs")
-        lines.append(f"{h.node_dir_name}:{h.fstype}:{h.options}")
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "LAB_NODE": spec.name,
@@ -269,6 +316,7 @@ def start_node(
         "LAB_MODEL_DIR": str(config.model_dir),
         "LAB_SHARED_DIR": str(config.shared_dir),
         "LAB_CGROUPS": "\n".join(lines),
+        "LAB_CGROUP2_NODE": delegated,
     }
     argv = [
         "ip",
@@ -280,7 +328,8 @@ def start_node(
         "--ipc",
         "--mount",
         "--pid",
-        "--cgroup",
+        # On a v2 host the boot script makes the cgroup namespace once it is in its subtree.
+        *([] if delegated else ["--cgroup"]),
         "--fork",
         "--kill-child",
         "sh",

@@ -6,6 +6,19 @@ set -eu
 : "${LAB_NODE:?}" "${LAB_BASE:?}" "${LAB_NODE_DIR:?}" "${LAB_MODEL_DIR:?}" "${LAB_SHARED_DIR:?}"
 R="$LAB_NODE_DIR/root"
 
+# A pure cgroup v2 host: the node gets a delegated subtree (LAB_CGROUP2_NODE, its controllers
+# enabled by cluster_lab.nodes). Enter it, make the cgroup namespace there (its root is the
+# node's cgroup), then move into its leaf `init`, so that the node's root cgroup holds no
+# process and can hand controllers on to the cgroups slurmd makes.
+if [ -n "${LAB_CGROUP2_NODE:-}" ] && [ "${LAB_CGROUP2_ENTERED:-}" != 1 ]; then
+    echo $$ > "$LAB_CGROUP2_NODE/cgroup.procs"
+    export LAB_CGROUP2_ENTERED=1
+    exec unshare --cgroup sh "$0"
+fi
+if [ -n "${LAB_CGROUP2_NODE:-}" ]; then
+    echo $$ > "$LAB_CGROUP2_NODE/init/cgroup.procs"
+fi
+
 mount --make-rprivate /
 mount -t overlay overlay \
     -o "lowerdir=$LAB_BASE,upperdir=$LAB_NODE_DIR/upper,workdir=$LAB_NODE_DIR/work" "$R"
@@ -19,14 +32,19 @@ if [ -d "$LAB_NODE_DIR/sysfs-class" ]; then
 fi
 
 # The cgroup hierarchies, seen through the cgroup namespace (root = this node's cgroup);
-# slurmd will not start without them. LAB_CGROUPS: "dir:fstype:options" per line.
-mount -t tmpfs -o nosuid,nodev,noexec,mode=755,size=64k cgroup "$R/sys/fs/cgroup"
-printf '%s\n' "${LAB_CGROUPS:-}" | while IFS=: read -r dir fstype opts; do
-    [ -n "$dir" ] || continue
-    mkdir -p "$R/sys/fs/cgroup/$dir"
-    mount -t "$fstype" -o "nosuid,nodev,noexec,$opts" cgroup "$R/sys/fs/cgroup/$dir"
-done
-mount -o remount,ro,bind "$R/sys/fs/cgroup" 2>/dev/null || true
+# slurmd will not start without them. LAB_CGROUPS: "dir:fstype:options" per line; dir "." is
+# a v2 host's unified hierarchy, mounted at /sys/fs/cgroup itself as on a v2 host.
+if [ -n "${LAB_CGROUP2_NODE:-}" ]; then
+    mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$R/sys/fs/cgroup"
+else
+    mount -t tmpfs -o nosuid,nodev,noexec,mode=755,size=64k cgroup "$R/sys/fs/cgroup"
+    printf '%s\n' "${LAB_CGROUPS:-}" | while IFS=: read -r dir fstype opts; do
+        [ -n "$dir" ] || continue
+        mkdir -p "$R/sys/fs/cgroup/$dir"
+        mount -t "$fstype" -o "nosuid,nodev,noexec,$opts" cgroup "$R/sys/fs/cgroup/$dir"
+    done
+    mount -o remount,ro,bind "$R/sys/fs/cgroup" 2>/dev/null || true
+fi
 
 mount -t tmpfs -o nosuid,mode=755,size=256k dev "$R/dev"
 mknod -m 666 "$R/dev/null" c 1 3
