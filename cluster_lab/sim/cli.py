@@ -433,6 +433,13 @@ def fabricmanager(argv: list[str], model: dict[str, Any], host: str) -> Result:
     return idle_daemon(argv, model, host)
 
 
+def dcgm_exporter(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """dcgm-exporter: the node's DCGM fields on :9400 until stopped (sim/dcgm_exporter.py)."""
+    from .dcgm_exporter import run  # only the exporter needs http.server
+
+    return Result("", run(argv, host))
+
+
 TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "nvidia-smi": nvidia_smi,
     "dcgmi": dcgmi,
@@ -444,6 +451,7 @@ TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "nvidia-persistenced": persistenced,
     "nv-fabricmanager": fabricmanager,
     "nv-hostengine": idle_daemon,
+    "dcgm-exporter": dcgm_exporter,
     "openibd": openibd,
     "modinfo": modinfo,
 }

@@ -43,6 +43,7 @@ DEFAULT_VERSIONS: dict[str, str] = {
     f"nvidia-fabricmanager-{DRIVER_BRANCH}": DRIVER_VERSION,
     f"libnvidia-nscq-{DRIVER_BRANCH}": DRIVER_VERSION,
     "datacenter-gpu-manager": "1:3.3.9",
+    "dcgm-exporter": "3.6.1-1",
     "doca-ofed": "2.9.1-1",
     # MFT, which DOCA-Host's doca-ofed profile brings (doca-host-basic is the one "without MFT"):
     # the release the BlueField-3 mlxlink capture prints.
@@ -95,6 +96,20 @@ Before=systemd-backlight@backlight:nvidia_0.service
 Type=forking
 ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
 ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced
+"""
+
+# The unit the exporter's package ships; the dcgm_exporter role's drop-in replaces ExecStart.
+DCGM_EXPORTER_UNIT = """\
+[Unit]
+Description=NVIDIA DCGM exporter
+After=nvidia-dcgm.service
+
+[Service]
+ExecStart=/usr/bin/dcgm-exporter
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
 """
 
 _INIT = """#!/bin/sh
@@ -283,6 +298,16 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             carries_simulator=True,
         ),
         SimPackage(
+            "dcgm-exporter",
+            "NVIDIA DCGM exporter (simulated: the lab model's DCGM fields on :9400)",
+            tools={"usr/bin/dcgm-exporter": "dcgm-exporter"},
+            services={"dcgm-exporter": "/usr/bin/dcgm-exporter"},
+            # A packaged exporter is a systemd service; the lab's init script runs its
+            # ExecStart as the role's drop-in sets it (--collectors, --address).
+            files={"/lib/systemd/system/dcgm-exporter.service": DCGM_EXPORTER_UNIT},
+            carries_simulator=True,
+        ),
+        SimPackage(
             "doca-ofed",
             "NVIDIA DOCA-OFED (simulated: the HCAs come from the lab's sysfs tree)",
             # openibd loads DOCA's mlx5_core/ib_core in place of the inbox stack, which stays
@@ -435,6 +460,9 @@ def role_pins(roles_dir: Path) -> dict[str, str]:
     dcgm = defaults("dcgm")
     if dcgm and str(dcgm.get("dcgm_major", 3)) == "3":
         pins["datacenter-gpu-manager"] = f"1:{dcgm['dcgm_version']}"
+    exporter = defaults("dcgm_exporter")
+    if exporter:
+        pins["dcgm-exporter"] = f"{exporter['dcgm_exporter_version']}-*"
     doca = defaults("doca_ofed")
     if doca:
         pins["doca-ofed"] = f"{doca['doca_ofed_version']}-*"

@@ -104,6 +104,7 @@ def test_unknown_package_is_refused(tmp_path: Path) -> None:
 def test_init_scripts_are_valid_shell(root: Path) -> None:
     scripts = sorted((root / "etc" / "init.d").iterdir())
     assert [s.name for s in scripts] == [
+        "dcgm-exporter",
         "nvidia-dcgm",
         "nvidia-fabricmanager",
         "nvidia-kernel-modules",
