@@ -13,6 +13,7 @@ from cluster_tool.errors import ParseError, UsageError
 # The libraries are imported inside the commands: every run (Slurm's HealthCheckProgram on
 # every node, every interval) pays only for the command it runs.
 if TYPE_CHECKING:
+    from cluster_tool.checks.node import NodeExpectations
     from cluster_tool.findings import Report
 
 fabric_app = typer.Typer(
@@ -327,9 +328,37 @@ def node_check(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="With --slurm: say what it would do, change nothing.")
     ] = False,
+    prolog: Annotated[
+        bool,
+        typer.Option(
+            "--prolog",
+            help="As Slurm's Prolog: the fast checks; a failing node is drained and the job "
+            "refused (exit 1); keeps the job's Xid and counter baseline for --epilog.",
+        ),
+    ] = False,
+    epilog: Annotated[
+        bool,
+        typer.Option(
+            "--epilog",
+            help="As Slurm's Epilog: drain on Xids and HCA counter errors the job's run added.",
+        ),
+    ] = False,
+    job_id: Annotated[
+        str | None,
+        typer.Option("--job-id", help="With --prolog/--epilog (default $SLURM_JOB_ID)."),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=1,
+            help="Seconds the probes may take (default 600; 30 with --prolog/--epilog).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> int:
-    """The node checks on this node. Exit 0 healthy, 1 a check failed."""
+    """The node checks on this node. Exit 0 healthy, 1 a check failed (with --prolog: the job
+    is refused)."""
     from dataclasses import replace
 
     from cluster_tool.checks.node import NODE_FILE, expectations_for, read_node_file
@@ -344,14 +373,18 @@ def node_check(
         slurm_health_action,
     )
 
+    if sum((slurm, prolog, epilog)) > 1:
+        raise UsageError("node-check: --slurm, --prolog and --epilog are one each")
     if spec is not None:
         expect = expectations_for(_spec(spec), node or local_node_name())
     else:
         expect = read_node_file(node_file or NODE_FILE)
         if node:
             expect = replace(expect, node=node)
+    if prolog or epilog:
+        return _job_check(expect, prolog=prolog, job_id=job_id, timeout=timeout, json_out=json_out)
     try:
-        findings = run_node_check(expect, dcgm=dcgm)
+        findings = run_node_check(expect, dcgm=dcgm, timeout=timeout or 600.0)
     except TransportError as exc:
         raise UsageError(f"node-check: the probes did not run: {exc}") from None
     report = Report.from_findings(findings, {"node": expect.node})
@@ -372,6 +405,46 @@ def node_check(
             markup=False,
         )
     return report.exit_code
+
+
+def _job_check(
+    expect: "NodeExpectations",
+    *,
+    prolog: bool,
+    job_id: str | None,
+    timeout: float | None,
+    json_out: bool,
+) -> int:
+    """node-check --prolog / --epilog. The prolog's exit is 1 on a failing node (Slurm then
+    requeues the job); the epilog drains by itself and exits 0, so that Slurm's own `Epilog
+    error` drain does not follow; an error that stopped either (probes hung, Slurm refused the
+    drain) exits non-zero and Slurm drains the node itself."""
+    import os
+
+    from cluster_tool.findings import Report
+    from cluster_tool.remote.fanout import TransportError
+    from cluster_tool.slurm import SlurmCLI
+    from cluster_tool.workflows.job_checks import run_epilog, run_prolog
+
+    job = job_id or os.environ.get("SLURM_JOB_ID")
+    mode = "--prolog" if prolog else "--epilog"
+    if not job:
+        raise UsageError(f"node-check {mode}: no job id (--job-id, or $SLURM_JOB_ID from Slurm)")
+    run = run_prolog if prolog else run_epilog
+    try:
+        check = run(expect, job, SlurmCLI(), timeout=timeout or 30.0)
+    except TransportError as exc:
+        raise UsageError(f"node-check {mode}: the probes did not run: {exc}") from None
+    report = Report.from_findings(check.findings, {"node": expect.node, "job": job})
+    action = check.action.to_json()
+    _print_report(report, json_out, {"slurm": action, "notes": check.notes})
+    if not json_out:
+        output.stdout.print(
+            f"slurm: {action['action']} {action['node']}"
+            + (f" ({action['reason']})" if action["reason"] else ""),
+            markup=False,
+        )
+    return 1 if check.refused else 0
 
 
 def node_file(
