@@ -325,6 +325,12 @@ def node_check(
         str | None, typer.Option("--node", help="This node's name (default: the node file's).")
     ] = None,
     dcgm: Annotated[bool, typer.Option("--dcgm", help="Also run `dcgmi diag -r 1`.")] = False,
+    versions: Annotated[
+        bool,
+        typer.Option(
+            "--versions", help="Also report what the node runs (validate --via slurm judges it)."
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="With --slurm: say what it would do, change nothing.")
     ] = False,
@@ -389,6 +395,10 @@ def node_check(
         raise UsageError(f"node-check: the probes did not run: {exc}") from None
     report = Report.from_findings(findings, {"node": expect.node})
     extra: dict[str, object] = {}
+    if versions:
+        from cluster_tool.workflows.via_slurm import node_versions_record
+
+        extra["versions"] = node_versions_record(expect.node)
     if slurm:
         if dry_run:
             reason = health_drain_reason(expect.node, findings)

@@ -179,7 +179,7 @@ def run_validate(
         if step is not None:
             for node_findings in step.findings.values():
                 findings += node_findings
-        version_findings, unread_versions = _version_findings(cluster, over_ssh, results)
+        version_findings, unread_versions = _version_findings(cluster, over_ssh, results, step)
         findings += version_findings
     read: CounterSnapshot | None = None
     if fabric_host is not None and results[fabric_host].reachable:
@@ -231,13 +231,16 @@ VERSION_CHECKS = ("version.drift", "version.incompatible", "version.outlier")
 
 
 def _version_findings(
-    cluster: Cluster, nodes: Sequence[str], results: dict[str, HostResult]
+    cluster: Cluster,
+    nodes: Sequence[str],
+    results: dict[str, HostResult],
+    step: StepOutcome | None = None,
 ) -> tuple[list[Finding], dict[str, str]]:
     """What the version probe read, judged as `cluster-tool versions` judges it: drift from the
     spec's pins and broken matrix rules per node, outliers across the nodes read. A node whose
     probe did not answer, or a capture made before the probe rode with the health probes, is
     not judged; one whose output could not be read is returned with why (its version checks
-    did not run)."""
+    did not run). The nodes of a Slurm step (`step`) report what they run themselves."""
     read: list[NodeVersions] = []
     unread: dict[str, str] = {}
     for name in nodes:
@@ -249,6 +252,9 @@ def _version_findings(
             read.append(node_versions(name, result.outputs))
         except ParseError as exc:
             unread[name] = f"the version probe's output: {exc}"
+    if step is not None:
+        read += step.versions.values()
+        unread.update(step.unread_versions)
     if not read:
         return [], unread
     return check_node_versions(cluster, read) + check_fleet_outliers(read), unread

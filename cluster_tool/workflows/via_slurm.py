@@ -21,15 +21,29 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from cluster_tool.checks.fleet_versions import node_versions
 from cluster_tool.checks.node import expectations_for
-from cluster_tool.errors import UsageError
+from cluster_tool.checks.versions import Hca, NodeVersions
+from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.fileio import atomic_write, read_input_bytes
 from cluster_tool.findings import Finding
+from cluster_tool.probes import ProbeOutput
+from cluster_tool.probes.node import NvidiaSmiQ
+from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
+from cluster_tool.probes.versions import Versions
+from cluster_tool.remote.fanout import LocalTransport, Target, Transport, collect
 from cluster_tool.render.engine import render_nccl_conf
 from cluster_tool.slurm import NodeState, SlurmError, SlurmSteps, srun_argv
 from cluster_tool.spec.models import Cluster
 
-__all__ = ["NODE_COMMAND", "StepOutcome", "run_node_checks_via_slurm", "step_plan"]
+__all__ = [
+    "NODE_COMMAND",
+    "StepOutcome",
+    "node_versions_record",
+    "run_node_checks_via_slurm",
+    "step_plan",
+    "versions_record",
+]
 
 # What each task runs; the role that installs cluster-tool on the GPU nodes puts it on PATH.
 NODE_COMMAND = "cluster-tool"
@@ -44,6 +58,9 @@ class StepOutcome:
 
     findings: dict[str, list[Finding]] = field(default_factory=dict)
     no_record: dict[str, str] = field(default_factory=dict)
+    # What each node runs, judged on the controller across the fleet as over SSH; why not read.
+    versions: dict[str, NodeVersions] = field(default_factory=dict)
+    unread_versions: dict[str, str] = field(default_factory=dict)
     to_ssh: dict[str, str] = field(default_factory=dict)
     folder: Path | None = None
     srun: str = ""  # srun's exit status and last word, for the summary
@@ -115,7 +132,8 @@ def run_node_checks_via_slurm(
     # $SLURMD_NODENAME is Slurm's name for the node the task runs on: each task reads the node
     # file written for that node.
     script = f'exec {node_command} node-check --json --node-file "$0/$SLURMD_NODENAME.json" "$@"'
-    command = ["sh", "-c", script, str(folder / "nodes"), *(["--dcgm"] if dcgm else [])]
+    command = ["sh", "-c", script, str(folder / "nodes"), "--versions"]
+    command += ["--dcgm"] if dcgm else []
     argv = srun_argv(
         stepped,
         command,
@@ -143,8 +161,12 @@ def run_node_checks_via_slurm(
         record = read_record(folder / "out", name)
         if isinstance(record, str):
             outcome.no_record[name] = record
-        else:
-            outcome.findings[name] = record
+            continue
+        outcome.findings[name], versions = record
+        if isinstance(versions, NodeVersions):
+            outcome.versions[name] = versions
+        elif versions is not None:
+            outcome.unread_versions[name] = versions
     return outcome
 
 
@@ -160,10 +182,11 @@ def _run_folder(shared: Path) -> Path:
     return folder
 
 
-def read_record(out: Path, node: str) -> list[Finding] | str:
-    """`node`'s findings from the step's file Slurm named after it, or why there are none (no
-    file, empty: the task never ran or printed nothing; not node-check's JSON; a finding that
-    names another node). What the task said on stderr comes with the why, escaped."""
+def read_record(out: Path, node: str) -> tuple[list[Finding], NodeVersions | str | None] | str:
+    """`node`'s findings and versions from the step's file Slurm named after it, or why there
+    are none (no file, empty: the task never ran or printed nothing; not node-check's JSON; a
+    finding that names another node). What the task said on stderr comes with the why,
+    escaped."""
     path = out / f"{node}.json"
     if not path.exists():
         return f"no record from the Slurm step{_stderr(out, node)}"
@@ -182,7 +205,68 @@ def read_record(out: Path, node: str) -> list[Finding] | str:
     strangers = sorted({f.node for f in findings if f.node != node}, key=str)
     if strangers:
         return f"its record names other nodes ({', '.join(map(repr, strangers))}): not read"
-    return findings
+    raw_versions = data.get("versions")
+    return findings, None if raw_versions is None else versions_from_record(node, raw_versions)
+
+
+def node_versions_record(node: str, transport: Transport | None = None) -> dict[str, object] | None:
+    """`node-check --versions`: the version probe (and nvidia-smi -q, for the VBIOS) run on this
+    node, read as `versions_record` says."""
+    probes = (NvidiaSmiQ(), Versions())
+    result = collect([(Target(node), probes)], transport or LocalTransport(), concurrency=1)[node]
+    return versions_record(node, result.outputs) if result.reachable else None
+
+
+def versions_record(node: str, outputs: dict[str, ProbeOutput]) -> dict[str, object] | None:
+    """What the node runs as node-check reports it for the fleet's version checks: None when the
+    version probe gave nothing (not judged, as over SSH), `{"unread": why}` when its output
+    could not be read (the node's version checks are skipped with why)."""
+    out = outputs.get(VERSIONS_PROBE)
+    if out is None or out.rc != 0 or not out.stdout.strip():
+        return None
+    try:
+        read = node_versions(node, outputs)
+    except ParseError as exc:
+        return {"unread": f"the version probe's output: {exc}"}
+    return {
+        "nvidia_driver": read.nvidia_driver,
+        "hcas": [[h.name, h.model, h.firmware, h.psid] for h in read.hcas],
+        "vbios": list(read.vbios),
+        "other": dict(read.other),
+    }
+
+
+def _hca(row: list[object]) -> Hca:
+    name, model, firmware, psid = row
+    return Hca(
+        str(name),
+        None if model is None else str(model),
+        None if firmware is None else str(firmware),
+        None if psid is None else str(psid),
+    )
+
+
+def versions_from_record(node: str, data: object) -> NodeVersions | str:
+    """A `versions_record` read back as `node`'s (the node Slurm ran the task on, whatever the
+    record says), or why it is not one."""
+
+    def text(value: object) -> str | None:
+        return None if value is None else str(value)
+
+    try:
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
+        if "unread" in data:
+            return str(data["unread"])
+        return NodeVersions(
+            node,
+            text(data["nvidia_driver"]),
+            tuple(_hca(h) for h in data["hcas"]),
+            tuple(text(v) for v in data["vbios"]),
+            {str(k): str(v) for k, v in dict(data["other"]).items()},
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"its versions record is not one ({type(exc).__name__}: {str(exc)[:100]!r})"
 
 
 def _stderr(out: Path, node: str) -> str:

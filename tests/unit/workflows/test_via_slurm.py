@@ -30,8 +30,10 @@ from cluster_tool.remote.fanout import (
 from cluster_tool.slurm import AdminSlurm
 from cluster_tool.spec import load_spec
 from cluster_tool.workflows.collect import ValidateResult, run_validate
+from cluster_tool.workflows.via_slurm import versions_record
 from tests.conftest import REPO
 from tests.unit.checks.test_remote import lab_capture
+from tests.unit.compat.test_versions import HEALTHY
 
 NODES = ("gpu001", "gpu002", "gpu003", "gpu004")
 XID_79 = (
@@ -45,22 +47,31 @@ from pathlib import Path
 from cluster_tool.checks.node import check_node, read_node_file
 from cluster_tool.findings import Report
 from cluster_tool.remote.fanout import load_capture
+from cluster_tool.workflows.via_slurm import versions_record
 
 args = sys.argv[1:]
 expect = read_node_file(Path(args[args.index("--node-file") + 1]))
 outputs = load_capture(Path(os.environ["CAPTURE"]))[os.environ["SLURMD_NODENAME"]].outputs
 report = Report.from_findings(check_node(expect, outputs), {{"node": expect.node}})
-print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+data = report.to_json()
+if "--versions" in args:
+    data["versions"] = versions_record(expect.node, outputs)
+print(json.dumps(data, indent=2, sort_keys=True))
 sys.exit(report.exit_code)
 """
 
 
-def capture_with_xid(tmp_path: Path) -> Path:
-    """The lab capture with an Xid 79 (GPU fallen off the bus) in gpu002's kernel log."""
+def capture_with_xid(tmp_path: Path, versions: dict[str, str] | None = None) -> Path:
+    """The lab capture with an Xid 79 (GPU fallen off the bus) in gpu002's kernel log, and the
+    version probe's output per node when given."""
     results = load_capture(lab_capture(tmp_path / "base"))
-    outputs = dict(results["gpu002"].outputs)
-    outputs["kernel-log"] = ProbeOutput(0, outputs["kernel-log"].stdout + XID_79)
-    results["gpu002"] = HostResult("gpu002", outputs=outputs, probes=tuple(outputs))
+    for name in NODES:
+        outputs = dict(results[name].outputs)
+        if name == "gpu002":
+            outputs["kernel-log"] = ProbeOutput(0, outputs["kernel-log"].stdout + XID_79)
+        if versions and name in versions:
+            outputs["versions"] = ProbeOutput(0, versions[name])
+        results[name] = HostResult(name, outputs=outputs, probes=tuple(outputs))
     save_capture(tmp_path / "cap", results)
     return tmp_path / "cap"
 
@@ -126,7 +137,10 @@ class FakeSrun:
                 expect = read_node_file(Path(command[3]) / f"{node}.json")
                 outputs = load_capture(self.capture)[node].outputs
                 report = Report.from_findings(check_node(expect, outputs), {"node": node})
-                out.write_text(json.dumps(report.to_json()))
+                data = report.to_json()
+                if "--versions" in command:
+                    data["versions"] = versions_record(node, outputs)
+                out.write_text(json.dumps(data))
                 worst = max(worst, report.exit_code)
                 continue
             env = {
@@ -162,13 +176,21 @@ def via_slurm(fake: FakeSrun, tmp_path: Path, **kw: object) -> ValidateResult:
 def test_the_slurm_step_gives_the_ssh_paths_findings_naming_the_faulty_node(
     tmp_path: Path,
 ) -> None:
-    capture = capture_with_xid(tmp_path)
+    # Versions too: gpu001's fabric manager behind its driver, gpu002's mlx5_1 behind the fleet.
+    versions = dict.fromkeys(NODES, HEALTHY)
+    versions["gpu001"] = HEALTHY.replace("fabricmanager 550.127.08", "fabricmanager 550.127.05")
+    versions["gpu002"] = HEALTHY.replace(
+        "hca mlx5_1 MT4129 28.43.2026", "hca mlx5_1 MT4129 28.43.1014"
+    )
+    capture = capture_with_xid(tmp_path, versions)
     over_ssh = run_validate(
         load_spec(REPO / "examples" / "lab.yml"), replay=capture, fabric=False, dcgm=False
     )
     fake = FakeSrun(tmp_path, capture, in_process=False)
     stepped = via_slurm(fake, tmp_path)
     assert ("gpu.xid", "gpu002", "GPU0", "error") in keys(over_ssh)
+    assert ("version.incompatible", "gpu001", "fabricmanager", "error") in keys(over_ssh)
+    assert ("version.outlier", "gpu002", "hca_firmware mlx5_1", "warning") in keys(over_ssh)
     assert keys(stepped) == keys(over_ssh)
     assert stepped.exit_code == over_ssh.exit_code == 1
     # One step over the four nodes, one task each, that neither dies with its first failed
