@@ -586,6 +586,21 @@ class Slurm(StrictModel):
         default_factory=lambda: [Partition.model_validate({"name": "gpu", "default": True})],
         description="Partitions; default one `gpu` partition over all GPU nodes.",
     )
+    health_check_interval: int = Field(
+        300,
+        ge=0,
+        le=86400,
+        description="`HealthCheckInterval`: seconds between runs of `cluster-tool node-check "
+        "--slurm` as HealthCheckProgram on every GPU node (default 300; 0 turns it off).",
+    )
+    health_check_node_state: list[
+        Literal["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE", "START_ONLY"]
+    ] = Field(
+        default_factory=lambda: ["ANY"],
+        min_length=1,
+        description="`HealthCheckNodeState`: in which node states it runs (default ANY; CYCLE "
+        "spreads the runs over the interval instead of all nodes at once).",
+    )
 
 
 class Repositories(StrictModel):
