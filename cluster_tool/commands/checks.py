@@ -305,6 +305,15 @@ def validate(
 
         junit.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(junit, junit_xml(result))
+    step = result.report.summary.get("slurm_step")
+    if step and not json_out:
+        # Which nodes the step read and which SSH read instead, before the findings.
+        output.stdout.print(
+            f"slurm step: {step['nodes']} node(s), records in {step['records']} ({step['srun']})",
+            markup=False,
+        )
+        for name, why in step["over_ssh"].items():
+            output.stdout.print(f"over ssh: {name}: {why}", markup=False)
     _print_report(result.report, json_out, {"unreachable": result.unreachable})
     return result.exit_code
 
