@@ -466,9 +466,35 @@ def _job_check(
     return 1 if check.refused else 0
 
 
+def _rendered_spec(inventory: Path):  # type: ignore[no-untyped-def]
+    """The spec a rendered inventory was made from (its spec.json), as rendered: the model's
+    validation, not the spec file's cross-checks, which its owner may have added to (a lab puts
+    its SSH settings in ansible_vars)."""
+    from pydantic import ValidationError
+
+    from cluster_tool.fileio import read_input_bytes
+    from cluster_tool.spec.models import Cluster
+
+    path = inventory / "spec.json"
+    if not path.is_file():
+        raise UsageError(f"{path}: no rendered spec (cluster-tool render writes it)")
+    try:
+        return Cluster.model_validate_json(read_input_bytes(path))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UsageError(f"{path}: not a rendered spec: {where}: {first['msg']}") from None
+
+
 def node_file(
     node: Annotated[str, typer.Argument(help="The GPU node the file is for.")],
     spec: SpecOpt = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory", help="Instead of --spec: a rendered inventory (its spec.json)."
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("-o", "--output", help="Write here (default: stdout).")
     ] = None,
@@ -477,7 +503,8 @@ def node_file(
     """The node file `node-check` reads (/etc/cluster-tool/node.json) for one node."""
     from cluster_tool.checks.node import expectations_for
 
-    data = expectations_for(_spec(spec), node).to_node_file()
+    cluster = _rendered_spec(inventory) if inventory is not None else _spec(spec)
+    data = expectations_for(cluster, node).to_node_file()
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     if out is not None:
         from cluster_tool.fileio import atomic_write
