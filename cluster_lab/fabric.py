@@ -1,17 +1,26 @@
-"""The lab's InfiniBand fabric: ibsim built from the hardware model, OpenSM as subnet manager.
+"""The lab's InfiniBand fabric: ibsim built from the hardware model; OpenSM on the head.
 
 ibsim runs in its own network namespace on the bridge (its remote mode listens on every
 address it has) and reads console commands from a FIFO opened read-write, so it never sees
 end-of-file and faults can be sent at run time (`send_command`, `unlink_hca`, ...). The real
 infiniband-diags reach it from the head node through the umad2sim preload (`diag_wrapper`).
+
+The subnet manager is the spec's: the opensm role installs the distribution's OpenSM on the
+head (the lab spec's `fabric.subnet_manager`) with the lab's package `opensm-ibsim`, whose
+service runs that OpenSM through the same preload, attached where the head's diags attach
+(`sm_environment`, written into the head at boot). `lab up` installs and starts that service
+before any converge (`start_subnet_manager`), so the unconverged lab has a swept fabric.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from cluster_lab import model as hw
@@ -150,8 +159,9 @@ def fifo_path(config: LabConfig) -> Path:
     return config.fabric_dir / "ibsim.ctl"
 
 
-def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]:
-    """Write the net file, start ibsim and OpenSM in the fabric namespace; wait for SUBNET UP."""
+def start(config: LabConfig, model: hw.HardwareModel) -> ProcRef:
+    """Write the net file and start ibsim in the fabric namespace (no subnet manager: that is
+    the head's, `start_subnet_manager`)."""
     fabric = config.fabric_dir
     fabric.mkdir(parents=True, exist_ok=True)
     (fabric / "net").write_text(net_file(model))
@@ -163,9 +173,8 @@ def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]
     ns = config.netns(FABRIC_NS)
     log = config.log_dir / "ibsim.log"
     # A fresh log: readiness and command answers are read from it.
-    for old in (log, config.log_dir / "opensm.log"):
-        if old.exists():
-            old.replace(old.with_suffix(".log.old"))
+    if log.exists():
+        log.replace(log.with_suffix(".log.old"))
     # Read-write, so ibsim never sees end-of-file when a writer closes.
     console = os.open(fifo, os.O_RDWR)
     try:
@@ -179,17 +188,11 @@ def start(config: LabConfig, model: hw.HardwareModel) -> tuple[ProcRef, ProcRef]
         os.close(console)
     try:
         _wait_for_text(log, "sim>", 10, "ibsim", ibsim)
-        opensm = _start_opensm(config, model)
+        _replay_counters(config, model)
     except BaseException:
         stop_process(ibsim)  # leave nothing half-started behind
         raise
-    try:
-        _replay_counters(config, model)
-    except BaseException:
-        stop_process(opensm)
-        stop_process(ibsim)
-        raise
-    return ibsim, opensm
+    return ibsim
 
 
 def _replay_counters(config: LabConfig, model: hw.HardwareModel) -> None:
@@ -205,32 +208,70 @@ def _replay_counters(config: LabConfig, model: hw.HardwareModel) -> None:
                 set_port_counter(config, hca.leaf, hca.leaf_port, LINK_DOWNED, leaf_downs)
 
 
-def _start_opensm(config: LabConfig, model: hw.HardwareModel) -> ProcRef:
-    osm_dir = config.fabric_dir / "opensm"
-    osm_dir.mkdir(exist_ok=True)
-    osm_log = config.log_dir / "opensm.log"
-    ns = config.netns(FABRIC_NS)
-    env = {
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-        "LD_PRELOAD": UMAD2SIM,
-        # From inside the fabric namespace; any other address makes OpenSM hang.
-        "IBSIM_SERVER_NAME": "127.0.0.1",
-        "SIM_HOST": attach_point(model),
-        "OSM_CACHE_DIR": str(osm_dir),
-        "OSM_TMP_DIR": str(osm_dir),
-    }
-    opensm = spawn(
-        ["ip", "netns", "exec", ns, "opensm", "-f", str(osm_log), "-d2", "-s", "5"],
-        log=config.log_dir / "opensm.out",
-        env=env,
-        cwd=osm_dir,
+# The lab's OpenSM service (cluster_lab/sim/packages.py): the distribution's opensm, run by the
+# unit of package opensm-ibsim through the umad2sim preload; the opensm role manages it in the lab
+# (cluster_lab/data/group_vars.yml: opensm_extra_packages, opensm_service).
+SM_SERVICE = "opensm-ibsim"
+SM_ENV_FILE = "etc/cluster-tool-lab/ibsim.env"
+SM_LOG = "/var/log/opensm.log"
+SM_TIMEOUT = 60.0
+
+Runner = Callable[[str], "subprocess.CompletedProcess[str]"]
+
+
+def sm_environment(config: LabConfig, model: hw.HardwareModel) -> str:
+    """The head's /etc/cluster-tool-lab/ibsim.env: where the lab's OpenSM service reaches ibsim
+    and the switch port it attaches to (the head's diags attach there too)."""
+    return (
+        "# cluster-tool lab: the fabric simulator the head's subnet manager runs against.\n"
+        f"IBSIM_SERVER_NAME={config.ibsim_address}\n"
+        f"SIM_HOST={shlex.quote(attach_point(model))}\n"
     )
-    try:
-        _wait_for_text(osm_log, "SUBNET UP", 30, "OpenSM", opensm)
-    except BaseException:
-        stop_process(opensm)
-        raise
-    return opensm
+
+
+def _master(run: Runner) -> bool:
+    """Whether an SM answers the head's sminfo as master (none answers while none runs)."""
+    out = run("LAB_IB_TIMEOUT=5 sminfo 2>/dev/null")
+    return out.returncode == 0 and "SMINFO_MASTER" in out.stdout
+
+
+def stop_subnet_manager(run: Runner) -> bool:
+    """Stop the head's OpenSM service before its ibsim goes: OpenSM clears its IsSM bit through
+    umad2sim as it exits, and a new ibsim handed that for a client it never had crashes (ibsim
+    0.10, SIGSEGV; seen in the lab). False when the head has no such service."""
+    result = run(f"[ -x /etc/init.d/{SM_SERVICE} ] || exit 3; service {SM_SERVICE} stop >/dev/null")
+    if result.returncode == 3:
+        return False
+    if result.returncode != 0:
+        raise LabError(f"the head's {SM_SERVICE} did not stop: {result.stderr.strip()[-300:]}")
+    return True
+
+
+def start_subnet_manager(run: Runner, *, install: bool, timeout: float = SM_TIMEOUT) -> bool:
+    """(Re)start the head's OpenSM service and wait until it answers sminfo as master; `run`
+    runs a shell command on the head. With `install`, installs its package first (from the lab
+    repository), as `lab up` does before any converge; without, a head that has none is left
+    alone (False).
+    """
+    apt = "DEBIAN_FRONTEND=noninteractive apt-get -q"
+    steps = [f"{apt} update >/dev/null", f"{apt} -y install {SM_SERVICE} >/dev/null"]
+    if not install:
+        steps = [f"[ -x /etc/init.d/{SM_SERVICE} ] || exit 3"]
+    result = run(" && ".join([*steps, f"service {SM_SERVICE} restart >/dev/null"]))
+    if not install and result.returncode == 3:
+        return False
+    if result.returncode != 0:
+        raise LabError(f"the head's {SM_SERVICE} did not start: {result.stderr.strip()[-300:]}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _master(run):
+            return True
+        time.sleep(0.5)
+    seen = run(f"service {SM_SERVICE} status; tail -n 5 {SM_LOG}")
+    raise LabError(
+        f"the head's OpenSM answered no sminfo as master after {timeout:.0f} s: "
+        + " | ".join((seen.stdout + seen.stderr).strip().splitlines()[-6:])
+    )
 
 
 def _wait_for_text(path: Path, text: str, timeout: float, what: str, proc: ProcRef) -> None:

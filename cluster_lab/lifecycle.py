@@ -204,11 +204,9 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
     state.netns.append(fabric.FABRIC_NS)
     save_state(config.state_file, state)
     lap("repository server")
-    ibsim, opensm = fabric.start(config, model)
-    state.services["ibsim"] = ibsim.to_json()
-    state.services["opensm"] = opensm.to_json()
+    state.services["ibsim"] = fabric.start(config, model).to_json()
     save_state(config.state_file, state)
-    lap("fabric (ibsim, OpenSM sweep)")
+    lap("fabric (ibsim)")
 
     for host in plan.hosts:
         nodes.add_netns(config, host.name, host.address)
@@ -223,6 +221,15 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
         log = config.log_dir / f"node-{host.name}.log"
         nodes.wait_ssh(host.address, BOOT_TIMEOUT, state.node_ref(host.name), log)
     lap("nodes booted, sshd up")
+
+    # The subnet manager is the spec's (the opensm role's on a converge); the unconverged lab
+    # gets the same installed service started now, so its fabric is swept before any converge.
+    head = _head(plan)
+    if head is not None:
+        state.extra["subnet_manager"] = head
+        save_state(config.state_file, state)
+        fabric.start_subnet_manager(_on(config, head), install=True)
+        lap("subnet manager (the head's OpenSM service, swept)")
 
     if any(h.bmc_address for h in plan.hosts):
         for host in plan.hosts:
@@ -386,6 +393,7 @@ def node_spec(config: LabConfig, plan: LabPlan, name: str) -> nodes.NodeSpec:
         current = hw.load(config.model_dir)
         for tool in fabric.DIAGS:
             extra[f"usr/local/sbin/{tool}"] = (fabric.diag_wrapper(config, current, tool), 0o755)
+        extra[fabric.SM_ENV_FILE] = (fabric.sm_environment(config, current), 0o644)
     return nodes.NodeSpec(
         name=host.name,
         address=host.address,
@@ -545,6 +553,10 @@ def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
             "lab_apt_source": repo.apt_source_line(config),
             # Same path on this machine and in every node (the gate's --workdir goes below it).
             "lab_shared_dir": str(config.shared_dir),
+            # The opensm role installs the distribution's OpenSM on the spec's subnet manager and
+            # the lab's service that runs it against ibsim (cluster_lab/fabric.py).
+            "opensm_extra_packages": [fabric.SM_SERVICE],
+            "opensm_service": fabric.SM_SERVICE,
             "ansible_user": "root",
             "ansible_ssh_private_key_file": str(config.ssh_key),
             "ansible_ssh_common_args": f"-F {config.ssh_config}",
@@ -567,6 +579,21 @@ def ssh_argv(config: LabConfig, node: str, command: list[str] | None = None) -> 
         argv.append("-t")
     argv.append(node)
     return argv + list(command or [])
+
+
+def _on(config: LabConfig, node: str) -> fabric.Runner:
+    """A shell-command runner on `node` that never raises (the caller reads the exit code)."""
+
+    def run_there(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ssh_argv(config, node, [command]),
+            capture_output=True,
+            text=True,
+            timeout=fabric.SM_TIMEOUT + 120,
+            check=False,
+        )
+
+    return run_there
 
 
 def ssh_run(
@@ -650,14 +677,18 @@ def restart_fabric(config: LabConfig) -> None:
     """
     with lab_lock(config):
         state = _require_state(config)
+        # The head's OpenSM goes first and comes back against the new ibsim.
+        head = state.extra.get("subnet_manager")
+        had_sm = bool(head) and fabric.stop_subnet_manager(_on(config, str(head)))
         for name in ("opensm", "ibsim"):
             ref = state.service_ref(name)
             if ref is not None:
                 stop_process(ref)
-        ibsim, opensm = fabric.start(config, hw.load(config.model_dir))
-        state.services["ibsim"] = ibsim.to_json()
-        state.services["opensm"] = opensm.to_json()
+        state.services.pop("opensm", None)
+        state.services["ibsim"] = fabric.start(config, hw.load(config.model_dir)).to_json()
         save_state(config.state_file, state)
+        if had_sm:
+            fabric.start_subnet_manager(_on(config, str(head)), install=False)
 
 
 def _require_state(config: LabConfig) -> LabState:

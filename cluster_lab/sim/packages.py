@@ -52,6 +52,7 @@ DEFAULT_VERSIONS: dict[str, str] = {
     "libnccl-dev": "2.21.5-1+cuda12.4",
     "nccl-rdma-sharp-plugins": "2.7-1",
     "nccl-tests": "2.13.11-1",
+    "opensm-ibsim": "1.0-1",
 }
 
 
@@ -242,6 +243,37 @@ are the host's. The convention (documented in cluster_lab/sim/README.md):
 """
 
 
+# The lab's subnet manager: the distribution's OpenSM (Debian's package, real binary) run against
+# ibsim through the umad2sim preload, attached where the head's diags attach (the head's
+# /etc/cluster-tool-lab/ibsim.env, written by `lab up`). It reads the opensm role's opensm.conf.
+# Its unit is what the lab's init script runs (the role starts and enables it as `opensm_service`).
+OPENSM_IBSIM_SCRIPT = """#!/bin/sh
+# cluster-tool lab: OpenSM against the lab's fabric simulator.
+set -e
+. /etc/cluster-tool-lab/ibsim.env
+export IBSIM_SERVER_NAME SIM_HOST
+export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so
+# umad2sim keeps a ./sys-<pid> tree in the working directory.
+mkdir -p /var/cache/opensm
+cd /var/cache/opensm
+# The lab's differences: its 5 s sweep (a relinked cable is swept in within a test's patience)
+# and a flushed log (readiness and tests read it). The rest is the opensm role's opensm.conf,
+# which OpenSM reads from its default path.
+exec /usr/sbin/opensm --sweep 5 --debug 2 --log_file /var/log/opensm.log
+"""
+OPENSM_IBSIM_UNIT = """\
+[Unit]
+Description=OpenSM against the cluster-tool lab's ibsim (umad2sim)
+Documentation=man:opensm(8)
+
+[Service]
+ExecStart=/bin/sh /usr/lib/cluster-tool-lab/opensm-ibsim
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
     driver_doc = "/usr/share/doc/cluster-tool-lab/MODULES"
     return [
@@ -334,6 +366,17 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             "nccl-tests benchmarks (simulated from the lab's hardware model)",
             tools={f"{NCCL_TESTS_DIR}/{t}": t for t in _NCCL_TESTS},
             carries_simulator=True,
+        ),
+        SimPackage(
+            "opensm-ibsim",
+            "OpenSM against the lab's ibsim (the distribution's opensm, umad2sim preload)",
+            # The unit's ExecStart is what the init script runs.
+            services={"opensm-ibsim": "/usr/sbin/opensm"},
+            files={
+                "/usr/lib/cluster-tool-lab/opensm-ibsim": OPENSM_IBSIM_SCRIPT,
+                "/lib/systemd/system/opensm-ibsim.service": OPENSM_IBSIM_UNIT,
+            },
+            depends=("opensm", "ibsim-utils"),
         ),
     ]
 

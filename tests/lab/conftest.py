@@ -257,6 +257,15 @@ def converged(lab: LabHandle, tmp_path_factory: pytest.TempPathFactory) -> Conve
     real Slurm, admission), once per session; every converged test starts from it."""
     runs = tmp_path_factory.mktemp("converged-runs")
     handle = Converged(lab=lab, runs=runs, bringup={})
+    # Bare as to the subnet manager too: `lab up` installed and started the head's OpenSM for the
+    # unconverged tests; the bring-up's opensm role must install it again (ibsim keeps the
+    # forwarding tables the SM wrote, so the fabric stays usable meanwhile).
+    purge = lab.ssh(
+        "head",
+        "service opensm-ibsim stop >/dev/null 2>&1; "
+        "DEBIAN_FRONTEND=noninteractive apt-get -qy purge opensm-ibsim opensm >/dev/null",
+    )
+    assert purge.returncode == 0, purge.stderr
     # The lab is a cluster like any other: its context (written by `lab up`) says how to reach
     # it and holds its secrets, so the main job needs nothing but the spec.
     rc, summary, err = handle.run_json("bringup", str(lab.spec))

@@ -247,7 +247,7 @@ def test_status_json_lists_nodes_services_and_faults(lab: LabHandle) -> None:
         ("gpu001", "gpu"),
     ]
     assert data["nodes"][1]["address"] == f"{TEST_SUBNET}.11"
-    assert all(data["services"].values()) and {"ibsim", "opensm", "repo"} <= set(data["services"])
+    assert all(data["services"].values()) and {"ibsim", "repo"} <= set(data["services"])
     assert data["faults"] == []
 
 

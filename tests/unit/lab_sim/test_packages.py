@@ -110,10 +110,31 @@ def test_init_scripts_are_valid_shell(root: Path) -> None:
         "nvidia-kernel-modules",
         "nvidia-persistenced",
         "openibd",
+        "opensm-ibsim",
     ]
     for script in scripts:
         assert os.access(script, os.X_OK)
         subprocess.run(["sh", "-n", str(script)], check=True)
+
+
+def test_the_labs_opensm_service_runs_the_distributions_opensm_against_ibsim(
+    debs: dict[str, Path], root: Path
+) -> None:
+    """The opensm role installs opensm-ibsim beside Debian's opensm on the lab's subnet manager;
+    its init script runs the unit's ExecStart, which execs the real OpenSM (so the pid file is
+    OpenSM's; it reads the role's opensm.conf from its default path) through the umad2sim
+    preload."""
+    assert {"opensm", "ibsim-utils"} <= set(_field(debs["opensm-ibsim"], "Depends").split(", "))
+    init = (root / "etc" / "init.d" / "opensm-ibsim").read_text()
+    assert "UNIT=/lib/systemd/system/opensm-ibsim.service" in init
+    unit = (root / "lib" / "systemd" / "system" / "opensm-ibsim.service").read_text()
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    script = (root / exec_start.split()[-1].lstrip("/")).read_text()
+    assert "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so" in script
+    assert ". /etc/cluster-tool-lab/ibsim.env" in script
+    assert script.rstrip().splitlines()[-1] == (
+        "exec /usr/sbin/opensm --sweep 5 --debug 2 --log_file /var/log/opensm.log"
+    )
 
 
 def _model(tmp_path: Path, change: Any = None) -> Path:
