@@ -197,6 +197,15 @@ def validate(
             "--admit-unproven", help="With --after-maintenance --admit: see `validate-after`."
         ),
     ] = False,
+    burn_in: Annotated[
+        str | None,
+        typer.Option(
+            "--burn-in",
+            metavar="DURATION",
+            help="With --after-maintenance: after the gate, an NCCL soak of this length (20s, "
+            "30m; `default`: 30 min) and `dcgmi diag -r 3` (see `validate-after`).",
+        ),
+    ] = None,
     via: Annotated[
         str,
         typer.Option(
@@ -247,8 +256,11 @@ def validate(
             chosen_spec, Reach(None, ssh_config, None, None, None), switch=switch, nodes=nodes,
             admit=admit, gate=gate, admit_unproven=admit_unproven, junit=junit, save=save,
             replay=replay, concurrency=concurrency, transport=transport, dcgm=dcgm,
+            burn_in=burn_in,
         )  # fmt: skip
         return validate_after_job(job, json_out)
+    if burn_in is not None:
+        raise UsageError("--burn-in goes with --after-maintenance (plain validate runs no gate)")
     if not gate:
         raise UsageError("--no-gate goes with --after-maintenance (plain validate runs no gate)")
     from cluster_tool.nodes import select_gpu_nodes

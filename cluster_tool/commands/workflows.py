@@ -27,6 +27,17 @@ from cluster_tool.commands._context import (
 # The workflows (ansible-runner, sushy, the gate) are imported inside the commands: any other
 # command, and --help, starts without them.
 
+BurnInOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--burn-in",
+        metavar="DURATION",
+        help="After the gate: an NCCL soak of this length (20s, 30m, 4h; `default`: the spec's, "
+        "4 h bring-up, 30 min re-image/validate), then `dcgmi diag -r 3`; a node whose busbw "
+        "sags, whose counters climb or whose GPUs fail is not admitted.",
+    ),
+]
+
 
 # --- the jobs ------------------------------------------------------------------------------
 
@@ -46,6 +57,7 @@ def bringup(
         bool, typer.Option("--retry-failed", help="Only the hosts that failed last time.")
     ] = False,
     gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Run the NCCL gate.")] = True,
+    burn_in: BurnInOpt = None,
     admit_unproven: AdmitUnprovenOpt = False,
     inventory: InventoryOpt = None,
     ssh_config: SshConfigOpt = None,
@@ -64,7 +76,7 @@ def bringup(
     via = reach_cluster(cluster, inventory, ssh_config, slurm_via, gate_workdir)
     job = BringupJob(
         spec, via, limit=limit, phase=phase, check=check, diff=diff, retry_failed=retry_failed,
-        gate=gate, admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir,
+        gate=gate, admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir, burn_in=burn_in,
     )  # fmt: skip
     return show_run(run_bringup(cluster, job, progress=progress), json_out)
 
@@ -117,6 +129,7 @@ def reimage(
     gate: Annotated[
         bool, typer.Option("--gate/--no-gate", help="Single + pair gate in the node ladder.")
     ] = True,
+    burn_in: BurnInOpt = None,
     admit_unproven: AdmitUnprovenOpt = False,
     dcgm: DcgmOpt = True,
     runs_dir: RunsDirOpt = None,
@@ -133,7 +146,7 @@ def reimage(
         force=force, drain_timeout_s=drain_timeout, ssh_timeout_s=ssh_timeout,
         insecure_bmc=insecure_bmc, ca_bundle=ca_bundle, bmc_scheme=bmc_scheme,
         vault_file=vault_file, vault_password_file=vault_password_file, gate=gate,
-        admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir,
+        admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir, burn_in=burn_in,
     )  # fmt: skip
     return show_run(run_reimage(cluster, job, progress=progress), json_out)
 
@@ -150,6 +163,7 @@ def validate_after(
         bool, typer.Option("--admit", help="Resume what is proven; drain what is not.")
     ] = False,
     gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Run the NCCL gate.")] = True,
+    burn_in: BurnInOpt = None,
     admit_unproven: AdmitUnprovenOpt = False,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write the run's JUnit XML here.")
@@ -182,6 +196,7 @@ def validate_after(
         spec, Reach(None, ssh_config, slurm_via, gate_workdir, None), switch=switch, nodes=nodes,
         admit=admit, gate=gate, admit_unproven=admit_unproven, junit=junit, save=save,
         replay=replay, concurrency=concurrency, transport=transport, dcgm=dcgm, runs_dir=runs_dir,
+        burn_in=burn_in,
     )  # fmt: skip
     return validate_after_job(job, json_out)
 

@@ -86,6 +86,16 @@ def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: b
     return out
 
 
+def _burn_in(text: str | None, cluster: Cluster, command: str, gate: bool) -> float:
+    """--burn-in as seconds (0: none); it runs after the gate, so it needs the gate."""
+    from cluster_tool.workflows.burnin import burn_in_seconds
+
+    seconds = burn_in_seconds(text, cluster, command)
+    if seconds and not gate:
+        raise UsageError("--burn-in runs after the gate: drop --no-gate")
+    return seconds
+
+
 # --- bring-up --------------------------------------------------------------------------------
 
 
@@ -105,6 +115,7 @@ class BringupJob:
     admit_unproven: bool = False
     dcgm: bool = True
     runs_dir: Path | None = None
+    burn_in: str | None = None  # --burn-in DURATION (or `default`): the soak after the gate
 
 
 def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quiet) -> RunOutcome:
@@ -112,7 +123,8 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
     from cluster_tool.bounds import bounded_hostlist
     from cluster_tool.workflows.bringup import BringupDeps, BringupOptions, PhaseProgress
     from cluster_tool.workflows.bringup import run_bringup as bring_up
-    from cluster_tool.workflows.live import Live, run_summary
+    from cluster_tool.workflows.burnin import BurnInLive
+    from cluster_tool.workflows.live import run_summary
 
     runs = job.runs_dir or default_runs_dir()
     limit = job.limit
@@ -122,6 +134,7 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
         raise UsageError("--diff goes with --check")
     if limit:
         bounded_hostlist(limit, "--limit")  # any host of the inventory, not only GPU nodes
+    burn_in_s = _burn_in(job.burn_in, cluster, "bringup", job.gate)
     if job.retry_failed:
         limit = str(NodeSet.fromlist(last_failed(runs, job.spec)))
     inputs = {
@@ -133,12 +146,13 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
         "retry_failed": job.retry_failed,
         "gate": job.gate,
         "admit_unproven": job.admit_unproven,
+        "burn_in_s": burn_in_s,
     }
     record = RunRecord.create(runs, "bringup", inputs, run_secrets(cluster))
     progress(f"run record: {record.path}")
     inv = _inventory(cluster, job.reach.inventory, record, job.check)
     slurm = connect(job.reach.slurm_via, job.reach.ssh_config)
-    live = Live(
+    live = BurnInLive(
         cluster,
         inv,
         record,
@@ -146,6 +160,7 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
         job.reach.ssh_config,
         gate_workdir=job.reach.gate_workdir,
         dcgm=job.dcgm,
+        burn_in_s=burn_in_s,
     )
     deps = BringupDeps(converge=live.converge, validate=live.validate, gate=live.gate, slurm=slurm)
     options = BringupOptions(
@@ -205,6 +220,7 @@ class ReimageJob:
     admit_unproven: bool = False
     dcgm: bool = True
     runs_dir: Path | None = None
+    burn_in: str | None = None
 
 
 def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quiet) -> RunOutcome:
@@ -212,8 +228,9 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
     batch, journaled so that `resume` continues where a killed run stopped."""
     from cluster_tool.bmc import SushyBmc, TlsPolicy, bmc_credentials, load_vault
     from cluster_tool.verdicts import GATE_SINGLE, judge_nodes, judge_run
+    from cluster_tool.workflows.burnin import BurnInLive
     from cluster_tool.workflows.common import Phase, node_verdicts, ssh_true, wait_for_ssh
-    from cluster_tool.workflows.live import Live, run_summary
+    from cluster_tool.workflows.live import run_summary
     from cluster_tool.workflows.reimage import STEP_CHECKS, ReimageDeps, ReimageOptions
     from cluster_tool.workflows.reimage import run_reimage as reimage_batches
 
@@ -241,8 +258,8 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
     progress(f"run record: {record.path}  (resume with --resume {record.run_id})")
     inv = _inventory(cluster, job.reach.inventory, record, False)
     slurm = connect(job.reach.slurm_via, job.reach.ssh_config)
-    # A resumed run keeps the proof rules it started with.
-    live = Live(
+    # A resumed run keeps the proof rules it started with, its burn-in too.
+    live = BurnInLive(
         cluster,
         inv,
         record,
@@ -252,6 +269,7 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
         gate_on=bool(inputs.get("gate", job.gate)),
         admit_unproven=bool(inputs.get("admit_unproven", job.admit_unproven)),
         dcgm=job.dcgm,
+        burn_in_s=float(inputs.get("burn_in_s") or 0.0),
     )
     addresses = {n: node.bmc_address for n, node in gpu.items() if node.bmc_address}
     host_address = {h.name: h.address for h in cluster.hosts()}
@@ -351,6 +369,7 @@ def _reimage_record(
         return record, inputs, [list(b) for b in inputs["batches"]]
     if not job.nodes:
         raise UsageError("--nodes HOSTLIST is required (or --resume RUN)")
+    burn_in_s = _burn_in(job.burn_in, cluster, "reimage", job.gate)
     gpu = {n.name: n for n in cluster.gpu_nodes()}
     protected = [cluster.slurm.controller, cluster.fabric.subnet_manager]
     # The controller and the subnet manager pass here so that plan_batches refuses them in
@@ -372,6 +391,7 @@ def _reimage_record(
         "drain_timeout_s": job.drain_timeout_s,
         "gate": job.gate,
         "admit_unproven": job.admit_unproven,
+        "burn_in_s": burn_in_s,
         "batches": batches,
         # What the requests will use, scheme in the spec's address pattern included.
         "bmc_tls": tls.transport(
@@ -425,6 +445,7 @@ class ValidateAfterJob:
     transport: str = "openssh"
     dcgm: bool = True
     runs_dir: Path | None = None
+    burn_in: str | None = None
 
 
 class _Offline:
@@ -494,7 +515,8 @@ def run_validate_after(
     from cluster_tool.fileio import atomic_write
     from cluster_tool.history import judge_and_record
     from cluster_tool.remote.fanout import transport_named
-    from cluster_tool.workflows.live import Live, run_summary
+    from cluster_tool.workflows.burnin import BurnInLive
+    from cluster_tool.workflows.live import run_summary
     from cluster_tool.workflows.validate import (
         AfterMaintenanceDeps,
         run_after_maintenance,
@@ -502,6 +524,7 @@ def run_validate_after(
     )
 
     check_validate_after(job)
+    burn_in_s = _burn_in(job.burn_in, cluster, "validate", job.gate)
     chosen = transport_named(job.transport, job.reach.ssh_config)
     selected = select_after_maintenance(cluster, job.switch, job.nodes)
     inputs = {
@@ -511,6 +534,7 @@ def run_validate_after(
         "admit": job.admit,
         "gate": job.gate,
         "admit_unproven": job.admit_unproven,
+        "burn_in_s": burn_in_s,
         "replayed_from": str(job.replay) if job.replay is not None else None,
     }
     runs = job.runs_dir or default_runs_dir()
@@ -518,7 +542,7 @@ def run_validate_after(
     slurm: SlurmAdmin = (
         _Offline() if job.replay is not None else connect(job.reach.slurm_via, job.reach.ssh_config)
     )
-    live = Live(
+    live = BurnInLive(
         cluster,
         Path("."),
         record,
@@ -534,6 +558,7 @@ def run_validate_after(
         # as what changed between the fabric read and the one after the gate.
         judge_deltas=True,
         rebooted=tuple(selected),
+        burn_in_s=burn_in_s,
     )
     deps = AfterMaintenanceDeps(
         fabric=live.fabric, health=live.health, gate=live.gate, slurm=slurm, counters=live.counters
