@@ -64,6 +64,19 @@ def _finish(record: RunRecord, summary: RunSummary, findings: list[Finding]) -> 
     return RunOutcome(record, summary)
 
 
+def _finish_measured(
+    cluster: Cluster, record: RunRecord, summary: RunSummary, findings: list[Finding]
+) -> RunOutcome:
+    """Finish a run that measured nodes (bring-up, re-image, validate-after): its nodes judged
+    against their own history and the run added to it first, so that a node's baseline starts
+    at its bring-up. History gives warnings only: the run's verdict stands. A replay (`--from`)
+    is neither judged nor recorded."""
+    from cluster_tool.history import judge_and_record
+
+    history = judge_and_record(record.path, summary.to_json(), cluster.thresholds.history)
+    return _finish(record, summary, findings + history)
+
+
 def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: bool) -> Path:
     """The inventory a converge uses: the one given, else the spec rendered now (with --check
     the rendered one as it is, its diff against the spec kept in the record)."""
@@ -190,7 +203,9 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
         extra_checks={n: ["ansible.converge"] for n in result.nodes},
         admitted_unproven=result.admitted_unproven,
     )
-    return _finish(record, summary, result.findings)
+    if job.check:  # a dry run measured nothing of the nodes
+        return _finish(record, summary, result.findings)
+    return _finish_measured(cluster, record, summary, result.findings)
 
 
 # --- re-image --------------------------------------------------------------------------------
@@ -340,7 +355,7 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
         admitted_unproven=waived,
         stopped=result.stopped,
     )
-    return _finish(record, summary, result.findings)
+    return _finish_measured(cluster, record, summary, result.findings)
 
 
 def _reimage_record(
@@ -513,7 +528,6 @@ def run_validate_after(
     """After maintenance: the whole fabric, then health and the gate on the switch's nodes (or
     the given ones); with `admit`, resume what is proven and drain what is not."""
     from cluster_tool.fileio import atomic_write
-    from cluster_tool.history import judge_and_record
     from cluster_tool.remote.fanout import transport_named
     from cluster_tool.workflows.burnin import BurnInLive
     from cluster_tool.workflows.live import run_summary
@@ -588,10 +602,7 @@ def run_validate_after(
         skipped=live.skipped,
         admitted_unproven=result.admitted_unproven,
     )
-    # The nodes judged against their own history, and this run added to it (a replay is
-    # neither); warnings only, so the run's verdict stands.
-    history = judge_and_record(record.path, summary.to_json(), cluster.thresholds.history)
-    outcome = _finish(record, summary, result.findings + history)
+    outcome = _finish_measured(cluster, record, summary, result.findings)
     if job.junit is not None:
         # The operator's copy: the record's own junit.xml, from the same summary and findings.
         job.junit.parent.mkdir(parents=True, exist_ok=True)
