@@ -18,12 +18,16 @@ demo: deps
 # Every test: unit, the lab, the roles' molecule scenarios (stock Ansible, each on a lab of
 # its own) and the lab converged from bare nodes by one bring-up (the `converged` tests,
 # last). `make unit`, `make lab-test`, `make lab-molecule` and `make lab-converged` run parts.
-# The slowest tests are listed at the end: CI's budget is 30 minutes on 2 cores.
+# The slowest tests are listed at the end: CI's budget is 30 minutes on 2 cores. The unit tests
+# run on two workers (pytest-xdist; each test keeps to its own tmp_path); the lab tests share one
+# emulated cluster and its one converge, so they run in order in one process. Both exit non-zero
+# when they collect nothing (pytest's 5), and make stops at the first that fails.
 test: deps lint
-	$(PY) -m pytest -q --durations=40
+	$(PY) -m pytest -q -n 2 tests/unit
+	$(PY) -m pytest -q --durations=40 tests/lab
 
 unit: deps
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n 2 tests/unit
 
 lab-test: deps
 	$(PY) -m pytest -q -m "lab and not converged and not molecule" tests/lab
