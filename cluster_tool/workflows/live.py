@@ -28,6 +28,7 @@ from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
+from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.slurm import SlurmAdmin
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import (
@@ -112,24 +113,50 @@ class Live:
             "cluster_check_only": check,
             **(self.extravars or {}),
         }
+        # The munge key and the slurmdbd password go only to hosts whose key is the recorded
+        # one: a new host's key is recorded now, a changed one stops the run before Ansible.
+        known = self.known_hosts()
+        limited = ansible_limit(limit)
+        wanted = set(limited.split(",")) if limited else None
+        known.check(
+            {
+                h.name: str(h.address or h.name)
+                for h in self.cluster.hosts()
+                if wanted is None or h.name in wanted
+            },
+            self.ssh_config,
+        )
         return run_playbook(
             SITE_YML,
             self.inventory,
-            limit=ansible_limit(limit),
+            limit=limited,
             tags=tags,
             extravars=extravars,
+            envvars={"ANSIBLE_SSH_EXTRA_ARGS": " ".join(known.ssh_options())},
             check=check,
             diff=diff,
             event_handler=on_event,
             private_data_dir=self.record.path / "ansible",
         )
 
+    def known_hosts(self) -> KnownHosts:
+        return KnownHosts.for_cluster(self.cluster.name)
+
     def converge_nodes(self, nodes: Sequence[str]) -> dict[str, str | None]:
         """Re-image's converge: per node None, or the first failing task."""
         from cluster_tool.workflows.bringup import converge_findings
 
-        # Re-imaged: what was cached about them (their OS) may no longer be true.
+        # Re-imaged: what was cached about them (their OS) may no longer be true, and they come
+        # back from the PXE boot with new host keys. Only their keys are forgotten: any other
+        # host whose key changed still stops the converge.
         forget_facts(self.inventory, nodes)
+        by_name = {h.name: h for h in self.cluster.hosts()}
+        self.known_hosts().forget(
+            [
+                *nodes,
+                *(str(by_name[n].address) for n in nodes if n in by_name and by_name[n].address),
+            ]
+        )
         result = self.converge(limit=list(nodes))
         bad = {f.node: f.message for f in converge_findings(result)}
         return {

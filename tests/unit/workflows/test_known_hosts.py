@@ -1,0 +1,183 @@
+"""The cluster's own known_hosts (issue 18, finding 11: ansible.cfg no longer turns host-key
+checking off while the munge key is pushed). The real OpenSSH client talks to small SSH servers
+on this machine (paramiko's server side: a key exchange with a chosen host key, then every login
+refused), so the recording, the refusal of a changed key and the forgetting are OpenSSH's own."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import paramiko
+import pytest
+
+from cluster_tool.remote.known_hosts import HostKeyChanged, KnownHosts
+
+
+class KeyServer:
+    """An SSH server on 127.0.0.1 that answers with `key` (changeable) and lets nobody in."""
+
+    def __init__(self) -> None:
+        self.key: paramiko.PKey = paramiko.Ed25519Key.from_private_key_file(_new_key())
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self.key)
+            try:
+                transport.start_server(server=paramiko.ServerInterface())
+            except (paramiko.SSHException, EOFError, OSError):
+                transport.close()
+
+    def new_key(self) -> None:
+        """The host was re-installed: it answers with another key from now on."""
+        self.key = paramiko.Ed25519Key.from_private_key_file(_new_key())
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+_KEYS: list[Path] = []
+
+
+def _new_key() -> str:
+    import subprocess
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    _KEYS.append(path)
+    return str(path)
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[tuple[dict[str, KeyServer], Path]]:
+    """Two nodes (their own SSH servers) and an ssh_config naming them, as a site's does."""
+    nodes = {"gpu001": KeyServer(), "gpu002": KeyServer()}
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "".join(
+            f"Host {name}\n    HostName 127.0.0.1\n    Port {s.port}\n    User root\n"
+            "    PreferredAuthentications publickey\n    IdentityFile /dev/null\n"
+            for name, s in nodes.items()
+        )
+    )
+    yield nodes, config
+    for s in nodes.values():
+        s.close()
+
+
+def _recorded(known: KnownHosts) -> list[str]:
+    return [line for line in known.path.read_text().splitlines() if line.strip()]
+
+
+def test_first_contact_records_each_nodes_key_in_a_file_only_the_operator_reads(
+    servers: Any, tmp_path: Path
+) -> None:
+    nodes, config = servers
+    known = KnownHosts(tmp_path / "ctx" / "lab.known_hosts")
+    refused = known.first_contact({n: n for n in nodes}, config)
+    assert refused == {}
+    assert len(_recorded(known)) == 2
+    assert stat.S_IMODE(os.stat(known.path).st_mode) == 0o600
+    # Contacted again with the same keys: still nothing refused, nothing added.
+    assert known.first_contact({n: n for n in nodes}, config) == {}
+    assert len(_recorded(known)) == 2
+
+
+def test_a_changed_key_stops_the_run_before_anything_is_pushed(
+    servers: Any, tmp_path: Path
+) -> None:
+    nodes, config = servers
+    known = KnownHosts(tmp_path / "lab.known_hosts")
+    known.first_contact({n: n for n in nodes}, config)
+    nodes["gpu002"].new_key()
+    refused = known.first_contact({n: n for n in nodes}, config)
+    assert list(refused) == ["gpu002"]
+    with pytest.raises(HostKeyChanged, match="gpu002"):
+        known.check({n: n for n in nodes}, config)
+
+
+def test_re_image_forgets_exactly_the_re_imaged_nodes_key(servers: Any, tmp_path: Path) -> None:
+    nodes, config = servers
+    known = KnownHosts(tmp_path / "lab.known_hosts")
+    known.first_contact({n: n for n in nodes}, config)
+    # Both nodes come back with new keys; only gpu001 was re-imaged.
+    nodes["gpu001"].new_key()
+    nodes["gpu002"].new_key()
+    known.forget([f"[127.0.0.1]:{nodes['gpu001'].port}"])
+    refused = known.first_contact({n: n for n in nodes}, config)
+    assert list(refused) == ["gpu002"], "another node's changed key must still stop the run"
+    assert known.first_contact({"gpu001": "gpu001"}, config) == {}
+    assert not Path(f"{known.path}.old").exists(), "the forgotten key is not kept aside"
+    assert stat.S_IMODE(os.stat(known.path).st_mode) == 0o600
+
+
+def test_every_converge_checks_the_keys_and_re_image_forgets_only_its_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converge edge of the workflows: each host of the lab spec answers from its own SSH
+    server here (the ssh_config maps its address there), ansible-playbook is replaced by a
+    recorder of what it was handed."""
+    from cluster_tool.ansible.runner import HostStats, PlaybookResult
+    from cluster_tool.spec.loader import load_spec
+    from cluster_tool.workflows import live as live_module
+    from cluster_tool.workflows.live import Live
+    from cluster_tool.workflows.runs import RunRecord
+
+    monkeypatch.setenv("CLUSTER_TOOL_CONTEXT_DIR", str(tmp_path / "contexts"))
+    cluster = load_spec(Path(__file__).resolve().parents[3] / "examples" / "lab.yml")
+    hosts = {h.name: str(h.address) for h in cluster.hosts()}
+    nodes = {name: KeyServer() for name in hosts}
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "".join(
+            f"Host {address}\n    HostName 127.0.0.1\n    Port {nodes[name].port}\n"
+            f"    HostKeyAlias {address}\n    IdentityFile /dev/null\n"
+            for name, address in hosts.items()
+        )
+    )
+    runs: list[dict[str, Any]] = []
+
+    def ansible(playbook: Any, inventory: Any, **kwargs: Any) -> PlaybookResult:
+        runs.append(kwargs)
+        limit = kwargs["limit"].split(",") if kwargs["limit"] else list(hosts)
+        return PlaybookResult(str(playbook), "successful", 0, {h: HostStats() for h in limit})
+
+    monkeypatch.setattr(live_module, "run_playbook", ansible)
+    record = RunRecord.create(tmp_path / "runs", "bringup", {})
+    live = Live(cluster, tmp_path / "inventory", record, slurm=None, ssh_config=config)  # type: ignore[arg-type]
+    try:
+        live.converge(limit=None)
+        known = KnownHosts.for_cluster("lab")
+        assert runs[-1]["envvars"]["ANSIBLE_SSH_EXTRA_ARGS"] == (
+            f"-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={known.path}"
+        )
+        assert len(_recorded(known)) == len(hosts)
+        # gpu001 is re-imaged; gpu002 was re-installed behind the operator's back.
+        nodes["gpu001"].new_key()
+        nodes["gpu002"].new_key()
+        assert live.converge_nodes(["gpu001"]) == {"gpu001": None}
+        assert runs[-1]["limit"] == "gpu001"
+        with pytest.raises(HostKeyChanged, match="gpu002"):
+            live.converge(limit=None)
+        assert len(runs) == 2, "nothing is pushed once a key changed"
+    finally:
+        for s in nodes.values():
+            s.close()
