@@ -68,6 +68,9 @@ def test_slurm_runs_its_cgroup_plugins_and_a_job_step_lives_in_its_jobs_cgroup(
     )
     assert settings["ProctrackType"] == "proctrack/cgroup"
     assert "task/cgroup" in settings["TaskPlugin"].split(","), settings["TaskPlugin"]
+    # One cgroup.conf for hybrid and unified hosts: slurmd picks the plugin from the mounts.
+    cgroup_conf = lab.ssh("gpu002", "cat /etc/slurm/cgroup.conf").stdout.splitlines()
+    assert {"CgroupPlugin=autodetect", "ConstrainDevices=yes"} <= set(cgroup_conf), cgroup_conf
     step = lab.ssh(
         "head", "srun -N1 -w gpu002 -t 1 sh -c 'echo job=$SLURM_JOB_ID; cat /proc/self/cgroup'"
     )
