@@ -12,9 +12,10 @@ kernel log, its sysfs LinkDowned and ibsim's at both cable ends count the flaps)
    LinkDowned has climbed with ibsim's at both cable ends.
 3. drain: the same two still failing: watch.fleet again, nothing drained.
 4. slow-node healed; requeue: gpu002 drained with `cluster-tool watch: link.flap mlx5_0 ...`
-   and the job requeued; it is back in the queue (PENDING, Restarts=1). Slurm holds a
-   requeued batch job until its new begin time, longer than this test waits: that it then runs
-   on the three nodes left is not asserted here.
+   and the job requeued; it is back in the queue (PENDING for BeginTime, Restarts=1): Slurm
+   holds a requeued batch job cred_expire + 1 s (121 s) after its previous run is cleaned up.
+5. requeue again: the watcher releases that hold (StartTime=now) and the job runs again, on
+   the three nodes left (gpu[001,003-004]).
 """
 
 from __future__ import annotations
@@ -165,14 +166,33 @@ def test_watch_drains_the_flapping_node_and_requeues_the_job_onto_the_others(
         assert node_state in ("drained", "draining"), (node_state, reason)
         assert reason.startswith(f"cluster-tool watch: link.flap {HCA}: "), reason
 
-        # Back in the queue, its restart counted. Slurm holds a requeued batch job pending
-        # (Reason=BeginTime) with its begin time set past the requeue; it runs when that comes,
-        # on the nodes left (gpu002 is drained): longer than this test may wait.
-        after = _job(converged, job)
-        assert after[:2] == ("PENDING", "") and after[2] in ("BeginTime", "None"), after
-        shown_job = lab.ssh("head", f"scontrol show job {job}; date +%s").stdout
+        # Back in the queue, its restart counted: Slurm holds it (Reason=BeginTime) for
+        # cred_expire + 1 s once its previous run's epilog is done on every node; the next
+        # cycle releases that hold and the job runs again on the three nodes left.
+        deadline = time.monotonic() + 20
+        while (after := _job(converged, job)) != ("PENDING", "", "BeginTime"):
+            assert time.monotonic() < deadline and after[0] in (
+                "COMPLETING",
+                "REQUEUED",
+                "PENDING",
+            ), after
+            time.sleep(0.5)
+        shown_job = lab.ssh("head", f"scontrol show job {job}").stdout
         assert "Restarts=1" in shown_job, shown_job
-        print(f"watch cycles took {took} s; after requeue the job is {after}: {shown_job}")
+        released = _cycle(converged, spec, state, "requeue", took)
+        actions = [(a["action"], a["job_id"], a["check"]) for a in released["actions"]]
+        assert actions == [("release", job, "link.flap")], released["actions"]
+        deadline = time.monotonic() + 20
+        while (again := _job(converged, job))[0] != "RUNNING":
+            log = lab.ssh(
+                "head",
+                f"scontrol show job {job}; (cat /var/log/slurm/slurmctld.log 2>/dev/null || "
+                f"journalctl -u slurmctld --no-pager) | grep -i 'JobId={job}' | tail -8",
+            )
+            assert time.monotonic() < deadline and again[0] == "PENDING", (again, log.stdout)
+            time.sleep(0.5)
+        assert again[1] == "gpu[001,003-004]", again
+        print(f"watch cycles took {took} s; the job runs again on {again[1]}")
     finally:
         lab.ssh("head", f"scancel {job}")
         converged.heal(*faults)
