@@ -238,6 +238,7 @@ def test_a_healthy_converged_lab_validates_with_no_error(converged_lab: LabHandl
         (("link-ber", "gpu003", "mlx5_5", "1e-3"), ("link.fec", "gpu003", "mlx5_5")),
         (("nvlink-errors", "gpu001", "4"), ("gpu.nvlink-errors", "gpu001", "GPU4 link 0")),
         (("pcie-width", "gpu002", "mlx5_9", "8"), ("ib.pcie", "gpu002", "mlx5_9")),
+        (("gpu-clock", "gpu004", "3", "1200"), ("gpu.clocks", "gpu004", "GPU3")),
     ],
 )
 def test_each_injected_node_fault_is_found_and_heals(
