@@ -573,6 +573,12 @@ class Partition(StrictModel):
     max_time: SlurmDuration = Field("INFINITE", description="Slurm `MaxTime`.")
 
 
+# Slurm's HealthCheckNodeState words (slurm.conf).
+HealthCheckNodeState = Literal[
+    "ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE", "START_ONLY"
+]
+
+
 class Slurm(StrictModel):
     """Slurm roles and partitions."""
 
@@ -593,10 +599,8 @@ class Slurm(StrictModel):
         description="`HealthCheckInterval`: seconds between runs of `cluster-tool node-check "
         "--slurm` as HealthCheckProgram on every GPU node (default 300; 0 turns it off).",
     )
-    health_check_node_state: list[
-        Literal["ANY", "ALLOC", "IDLE", "MIXED", "NONDRAINED_IDLE", "CYCLE", "START_ONLY"]
-    ] = Field(
-        default_factory=lambda: ["ANY"],
+    health_check_node_state: list[HealthCheckNodeState] = Field(
+        default_factory=lambda: list[HealthCheckNodeState](["ANY"]),
         min_length=1,
         description="`HealthCheckNodeState`: in which node states it runs (default ANY; CYCLE "
         "spreads the runs over the interval instead of all nodes at once).",

@@ -40,7 +40,7 @@ def _reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 def build(source: Path, build_dir: Path) -> dict[str, object]:
     build_dir.mkdir(parents=True, exist_ok=True)
-    python = "%d.%d" % sys.version_info[:2]
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     with tempfile.TemporaryDirectory(dir=build_dir) as tmp:
         wheels = Path(tmp) / "wheels"
         _pip("wheel", "--no-deps", "--wheel-dir", str(wheels), str(source))
