@@ -5,7 +5,11 @@ one interval with the finding id in the reason; healed, the next run resumes it.
 script refuses the faulted node; the epilog script drains for an Xid that came during a job,
 with a reason node-check leaves alone.
 
-Costs about two health-check intervals (15 s in the lab's group_vars) and a few node-check runs.
+The lab's spec leaves the periodic check off (other lab tests inject faults on idle nodes for
+their own tools to find); this test turns it on every 15 s on idle nodes, as the slurm role renders
+it from the spec's slurm.health_check_interval, through `scontrol reconfigure`, and puts the
+converged slurm.conf back afterwards, byte for byte, so the second converge still changes nothing.
+Costs about two health-check intervals and a few node-check runs.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -34,8 +38,40 @@ def _wait(what: str, until: Callable[[], bool], limit_s: float) -> float:
     return time.monotonic() - start
 
 
+SLURM_CONF = "/etc/slurm/slurm.conf"
+HOSTS = ("head", "gpu001", "gpu002", "gpu003", "gpu004")
+# What the slurm role renders for slurm.health_check_interval: 15 and health_check_node_state: IDLE.
+HEALTH_CHECK = (
+    "HealthCheckProgram=/usr/local/sbin/cluster-tool-healthcheck",
+    "HealthCheckInterval=15",
+    "HealthCheckNodeState=IDLE",
+)
+
+
+@pytest.fixture
+def health_check_on(converged: Converged) -> Iterator[None]:
+    """The periodic health check on every node for one test; the converged file back after."""
+    lab = converged.lab
+    lines = "\\n".join(HEALTH_CHECK)
+    try:
+        for host in HOSTS:
+            out = lab.ssh(
+                host,
+                f"grep -q '^HealthCheck' {SLURM_CONF} && exit 3; cp -p {SLURM_CONF} "
+                f"{SLURM_CONF}.converged && printf '{lines}\\n' >> {SLURM_CONF}",
+            )
+            assert out.returncode == 0, (host, out.returncode, out.stderr)
+        assert lab.ssh("head", "scontrol reconfigure").returncode == 0
+        yield
+    finally:
+        for host in HOSTS:
+            saved = f"{SLURM_CONF}.converged"
+            lab.ssh(host, f"if [ -e {saved} ]; then mv -f {saved} {SLURM_CONF}; fi")
+        lab.ssh("head", "scontrol reconfigure")
+
+
 def test_healthcheckprogram_drains_a_faulted_node_within_one_interval_and_resumes_it(
-    converged: Converged,
+    converged: Converged, health_check_on: None
 ) -> None:
     lab = converged.lab
     config = lab.ssh("head", "scontrol show config").stdout
