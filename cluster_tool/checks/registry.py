@@ -167,6 +167,7 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("version.outlier", "compat", "warning", "firmware or VBIOS differs from the fleet's"),
     # --- in service: cluster-tool watch (watch/) ---------------------------------------------
     ("watch.straggler", "watch", "error", "the slow node of a running job, cycles running"),
+    ("watch.probe", "watch", "warning", "an idle node's NCCL probe below its own baseline"),
     ("watch.fleet", "watch", "error", "more nodes failing than watch may drain: nothing more"),
     ("watch.unread", "watch", "warning", "a signal watch reads could not be read this cycle"),
     ("watch.slurm", "watch", "error", "watch could not read or act through Slurm"),

@@ -34,7 +34,7 @@ def _show(result: "CycleResult", json_out: bool) -> None:
         where = " ".join(p for p in (f.node, f.component) if p)
         out.print(f"{f.severity.upper():7} {f.check:20} {where}: {f.message}", markup=False)
     for a in result.actions:
-        what = f"job {a.job_id}" if a.kind == "requeue" else a.node
+        what = f"job {a.job_id}" if a.job_id is not None else a.node
         out.print(f"{a.kind.upper():7} {what}: {a.detail}", markup=False)
     s = result.to_json()["summary"]
     out.print(
@@ -100,8 +100,16 @@ def watch(
     sources = FanoutSources(cluster, transport_named(transport, via.ssh_config), concurrency)
     slurm = connect(via.slurm_via, via.ssh_config)
 
+    prober = None
+    if settings.probes:
+        from cluster_tool.watch.probes import slurm_prober
+
+        prober = slurm_prober(cluster, settings, slurm)
+
     def cycle() -> "CycleResult":
-        return watch_once(cluster, sources, slurm, settings, folder, textfile=textfile)
+        return watch_once(
+            cluster, sources, slurm, settings, folder, textfile=textfile, prober=prober
+        )
 
     if once:
         result = cycle()

@@ -28,6 +28,7 @@ from cluster_tool.drains import Owner, owner, watch_check, watch_reason
 from cluster_tool.errors import ParseError
 from cluster_tool.fabric.plan import cabling_plan
 from cluster_tool.findings import Finding
+from cluster_tool.history import HistoryError
 from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
 from cluster_tool.parsers.link_events import LinkEvent, parse_link_events
 from cluster_tool.probes import Probe, ProbeOutput, lines
@@ -36,6 +37,7 @@ from cluster_tool.probes.node import KernelLog, NvidiaSmiQ
 from cluster_tool.remote.fanout import HostResult
 from cluster_tool.slurm import NodeState, RunningJob, SlurmAdmin, SlurmError
 from cluster_tool.spec.models import Cluster, NodeProfile, Watch
+from cluster_tool.watch.probes import Probing, probe_round
 from cluster_tool.watch.signals import DATA_COUNTERS, GpuClocks, PortCounters, Sources
 from cluster_tool.watch.state import SEEN_LINES_MAX, WatchState
 from cluster_tool.watch.straggler import Signal, find_slow, judge_stragglers
@@ -86,6 +88,9 @@ class CycleResult:
     drained: list[str]
     rates: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
+    # (node, rail) -> (latest probe busbw, its baseline): the last probe of each node.
+    busbw: dict[tuple[str, int], tuple[float, float | None]] = field(default_factory=dict)
+    probed: list[tuple[str, str]] = field(default_factory=list)  # this cycle's probe pairs
 
     @property
     def exit_code(self) -> int:
@@ -105,6 +110,7 @@ class CycleResult:
             "resolved": self.resolved,
             "actions": [a.to_json() for a in self.actions],
             "drained": self.drained,
+            "probed": [list(p) for p in self.probed],
             "summary": {
                 "errors": sum(f.severity == "error" for f in self.findings),
                 "warnings": sum(f.severity == "warning" for f in self.findings),
@@ -286,14 +292,17 @@ def run_cycle(
     slurm: SlurmAdmin,
     policy: Watch,
     now: float,
+    probing: Probing | None = None,
 ) -> CycleResult:
-    """One cycle against `state` (updated in place; the caller saves it): read, judge, act by
-    `policy.policy`, and say what was found and done."""
+    """One cycle against `state` (updated in place; the caller saves it): read, judge, probe
+    the idle nodes when the spec allows it and it is their turn, act by `policy.policy`, and
+    say what was found and done."""
     hosts = {h.name: h for h in cluster.gpu_nodes()}
     nodes = list(hosts)
     findings: list[Finding] = []
     rates: dict[str, dict[str, dict[str, float]]] = {}
     signals: dict[str, list[Signal]] = {}
+    serials: dict[str, list[str]] = {}
 
     results = sources.node_outputs(nodes)
     for node in nodes:
@@ -312,6 +321,7 @@ def run_cycle(
             try:
                 smi = NvidiaSmiQ().process(lines(smi_out.stdout))
                 gpu_pci = [g.pci for g in smi.gpus]
+                serials[node] = [g.serial for g in smi.gpus if g.serial]
                 findings += check_gpus(node, profile, cluster.thresholds.health, smi)
             except ParseError as exc:
                 findings.append(_unread(node, NvidiaSmiQ(), str(exc)))
@@ -359,6 +369,12 @@ def run_cycle(
         slurm_ok = False
         findings.append(_slurm_finding("read the jobs and node states", exc))
 
+    probed: list[tuple[str, str]] = []
+    its_turn = state.cycles % policy.probe_every == 0
+    if probing is not None and policy.probes and slurm_ok and its_turn:
+        found, probed = _probe(cluster, policy, probing, jobs, states, serials, state, now)
+        findings += found
+
     slow = find_slow(jobs, signals, policy)
     findings += judge_stragglers(slow, state.stragglers, jobs, policy)
 
@@ -390,7 +406,69 @@ def run_cycle(
         drained=drained,
         rates=rates,
         events=events,
+        busbw={
+            (node, int(rail)): (float(v[0] or 0.0), v[1])
+            for node, rails in state.probe_busbw.items()
+            for rail, v in rails.items()
+        },
+        probed=probed,
     )
+
+
+def _probe(
+    cluster: Cluster,
+    policy: Watch,
+    probing: Probing,
+    jobs: Sequence[RunningJob],
+    states: Mapping[str, NodeState],
+    serials: Mapping[str, list[str]],
+    state: WatchState,
+    now: float,
+) -> tuple[list[Finding], list[tuple[str, str]]]:
+    """NCCL probes between neighbours of the GPU nodes Slurm shows IDLE: never a node of a
+    running job, a drained one or one Slurm would not start a job on."""
+    busy = {n for job in jobs for n in job.nodes}
+    idle = [
+        h.name
+        for h in cluster.gpu_nodes()
+        if h.name in states
+        and states[h.name].state == "IDLE"
+        and states[h.name].usable
+        and h.name not in busy
+    ]
+    hca_of = {
+        (h.name, hca.rail): hca.device
+        for h in cluster.gpu_nodes()
+        if h.profile is not None
+        for hca in h.profile.compute_hcas
+    }
+    try:
+        outcome = probe_round(
+            probing.prober,
+            probing.store_path,
+            idle,
+            serials,
+            hca_of,
+            cluster.thresholds.history,
+            policy.probe_min_drop,
+            run_id=f"watch-probe-{now:.0f}",
+        )
+    except SlurmError as exc:
+        return [_slurm_finding("run the NCCL probes", exc)], []
+    except HistoryError as exc:
+        unread = Finding(
+            check="watch.unread",
+            severity="warning",
+            node=None,
+            component="probe-history",
+            expected="the probe baselines' store readable",
+            observed=str(exc),
+            message=f"watch could not keep the NCCL probe baselines: {exc}",
+        )
+        return [unread], []
+    for (node, rail), (latest, baseline) in outcome.busbw.items():
+        state.probe_busbw.setdefault(node, {})[str(rail)] = [latest, baseline]
+    return outcome.findings, outcome.pairs
 
 
 def _act(

@@ -14,6 +14,7 @@ from cluster_tool.slurm import SlurmAdmin
 from cluster_tool.spec.models import Cluster, Watch
 from cluster_tool.watch.cycle import CycleResult, run_cycle
 from cluster_tool.watch.metrics import render_textfile, write_textfile
+from cluster_tool.watch.probes import PROBE_STORE, Prober, Probing
 from cluster_tool.watch.signals import Sources
 from cluster_tool.watch.state import EventLog, load_state, save_state
 
@@ -31,11 +32,15 @@ def watch_once(
     *,
     textfile: Path | None = None,
     now: float | None = None,
+    prober: Prober | None = None,
 ) -> CycleResult:
-    """Read the state, run one cycle, write the state, the event log and the textfile."""
+    """Read the state, run one cycle, write the state, the event log and the textfile. With a
+    `prober`, the cycle runs the NCCL probes when the spec allows it, their baselines kept in
+    the state directory (`probe-history.sqlite`)."""
     at = time.time() if now is None else now
     loaded = load_state(state_dir)
-    result = run_cycle(cluster, loaded.state, sources, slurm, policy, at)
+    probing = None if prober is None else Probing(prober, state_dir / PROBE_STORE)
+    result = run_cycle(cluster, loaded.state, sources, slurm, policy, at, probing)
     if loaded.reset_because is not None:
         reset = Finding(
             check="watch.state-reset",
@@ -56,6 +61,7 @@ def watch_once(
         rates=result.rates,
         findings=[(f.node, f.check, f.severity) for f in result.findings],
         drained=result.drained,
+        busbw=result.busbw,
     )
     write_textfile(textfile or state_dir / TEXTFILE, text)
     return result

@@ -82,6 +82,8 @@ class WatchState:
     requeued: list[tuple[str, str]] = field(default_factory=list)  # (job id, check)
     # Jobs requeued and not yet released from Slurm's begin-time hold: job id -> when.
     held: dict[str, float] = field(default_factory=dict)
+    # The last NCCL probe of each node per rail: node -> rail -> [busbw GB/s, baseline or None].
+    probe_busbw: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     stragglers: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> node -> streak
     cycles: int = 0
     last_cycle_at: float | None = None
@@ -99,6 +101,7 @@ class WatchState:
             "fabric_counters": self.fabric_counters,
             "open": dict(newest_open[-OPEN_MAX:]),
             "requeued": [list(p) for p in self.requeued[-REQUEUED_MAX:]],
+            "probe_busbw": self.probe_busbw,
             "held": dict(sorted(self.held.items(), key=lambda kv: kv[1])[-REQUEUED_MAX:]),
             "stragglers": self.stragglers,
         }
@@ -116,6 +119,13 @@ class WatchState:
                 open={str(k): dict(v) for k, v in data.get("open", {}).items()},
                 requeued=[(str(j), str(c)) for j, c in data.get("requeued", [])],
                 held={str(j): float(t) for j, t in data.get("held", {}).items()},
+                probe_busbw={
+                    str(node): {
+                        str(rail): [None if v is None else float(v) for v in pair][:2]
+                        for rail, pair in rails.items()
+                    }
+                    for node, rails in data.get("probe_busbw", {}).items()
+                },
                 stragglers={
                     str(job): {str(n): int(s) for n, s in nodes.items()}
                     for job, nodes in data.get("stragglers", {}).items()
