@@ -44,6 +44,8 @@ LAB_PACKAGES: tuple[str, ...] = (
     "perftest",
     "opensm",
     "ibsim-utils",
+    # Prometheus' node_exporter (the node_exporter role; cluster-tool watch's textfile)
+    "prometheus-node-exporter",
     # time, and what Ansible modules and probes need on a node
     "chrony",
     "python3-apt",

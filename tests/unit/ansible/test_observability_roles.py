@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cluster_tool.ansible import run_playbook
 from tests.conftest import REPO
@@ -215,3 +216,21 @@ def test_extra_counters_are_added_and_the_exporter_reads_that_file(
     argv = starts[1].split()
     assert argv[argv.index("--collectors") + 1] == "/etc/dcgm-exporter/cluster-tool-counters.csv"
     assert argv[argv.index("--address") + 1] == ":9400"
+
+
+def test_the_tools_phase_runs_each_where_it_belongs_and_in_order() -> None:
+    plays = yaml.safe_load((REPO / "playbooks" / "phases" / "tools.yml").read_text())
+    where = [(play["hosts"], [r["role"] for r in play.get("roles", [])]) for play in plays]
+    at = {role: (i, hosts) for i, (hosts, roles) in enumerate(where) for role in roles}
+    gpu_roles = next(roles for hosts, roles in where if hosts == "gpu")
+    # dcgm-exporter reads the host engine the dcgm role starts.
+    assert gpu_roles.index("dcgm_exporter") == gpu_roles.index("dcgm") + 1
+    assert at["node_exporter"][1] == "all"
+    assert at["cluster_tool_watch"][1] == "slurm_controller:management"
+    # The watcher runs after cluster-tool is on the controller and node_exporter's textfile
+    # folder exists.
+    controller = next(
+        i for i, (hosts, roles) in enumerate(where)
+        if hosts == "slurm_controller" and "cluster_tool_node" in roles
+    )  # fmt: skip
+    assert at["cluster_tool_watch"][0] > max(controller, at["node_exporter"][0])
