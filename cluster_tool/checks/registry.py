@@ -151,7 +151,7 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("burnin.unread", "gate", "error", "the soak gave too few busbw samples to judge the node"),
     ("burnin.wrong", "gate", "error", "all_reduce's data check counted wrong elements in the soak"),
     # --- the workflows' own steps (workflows/) -----------------------------------------------
-    ("os.unreachable", "workflow", "error", "a host did not answer over SSH"),
+    ("os.unreachable", "workflow", "error", "a host did not answer over SSH or in the Slurm step"),
     ("ansible.converge", "workflow", "error", "a converge task failed on the host"),
     ("bmc.refused", "workflow", "error", "the BMC refused PXE-once or the power cycle"),
     ("reimage.no-ssh", "workflow", "error", "no SSH after the power cycle"),
