@@ -53,16 +53,22 @@ class CommandRunner(Protocol):
     def __call__(self, argv: Sequence[str]) -> str: ...
 
 
-def run_command(argv: Sequence[str], timeout: float = 60.0) -> str:
-    """Run a Slurm client command, return stdout; a non-zero exit is a SlurmError with stderr."""
+def _run(argv: Sequence[str], timeout: float, late: str) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm client command whatever its exit; SlurmError when it is missing or exceeds
+    `timeout` (`late` says what did not end)."""
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, check=False
         )
     except FileNotFoundError as exc:
         raise SlurmError(f"{argv[0]}: not found (is this a Slurm login node?)") from exc
     except subprocess.TimeoutExpired as exc:
-        raise SlurmError(f"{' '.join(argv)}: no answer in {timeout:g} s") from exc
+        raise SlurmError(f"{late} in {timeout:g} s") from exc
+
+
+def run_command(argv: Sequence[str], timeout: float = 60.0) -> str:
+    """Run a Slurm client command, return stdout; a non-zero exit is a SlurmError with stderr."""
+    proc = _run(argv, timeout, f"{' '.join(argv)}: no answer")
     if proc.returncode != 0:
         err = (proc.stderr or proc.stdout).strip().splitlines()
         raise SlurmError(f"{' '.join(argv[:2])}: {err[-1] if err else f'exit {proc.returncode}'}")
@@ -368,14 +374,7 @@ class SlurmCLI:
 def run_step_command(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     """Run a job step's `srun` here: its exit status and what srun itself said on stderr. A
     non-zero status is not an error here: srun exits non-zero as soon as one task did."""
-    try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except FileNotFoundError as exc:
-        raise SlurmError(f"{argv[0]}: not found (is this a Slurm login node?)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SlurmError(f"{argv[0]}: the step did not end in {timeout:g} s") from exc
+    proc = _run(argv, timeout, f"{argv[0]}: the step did not end")
     return proc.returncode, proc.stderr
 
 
