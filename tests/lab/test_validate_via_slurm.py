@@ -8,7 +8,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from tests.lab.conftest import Converged
+
+pytestmark = pytest.mark.converged
 
 
 def finding_set(report: dict[str, Any]) -> set[tuple[str, str | None, str | None, str]]:
