@@ -8,6 +8,7 @@ import contextlib
 import os
 import secrets
 import stat
+from datetime import UTC, datetime
 from pathlib import Path
 
 from cluster_tool.errors import UsageError
@@ -149,3 +150,32 @@ def private_dir(path: Path | str) -> Path:
     except OSError as exc:
         raise UsageError(f"{folder}: cannot create: {exc.strerror or exc}") from None
     return folder
+
+
+def fresh_dir(base: Path | str, stem: str = "") -> Path:
+    """A new folder under `base` for one run's job files and outputs: `<stem><UTC time>-<6 hex>`,
+    created here and never an existing one. Work folders live on long-kept shared filesystems
+    and runs overlap: a name made of the time of day alone comes round again (the next day, or a
+    second run in the same second), and a job that never ran would then be read from another
+    run's outputs."""
+    parent = Path(base)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            folder = parent / f"{stem}{stamp}-{secrets.token_hex(3)}"
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            return folder
+    except OSError as exc:
+        raise UsageError(f"{parent}: cannot create a work folder: {exc.strerror or exc}") from None
+
+
+def remove_stale(paths: list[Path]) -> None:
+    """Remove the files a run is about to have written for it (its jobs' outputs), so that one
+    that never gets written reads as missing, never as what an earlier run left there."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

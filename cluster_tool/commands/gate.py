@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,6 +9,7 @@ import typer
 
 from cluster_tool import output
 from cluster_tool.errors import UsageError
+from cluster_tool.fileio import fresh_dir
 from cluster_tool.gate.rungs import RUNG_NAMES
 
 # The ladder, the simulator and Slurm are imported inside the commands: every other command,
@@ -28,7 +28,7 @@ gate_app = typer.Typer(
 def _default_workdir() -> Path:
     # A fresh folder per run under a shared base, so no run reads another's outputs.
     base = Path(os.environ.get("CLUSTER_TOOL_GATE_RUNS_DIR") or "gate-runs")
-    return base / time.strftime("%Y%m%dT%H%M%S")
+    return fresh_dir(base)
 
 
 def _rungs(value: str) -> tuple[str, ...]:

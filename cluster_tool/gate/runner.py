@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster_tool.fileio import atomic_write
+from cluster_tool.fileio import atomic_write, remove_stale
 from cluster_tool.gate.plan import GateJob, NcclTestParams, render_sbatch
 from cluster_tool.slurm import Slurm, SlurmError
 
@@ -81,6 +81,7 @@ class SlurmRunner:
                 script = self.workdir / f"{job.name}.sbatch"
                 text = render_sbatch(job, self.params, self.workdir, self.gpus_per_node)
                 atomic_write(script, text, mode=0o644)  # no secrets; read where sbatch runs
+                remove_stale(job.outputs(self.workdir))
                 runs.append(JobRun(job, self.slurm.submit(script)))
             self._watch(runs)
         except BaseException:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.fileio import atomic_write
+from cluster_tool.fileio import atomic_write, remove_stale
 from cluster_tool.findings import Finding
 from cluster_tool.gate.plan import GateJob, NcclTestParams, Step, pair_rotation
 from cluster_tool.gate.runner import JobRun, SlurmRunner
@@ -260,6 +260,10 @@ class SoakRunner(SlurmRunner):
         script = self.workdir / "burnin-soak.sbatch"
         text = render_soak_sbatch(plan, self.params, self.workdir, self.gpus_per_node)
         atomic_write(script, text, mode=0o644)  # no secrets; read where sbatch runs
+        # The pairs' files are appended to, step after step: never onto an earlier run's.
+        remove_stale(
+            [job.slurm_output(self.workdir), *(pair_output(self.workdir, p) for p in plan.pairs)]
+        )
         run = JobRun(job, self.slurm.submit(script))
         try:
             self._watch([run])

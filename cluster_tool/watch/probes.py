@@ -19,7 +19,6 @@ baseline there: `watch.probe` (warning) when it is `probe_min_drop` below its me
 from __future__ import annotations
 
 import statistics
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cluster_tool.errors import ParseError
+from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.evaluate import peak_busbw
 from cluster_tool.gate.from_spec import gate_inputs
@@ -131,7 +131,7 @@ class SlurmProber:
     runner_options: dict[str, object] = field(default_factory=dict)
 
     def run(self, pairs: Sequence[Pair]) -> Busbw:
-        folder = self.workdir / time.strftime("probe-%Y%m%d-%H%M%S")
+        folder = fresh_dir(self.workdir, "probe-")
         runner = SlurmRunner(
             self.slurm,
             folder,

@@ -5,12 +5,12 @@ log. Its findings join the gate's, so the one admission rule keeps a failing nod
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_tool.checks.node import check_node, expectations_for
+from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.soak import SagRule, SoakResult, SoakRunner, judge_soak, plan_soak
@@ -94,7 +94,7 @@ class BurnInLive(Live):
         workdir = (self.gate_workdir or self.record.path / "gate-work").resolve()
         runner = SoakRunner(
             slurm=self.slurm,
-            workdir=workdir / f"burnin-{time.strftime('%H%M%S')}",
+            workdir=fresh_dir(workdir, "burnin-"),
             params=inputs.params,
             gpus_per_node=inputs.thresholds.profile.gpus_per_node,
             watchdog_s=inputs.watchdog_s,

@@ -4,7 +4,6 @@ and the summary every run record holds. Tests drive the workflows with fakes ins
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from cluster_tool.checks.registry import FABRIC_CHECKS, NODE_CHECKS
 from cluster_tool.drains import REIMAGE_REASON
 from cluster_tool.fabric.links import link_matrix
 from cluster_tool.fabric.plan import plan_for
+from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
@@ -213,7 +213,7 @@ class Live:
         workdir = (self.gate_workdir or self.record.path / "gate-work").resolve()
         runner = RecordingRunner(
             slurm=self.slurm,
-            workdir=workdir / time.strftime("%H%M%S"),
+            workdir=fresh_dir(workdir, "gate-"),
             params=inputs.params,
             gpus_per_node=inputs.thresholds.profile.gpus_per_node,
             watchdog_s=inputs.watchdog_s,

@@ -13,7 +13,6 @@ down, busy, unknown to it) are left to the SSH fan-out, with why.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from cluster_tool.checks.fleet_versions import node_versions
 from cluster_tool.checks.node import expectations_for
 from cluster_tool.checks.versions import Hca, NodeVersions
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.fileio import atomic_write, read_input_bytes
+from cluster_tool.fileio import atomic_write, fresh_dir, read_input_bytes
 from cluster_tool.findings import Finding
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.probes.node import NvidiaSmiQ
@@ -176,8 +175,8 @@ def _run_folder(shared: Path) -> Path:
             f"--workdir {shared}: no such folder (validate --via slurm needs one the GPU nodes "
             "see at the same path)"
         )
-    folder = shared / f"validate-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-    (folder / "nodes").mkdir(parents=True)
+    folder = fresh_dir(shared, "validate-")
+    (folder / "nodes").mkdir()
     (folder / "out").mkdir()
     return folder
 

@@ -47,7 +47,7 @@ def test_a_node_slowed_mid_soak_is_burnin_sag_and_stays_out_the_others_are_admit
 ) -> None:
     c = converged
     spec = burnin_spec(c)
-    workdir = c.gate_root / "burnin-test"
+    workdir = c.gate_root / f"burnin-test-{time.monotonic_ns()}"
     done: dict[str, Any] = {}
 
     def validate() -> None:

@@ -335,3 +335,23 @@ def test_failed_submission_cancels_the_jobs_already_queued(tmp_path: Path) -> No
     with pytest.raises(SlurmError, match="submission failed"):
         gate(tmp_path, LAB, answers(), replay=replay)
     assert sorted(c[1] for c in replay.calls if c[0] == "scancel") == sorted(replay.jobs)
+
+
+def test_a_step_that_never_wrote_is_not_read_from_an_earlier_runs_output(tmp_path: Path) -> None:
+    """The work folder already holds a passing output under the very name gpu002's single job
+    writes (an earlier run's, left on the shared filesystem). This run's step prints nothing:
+    it is `nccl.launch`, never a pass read from the old file."""
+    old = tmp_path / "run"
+    old.mkdir()
+    healthy = answers()
+    for label in ("nvls-all_reduce", "ring-all_reduce"):
+        (old / f"single-gpu002.{label}.out").write_text(
+            healthy("single-gpu002", ("gpu002",), label) or ""
+        )
+
+    def answer(name: str, nodes: tuple[str, ...], label: str) -> str | None:
+        return None if nodes == ("gpu002",) else healthy(name, nodes, label)
+
+    result, _, _ = gate(tmp_path, LAB, answer, rungs=("single",))
+    named = {(f.check, f.node) for f in result.report.findings if f.severity == "error"}
+    assert named == {("nccl.launch", "gpu002")}
