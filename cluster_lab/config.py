@@ -125,6 +125,13 @@ class LabConfig:
         return self.lab_dir / "shared"
 
     @property
+    def steps_dir(self) -> Path:
+        """Bind-mounted read-write at /run/lab-steps in every node: where rank 0 of a simulated
+        nccl-tests step tells the step's other ranks how they end (cluster_lab/sim/packages.py).
+        Emptied at every `lab up` and `lab down`, as a node's /run is at boot."""
+        return self.lab_dir / "steps"
+
+    @property
     def nodes_dir(self) -> Path:
         return self.lab_dir / "nodes"
 

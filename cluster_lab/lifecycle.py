@@ -183,6 +183,7 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
 
     model = hw.save(config.model_dir, build_model(plan, lab_name))
     config.shared_dir.mkdir(parents=True, exist_ok=True)
+    _fresh_steps_dir(config)
     _write_fake_sysfs(config, model)
     _write_ssh_files(config, plan)
     _render_lab_inventory(config, plan)
@@ -769,6 +770,14 @@ def down(config: LabConfig) -> list[str]:
         return _teardown(config, load_state(config.state_file))
 
 
+def _fresh_steps_dir(config: LabConfig) -> None:
+    """An empty steps folder, writable by any job's user (sticky, like /tmp): Slurm's job ids
+    start again with a new controller, so no word from an earlier lab may be left."""
+    shutil.rmtree(config.steps_dir, ignore_errors=True)
+    config.steps_dir.mkdir(parents=True)
+    config.steps_dir.chmod(0o1777)
+
+
 def _teardown(config: LabConfig, state: LabState | None) -> list[str]:
     removed: list[str] = []
     close_ssh_masters(config)
@@ -814,7 +823,13 @@ def _teardown(config: LabConfig, state: LabState | None) -> list[str]:
     if nodes.is_our_bridge(config):
         run(["ip", "link", "del", config.bridge], check=False)
         removed.append(f"bridge {config.bridge}")
-    for path in (config.nodes_dir, config.fabric_dir, bmc.bmc_dir(config), config.control_dir):
+    for path in (
+        config.nodes_dir,
+        config.fabric_dir,
+        bmc.bmc_dir(config),
+        config.control_dir,
+        config.steps_dir,
+    ):
         if path.exists():
             shutil.rmtree(path, ignore_errors=True)
     if config.state_file.exists():

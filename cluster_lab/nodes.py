@@ -315,6 +315,7 @@ def start_node(
         "LAB_NODE_DIR": str(directory),
         "LAB_MODEL_DIR": str(config.model_dir),
         "LAB_SHARED_DIR": str(config.shared_dir),
+        "LAB_STEPS_DIR": str(config.steps_dir),
         "LAB_CGROUPS": "\n".join(lines),
         "LAB_CGROUP2_NODE": delegated,
     }

@@ -4,6 +4,7 @@
 # hands over to /sbin/lab-init. Everything mounted here lives and dies with the namespace.
 set -eu
 : "${LAB_NODE:?}" "${LAB_BASE:?}" "${LAB_NODE_DIR:?}" "${LAB_MODEL_DIR:?}" "${LAB_SHARED_DIR:?}"
+: "${LAB_STEPS_DIR:?}"
 R="$LAB_NODE_DIR/root"
 
 # A pure cgroup v2 host: the node gets a delegated subtree (LAB_CGROUP2_NODE, its controllers
@@ -64,9 +65,11 @@ ln -s /proc/self/fd/1 "$R/dev/stdout"
 ln -s /proc/self/fd/2 "$R/dev/stderr"
 
 mount -t tmpfs -o nosuid,nodev,mode=755,size=64m run "$R/run"
-mkdir -p "$R/run/lock" "$R/run/lab-model" "$R/run/.oldroot"
+mkdir -p "$R/run/lock" "$R/run/lab-model" "$R/run/lab-steps" "$R/run/.oldroot"
 mount --bind "$LAB_MODEL_DIR" "$R/run/lab-model"
 mount -o remount,ro,bind "$R/run/lab-model"
+# Where rank 0 of a simulated nccl-tests step tells the step's ranks on every node how they end.
+mount --bind "$LAB_STEPS_DIR" "$R/run/lab-steps"
 # The folder shared with the host at the same absolute path (a cluster's shared /home): the
 # gate writes job scripts there and reads the outputs Slurm writes on the nodes.
 mkdir -p "$R$LAB_SHARED_DIR"

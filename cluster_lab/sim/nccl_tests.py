@@ -193,12 +193,23 @@ def run(
     adjust: Callable[[NodeHardware], None] | None = None,
     reload: Callable[[], dict[str, Any]] | None = None,
     pace: Callable[[float], None] | None = None,
+    tell: Callable[[str], None] | None = None,
 ) -> Outcome:
     """One process of `<collective>_perf ARGV`: what it prints and its exit status.
 
     With `-N CYCLES` the sweep is printed CYCLES times, as nccl-tests does; each cycle after the
     first reads the model again (`reload`: faults injected meanwhile show) and `pace` waits the
-    cycle's own run time (its rows' times x iterations), so a cycle takes time as on GPUs."""
+    cycle's own run time (its rows' times x iterations), so a cycle takes time as on GPUs.
+
+    `tell` (rank 0 of a Slurm step) hears how every other rank ends as soon as that is known,
+    before the sweep is printed or paced: `0`, `1` or `hang` (the packaged wrapper's fast path
+    for those ranks, cluster_lab/sim/packages.py)."""
+
+    def told(outcome: Outcome) -> Outcome:
+        if tell is not None:
+            tell("hang" if outcome.hang else str(outcome.exit_code))
+        return outcome
+
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}")
     try:
@@ -206,8 +217,11 @@ def run(
         job = job_from_env(env, hostname)
     except UsageFailure as e:
         usage = f"USAGE: {collective}_perf [-t,--nthreads <num threads>] [-g,--ngpus <gpus>] ..."
-        return Outcome(
-            f"{usage}\n" if str(e) == "help" else f"{e}\n{usage}\n", 0 if str(e) == "help" else 1
+        return told(
+            Outcome(
+                f"{usage}\n" if str(e) == "help" else f"{e}\n{usage}\n",
+                0 if str(e) == "help" else 1,
+            )
         )
     hosts_in_order: list[str] = []
     for h in job.hosts_by_proc:
@@ -238,12 +252,14 @@ def run(
             if device >= len(gpus):
                 # The rank with no GPU fails and the job aborts; rank 0 reports it.
                 failed_pid = pid - job.rank + proc
-                return Outcome(
-                    f"{host}: Test CUDA failure common.cu:1028 'invalid device ordinal'\n"
-                    f" .. {host} pid {failed_pid}: Test failure common.cu:891\n"
-                    if job.rank == 0
-                    else "",
-                    1,
+                return told(
+                    Outcome(
+                        f"{host}: Test CUDA failure common.cu:1028 'invalid device ordinal'\n"
+                        f" .. {host} pid {failed_pid}: Test failure common.cu:891\n"
+                        if job.rank == 0
+                        else "",
+                        1,
+                    )
                 )
             g = gpus[device]
             used.setdefault(host, []).append(g)
@@ -304,7 +320,7 @@ def run(
         lines += TABLE_HEAD
     if isinstance(bandwidth, PathFailure):
         if bandwidth.mode == "hang":
-            return Outcome("\n".join(lines) + "\n" if lines else "", 0, hang=True)
+            return told(Outcome("\n".join(lines) + "\n" if lines else "", 0, hang=True))
         peer = next((h for h in hosts_in_order if h != bandwidth.node), bandwidth.node)
         failed_hw = nodes[hosts_in_order.index(bandwidth.node)]
         hca = next((h for h in failed_hw.hcas if h.device == bandwidth.hca), None)
@@ -312,9 +328,11 @@ def run(
             lines += failure_lines(
                 bandwidth, ranks, addresses.get(peer, peer), hca.gpu_minor if hca else None
             )
-        return Outcome("\n".join(lines) + "\n" if lines else "", 1)
+        return told(Outcome("\n".join(lines) + "\n" if lines else "", 1))
     if not lead:
         return Outcome("", 0)
+    # The others end well now; a data check that fails is rank 0's exit status alone.
+    told(Outcome("", 0))
     run_key = f"{collective}/{','.join(hosts_in_order)}/{len(ranks)}"
     corrupting = {hw.name for hw in nodes if hw.nccl_corrupt}
     corrupt_ranks = sum(1 for r in ranks if r.host in corrupting)
@@ -380,6 +398,35 @@ def _conf_texts(env: Mapping[str, str]) -> list[str]:
     return texts
 
 
+STEPS_DIR = "/run/lab-steps"
+
+
+def step_word(env: Mapping[str, str]) -> Callable[[str], None] | None:
+    """For rank 0 of an `srun --mpi=pmix` step: leave how the step's other ranks end in the
+    lab's steps folder (`$LAB_STEPS_DIR`, else the one every node mounts), named after the job
+    and step, once. None for any other process."""
+    job, step = env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", "")
+    if env.get("PMIX_RANK") != "0" or not job.isdigit() or not step.isdigit():
+        return None
+    from pathlib import Path
+
+    folder = Path(env.get("LAB_STEPS_DIR") or STEPS_DIR)
+    said: list[str] = []
+
+    def tell(end: str) -> None:
+        if said:
+            return
+        said.append(end)
+        tmp = folder / f".{job}.{step}.{os.getpid()}"
+        try:
+            tmp.write_text(end + "\n", encoding="utf-8")
+            tmp.replace(folder / f"{job}.{step}")
+        except OSError:
+            pass  # no folder (an older lab): the other ranks compute it themselves
+
+    return tell
+
+
 def main(
     collective: str, argv: list[str], adjust: Callable[[NodeHardware], None] | None = None
 ) -> int:
@@ -393,7 +440,7 @@ def main(
     env = nccl_environment(os.environ, _conf_texts(os.environ))
     outcome = run(
         collective, argv, env, load_model(), hostname, os.getpid(), adjust,
-        reload=load_model, pace=lambda s: time.sleep(min(s, 60.0)),
+        reload=load_model, pace=lambda s: time.sleep(min(s, 60.0)), tell=step_word(os.environ),
     )  # fmt: skip
     sys.stdout.write(outcome.stdout)
     sys.stdout.flush()

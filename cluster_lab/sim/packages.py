@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from cluster_tool.errors import ClusterToolError
 
+from .nccl_tests import STEPS_DIR
+
 if TYPE_CHECKING:
     from cluster_lab.config import LabConfig
 
@@ -226,6 +228,40 @@ from {pkg}.cli import main  # noqa: E402
 sys.exit(main("{tool}", sys.argv[1:]))
 """
 
+# The nccl-tests binaries: rank 0 of an `srun --mpi=pmix` step computes the run and prints it
+# (cluster_lab/sim/nccl_tests.py); every other rank only needs to end as rank 0 says, which rank
+# 0 leaves in the lab's steps folder (the same host folder in every node), as NCCL's ranks learn
+# each other's fate over its bootstrap network. A Python interpreter for each of them would cost
+# a 16-rank step 16 interpreter starts on the lab's CPUs for nothing. A rank that finds no word
+# within a minute (an older lab without the folder, rank 0 gone) computes it the old way.
+_PERF_WRAPPER = """#!/bin/sh
+# cluster-tool lab simulator of `{tool}`: answers from the lab's hardware model.
+if [ -n "${{PMIX_RANK:-}}" ] && [ "$PMIX_RANK" != 0 ] && [ -n "${{SLURM_JOB_ID:-}}" ] \\
+        && [ -n "${{SLURM_STEP_ID:-}}" ]; then
+    word="${{LAB_STEPS_DIR:-{steps}}}/$SLURM_JOB_ID.$SLURM_STEP_ID"
+    waited=0
+    while [ ! -s "$word" ] && [ "$waited" -lt 1200 ]; do
+        sleep 0.05
+        waited=$((waited + 1))
+    done
+    if [ -s "$word" ]; then
+        read -r end < "$word"
+        case "$end" in
+            hang) exec sleep infinity ;;
+            [0-9]|[0-9][0-9]|[0-9][0-9][0-9]) exit "$end" ;;
+        esac
+    fi
+fi
+# The simulator lives {strip} levels above this file's target (the nccl_tests role runs us
+# through links in /opt/nccl-tests/build).
+root=$(readlink -f "$0")
+i=0
+while [ "$i" -lt {strip} ]; do root=${{root%/*}}; i=$((i + 1)); done
+run='import sys; sys.path.insert(0, sys.argv.pop(1)); from {pkg}.cli import main; \
+sys.exit(main("{tool}", sys.argv[1:]))'
+exec /usr/bin/python3 -c "$run" "$root/{lib}" "$@"
+"""
+
 _MODULES_README = """The NVIDIA kernel modules of the cluster-tool lab are simulated.
 
 A lab node shares the host's kernel, so nothing can really be loaded, and /proc and /sys
@@ -424,7 +460,10 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
     for path, tool in pkg.tools.items():
         depth = path.count("/")
         lib = f"{LIB_DIR}/{pkg.name}"
-        text = _WRAPPER.format(tool=tool, lib=lib, pkg=VENDORED_AS, depth=depth)
+        wrapper = _PERF_WRAPPER if tool in _NCCL_TESTS else _WRAPPER
+        text = wrapper.format(
+            tool=tool, lib=lib, pkg=VENDORED_AS, depth=depth, strip=depth + 1, steps=STEPS_DIR
+        )
         _write(root / path, text, 0o755)
     for service, daemon in pkg.services.items():
         _write(

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -158,8 +159,16 @@ def _tool(
         "LAB_MOUNT_KERNEL_VIEW": "0",
         **env,
     }
+    tool = root / path
+    # The nccl-tests wrappers are shell (the fast path of ranks past 0); the rest Python.
+    shell = tool.read_bytes().startswith(b"#!/bin/sh")
     return subprocess.run(
-        ["/usr/bin/python3", "-S", "-I", str(root / path), *args],
+        [
+            "/bin/sh" if shell else "/usr/bin/python3",
+            *([] if shell else ["-S", "-I"]),
+            str(tool),
+            *args,
+        ],
         capture_output=True,
         text=True,
         env=clean,
@@ -399,3 +408,71 @@ def test_link_tools_run_on_a_bare_python_and_show_the_faults(root: Path, tmp_pat
     widths = {f.address: (f.width, f.width_downgraded) for f in parse_lspci(pci.stdout)}
     assert widths["0000:4f:00.0"] == (8, True)
     assert widths["0000:18:00.0"] == (16, False)
+
+
+def _rank(root: Path, rank: int, steps: Path, model: Path) -> subprocess.Popen[str]:
+    """One rank of job 7's step 0 over gpu[001-002] (8 tasks each), as srun --mpi=pmix starts it."""
+    env = {
+        "PMIX_RANK": str(rank), "SLURM_PROCID": str(rank), "SLURM_JOB_ID": "7",
+        "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "16",
+        "SLURM_STEP_NODELIST": "gpu[001-002]", "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+        "SLURM_LOCALID": str(rank % 8), "LAB_STEPS_DIR": str(steps), "PATH": "/usr/bin:/bin",
+        "LAB_MODEL": str(model), "LAB_NODE": "gpu001" if rank < 8 else "gpu002",
+        "LAB_RUN_DIR": str(model.parent / "run"), "LAB_MOUNT_KERNEL_VIEW": "0",
+    }  # fmt: skip
+    tool = root / "usr" / "bin" / "all_reduce_perf"
+    return subprocess.Popen(
+        ["/bin/sh", str(tool), "-b", "8", "-e", "1M"], env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fault", "word", "rc"),
+    [(None, "0", 0), ("gpu002", "hang", None)],
+)
+def test_ranks_past_0_end_as_rank_0_says_without_a_python_of_their_own(
+    root: Path, tmp_path: Path, fault: str | None, word: str, rc: int | None
+) -> None:
+    """Rank 0 leaves its word in the steps folder; rank 9 (on gpu002) waits for it and ends as
+    it says: exit 0, or never (a node down hangs the whole step). Rank 9's model is a file that
+    does not exist: had it started the simulator, it would have failed on it."""
+    steps = tmp_path / "steps"
+    steps.mkdir()
+
+    def down(data: dict[str, Any]) -> None:
+        for n in data["nodes"]:
+            if n["name"] == fault:
+                n["down"] = True
+
+    model = _model(tmp_path, down if fault else None)
+    other = _rank(root, 9, steps, tmp_path / "no-such-model.json")
+    time.sleep(0.3)
+    assert other.poll() is None, "rank 9 ended before rank 0 said how"
+    lead = _rank(root, 0, steps, model)
+    try:
+        if rc is None:
+            deadline = time.monotonic() + 30
+            while not (steps / "7.0").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert (steps / "7.0").read_text() == word + "\n"
+            time.sleep(0.5)
+            assert other.poll() is None and lead.poll() is None, "a hung step ends no rank"
+        else:
+            assert lead.wait(timeout=60) == rc, lead.stderr.read() if lead.stderr else ""
+            assert (steps / "7.0").read_text() == word + "\n"
+            assert other.wait(timeout=10) == rc
+            assert other.stdout is not None and other.stdout.read() == ""
+    finally:
+        for proc in (lead, other):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def test_a_rank_past_0_that_rank_0_told_1_exits_1(root: Path, tmp_path: Path) -> None:
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    (steps / "7.0").write_text("1\n")
+    other = _rank(root, 5, steps, tmp_path / "no-such-model.json")
+    assert other.wait(timeout=10) == 1
