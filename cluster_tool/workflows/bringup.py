@@ -72,6 +72,9 @@ class BringupDeps:
     validate: Callable[[Sequence[str]], Validation]
     gate: Callable[[Sequence[str]], GateOutcome]
     slurm: SlurmAdmin
+    # The port counters read again after the gate (and its burn-in soak), judged as deltas
+    # against the validation's read: a cable whose errors climb under traffic.
+    counters: Callable[[], Validation] | None = None
 
 
 @dataclass(frozen=True)
@@ -310,6 +313,8 @@ def run_bringup(
         findings += outcome.findings
         busbw = outcome.busbw
         phases.append(phase)
+        if deps.counters is not None and validation.fabric_checked:
+            phases.append(_counters_phase(deps.counters, scope, findings))
     else:
         why = "--no-gate" if not options.gate else "no node passed validation"
         proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
@@ -353,6 +358,24 @@ def run_bringup(
         admitted_unproven=waived,
         validated=candidates,
         gated=gate_nodes if options.gate else [],
+    )
+
+
+def _counters_phase(
+    read: Callable[[], Validation], scope: Sequence[str], findings: list[Finding]
+) -> Phase:
+    """The port counters after the gate's traffic, as deltas over it: their findings on this
+    run's nodes join `findings` (a link of a node outside the run is its own business and the
+    next validation's)."""
+    started = time.monotonic()
+    after = read()
+    mine = [f for f in after.findings if f.node is None or f.node in set(scope)]
+    findings += mine
+    return Phase(
+        "counters",
+        "failed" if any(f.fails for f in mine) else "passed",
+        round(time.monotonic() - started, 1),
+        "port counters as deltas over the gate",
     )
 
 

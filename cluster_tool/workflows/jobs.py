@@ -174,8 +174,16 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
         gate_workdir=job.reach.gate_workdir,
         dcgm=job.dcgm,
         burn_in_s=burn_in_s,
+        # The validation's fabric read is the snapshot the read after the gate is judged by.
+        judge_deltas=True,
     )
-    deps = BringupDeps(converge=live.converge, validate=live.validate, gate=live.gate, slurm=slurm)
+    deps = BringupDeps(
+        converge=live.converge,
+        validate=live.validate,
+        gate=live.gate,
+        slurm=slurm,
+        counters=live.counters,
+    )
     options = BringupOptions(
         limit=limit,
         phase=job.phase,

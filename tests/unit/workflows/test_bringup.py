@@ -401,3 +401,47 @@ def test_a_slurm_that_cannot_be_reached_fails_the_gate_as_findings_not_a_crash()
     assert [f.check for f in result.findings] == ["slurm.error"]
     # The gate could not run: nothing was judged, so nothing is proven (not a fault found).
     assert result.verdicts["gpu001"]["verdict"] == "unknown"
+
+
+def test_a_cable_whose_errors_climb_during_the_gate_keeps_its_node_out() -> None:
+    """The counters read again after the gate (and its soak) are judged as deltas: gpu002's
+    cable took symbol errors under the gate's traffic, so gpu002 is not admitted though its
+    gate jobs passed, and gpu003 and gpu004 are."""
+    slurm = SlurmCluster(NODES, down=set(NODES))
+    deps, gate = _deps(slurm)
+    reads: list[list[str]] = []
+
+    def counters() -> Validation:
+        reads.append(list(gate.ran_on))  # read after the gate ran
+        return Validation(
+            [
+                Finding(
+                    check="link.errors",
+                    node="gpu002",
+                    component="mlx5_1",
+                    expected="SymbolErrorCounter +0 over the gate",
+                    observed="+412",
+                    message="gpu002 mlx5_1: SymbolErrorCounter +412 over the gate",
+                )
+            ]
+        )
+
+    deps.counters = counters
+    result = run_bringup(NODES, deps, BringupOptions())
+    assert reads == [NODES]
+    assert [p.name for p in result.phases] == ["converge", "validate", "gate", "counters", "admit"]
+    assert result.phases[3].status == "failed"
+    assert result.nodes["gpu002"]["verdict"] == "fail"
+    assert "link.errors" in slurm.drained["gpu002"]
+    # gpu001's one multi-node job in this fake gate was with gpu002: it is not proven either.
+    assert set(slurm.drained) == {"gpu001", "gpu002"}
+    assert "gate.unproven" in slurm.drained["gpu001"]
+    assert result.exit_code == 1
+
+
+def test_without_the_gate_there_is_no_traffic_to_judge_counters_over() -> None:
+    slurm = SlurmCluster(NODES, down=set(NODES))
+    deps, _ = _deps(slurm)
+    deps.counters = lambda: pytest.fail("counters read again without a gate")  # type: ignore[assignment,return-value]
+    result = run_bringup(NODES, deps, BringupOptions(gate=False, admit_unproven=True))
+    assert "counters" not in [p.name for p in result.phases]
