@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from cluster_tool.bmc.credentials import Credentials
 from cluster_tool.errors import ClusterToolError, UsageError
+from cluster_tool.polling import poll_delays
 
 
 class BmcError(ClusterToolError):
@@ -183,6 +184,7 @@ def wait_power(
 ) -> None:
     """Poll PowerState until it reads `want` (On/Off); BmcError after `timeout_s`."""
     deadline = clock() + timeout_s
+    delays = poll_delays(poll_s)
     while True:
         state = bmc.power_state(node)
         if state.lower() == want.lower():
@@ -191,7 +193,7 @@ def wait_power(
             raise BmcError(
                 f"{node}: power state still {state} after {timeout_s:.0f} s (want {want})"
             )
-        sleep(poll_s)
+        sleep(next(delays))
 
 
 def pxe_power_cycle(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cluster_tool.fileio import atomic_write, remove_stale
 from cluster_tool.gate.plan import GateJob, NcclTestParams, render_sbatch
+from cluster_tool.polling import poll_delays
 from cluster_tool.slurm import Slurm, SlurmError
 
 
@@ -101,12 +102,10 @@ class SlurmRunner:
             self.slurm.cancel(job_id)
 
     def _watch(self, runs: list[JobRun]) -> None:
-        """Poll until every job ended. Polls start at half a second and double up to `poll_s`:
-        a round of short jobs on reserved nodes ends in seconds, and a fixed `poll_s` would add
-        up to one whole poll to every round; a long job costs the controller no more than
-        before."""
+        """Poll until every job ended (`poll_delays`: a round of short jobs on reserved nodes
+        ends in seconds, and a fixed `poll_s` would add up to a whole poll to every round)."""
         submitted = self.clock()
-        delay = min(0.5, self.poll_s)
+        delays = poll_delays(self.poll_s)
         last_size: dict[str, int] = {}
         last_growth: dict[str, float] = {}
         open_runs = {r.job_id: r for r in runs}
@@ -141,5 +140,4 @@ class SlurmRunner:
                     r.state, r.ended_at = "CANCELLED", now
                     del open_runs[job_id]
             if open_runs:
-                self.sleep(delay)
-                delay = min(2 * delay, self.poll_s)
+                self.sleep(next(delays))

@@ -20,6 +20,7 @@ from cluster_tool.gate.plan import GateJob
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Thresholds
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
+from cluster_tool.polling import poll_delays
 from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
 from cluster_tool.verdicts import NodeVerdict, Proof
 
@@ -94,6 +95,7 @@ def drain_and_wait(
     outcome = DrainOutcome(0.0)
     waiting = list(nodes)
     forced = False
+    delays = poll_delays(poll_s)
     while waiting:
         states = {s.name: s for s in slurm.node_states(waiting)}
         waiting = [n for n in waiting if not _quiet(states.get(n))]
@@ -115,7 +117,7 @@ def drain_and_wait(
                     else f"jobs did not end after scancel ({seen})"
                 )
             break
-        sleep(poll_s)
+        sleep(next(delays))
     outcome.waited_s = round(clock() - started, 1)
     return outcome
 
@@ -131,6 +133,7 @@ def wait_for_ssh(
 ) -> bool:
     """True once `address:port` answers with an SSH banner; False after `timeout_s`."""
     deadline = clock() + timeout_s
+    delays = poll_delays(poll_s)
     while True:
         try:
             with socket.create_connection((address, port), timeout=5) as conn:
@@ -141,7 +144,7 @@ def wait_for_ssh(
             pass  # still booting: refused, unreachable or no banner yet
         if clock() >= deadline:
             return False
-        sleep(poll_s)
+        sleep(next(delays))
 
 
 def ssh_true(node: str, ssh_config: Path | None, timeout: float = 30.0) -> bool:

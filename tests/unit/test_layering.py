@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "fileio": 0,
     "redact": 0,
     "bounds": 0,
+    "polling": 0,
     "output": 0,
     "drains": 0,
 }
