@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .hw import NodeHardware, load_model, node_down, node_hardware
+from .hw import DEFAULT_MODEL_PATH, NodeHardware, load_model, node_down, node_hardware
 from .kernel_state import (
     MODULE_SIZES,
     MODULE_USERS,
@@ -313,6 +313,35 @@ def modprobe(argv: list[str], model: dict[str, Any], host: str) -> Result:
     return Result("")
 
 
+def _view_inputs() -> tuple[object, ...]:
+    """What the node's kernel views are published from, as cheap stats: the model file (replaced
+    whole on every change), the installed simulator packages, the modules loaded, the loaded
+    mlx5_core and persistence mode."""
+
+    def stat(path: Path) -> tuple[int, int, int] | None:
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def listing(folder: Path) -> tuple[tuple[str, tuple[int, int, int] | None], ...]:
+        try:
+            return tuple(sorted((p.name, stat(p)) for p in folder.iterdir()))
+        except OSError:
+            return ()
+
+    model = Path(os.environ.get("LAB_MODEL") or DEFAULT_MODEL_PATH)
+    versions = Path(__file__).resolve().parents[2] / "versions"
+    return (
+        stat(model),
+        listing(versions),
+        listing(loaded_dir()),
+        stat(mlx5_file()),
+        stat(persistence_file()),
+    )
+
+
 def persistenced(argv: list[str], model: dict[str, Any], host: str) -> Result:
     """The simulated nvidia-persistenced: holds the GPUs in persistence mode unless started
     with --no-persistence-mode (as Ubuntu's unit starts it; nvidia-persistenced(1)), and keeps
@@ -325,11 +354,19 @@ def persistenced(argv: list[str], model: dict[str, Any], host: str) -> Result:
     mine = f"{0 if '--no-persistence-mode' in argv else 1} {os.getpid()}\n"
     state.write_text(mine)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    seen: tuple[object, ...] | None = None
+    published_at = 0.0
     try:
         while True:
-            # The model is replaced atomically; a read that fails is retried next round.
-            with contextlib.suppress(OSError, ValueError):
-                publish(_hardware(load_model(), host))
+            # What the views are made of, looked at every round; published again when any of it
+            # changed (and every half minute whatever): parsing the model for nothing every two
+            # seconds was most of an idle lab node's CPU.
+            now_seen = _view_inputs()
+            if now_seen != seen or time.monotonic() - published_at >= 30:
+                # The model is replaced atomically; a read that fails is retried next round.
+                with contextlib.suppress(OSError, ValueError):
+                    publish(_hardware(load_model(), host))
+                    seen, published_at = now_seen, time.monotonic()
             time.sleep(2)
     finally:
         # Stopped, the daemon no longer holds the GPUs: persistence mode is off again (unless a

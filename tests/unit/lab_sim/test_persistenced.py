@@ -83,3 +83,26 @@ def test_without_the_flag_persistence_mode_is_on_until_the_daemon_stops(
     finally:
         _stop(daemon)
     assert _persistence(tmp_path, monkeypatch) == {"Disabled"}
+
+
+def test_the_daemon_publishes_again_when_what_the_views_are_made_of_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's round looks at stats only; each input the views come from shows."""
+    model = tmp_path / "model.json"
+    model.write_text("{}")
+    monkeypatch.setenv("LAB_MODEL", str(model))
+    monkeypatch.setattr(kernel_state, "RUN_DIR", tmp_path / "run")
+    before = cli._view_inputs()
+    assert cli._view_inputs() == before, "nothing changed: nothing to publish"
+    replaced = tmp_path / "new.json"
+    replaced.write_text("{}")
+    replaced.replace(model)  # as the lab saves it: a new file
+    after_model = cli._view_inputs()
+    assert after_model != before
+    kernel_state.loaded_dir().mkdir(parents=True)
+    (kernel_state.loaded_dir() / "nvidia").touch()  # modprobe nvidia
+    assert cli._view_inputs() != after_model
+    marked = cli._view_inputs()
+    kernel_state.persistence_file().write_text("1 4242\n")
+    assert cli._view_inputs() != marked
