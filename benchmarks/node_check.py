@@ -20,7 +20,10 @@ from pathlib import Path
 GOAL_S = 10.0
 SLURM_LIMIT_S = 60.0
 
-_TIMED = 'a=$(date +%s.%N); {command} >/dev/null 2>&1; rc=$?; b=$(date +%s.%N); echo "$rc $a $b"'
+# Braced: the prolog's command is two commands, and both must be silenced and timed.
+_TIMED = (
+    'a=$(date +%s.%N); {{ {command}; }} >/dev/null 2>&1; rc=$?; b=$(date +%s.%N); echo "$rc $a $b"'
+)
 
 
 def time_on_node(ssh_config: Path, node: str, command: str) -> tuple[int, float]:
