@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from cluster_lab import bmc, fabric, nodes, repo
+from cluster_lab import bmc, fabric, nodes, releases, repo
 from cluster_lab import model as hw
 from cluster_lab.base import ensure_base, ensure_layer
 from cluster_lab.config import DEFAULT_SPEC, LabConfig
@@ -142,6 +142,8 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         # The device simulators go in under the vendors' package names and versions, so
         # the roles install them exactly as they would the real ones.
         publish_to_lab_repo(config)
+        # What a cluster downloads from GitHub releases and a registry (enroot, pyxis, an image).
+        releases.publish_releases(config)
         head_layer = ensure_layer(config, base, "head-fabric", HEAD_FABRIC_PACKAGES)
         try:
             state = _build(config, plan, base, head_layer)
@@ -551,6 +553,9 @@ def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
     lab_vars.update(
         {
             "lab_repo_url": f"{config.repo_url}/",
+            # enroot's release .debs and pyxis' tag tarball, as GitHub lays them out.
+            "enroot_download_url": f"{config.repo_url}/releases/enroot/",
+            "pyxis_repo_url": f"{config.repo_url}/releases/pyxis.git",
             "lab_apt_source": repo.apt_source_line(config),
             # Same path on this machine and in every node (the gate's --workdir goes below it).
             "lab_shared_dir": str(config.shared_dir),

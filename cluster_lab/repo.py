@@ -61,6 +61,11 @@ LAB_PACKAGES: tuple[str, ...] = (
     "rsync",
     "jq",
     "less",
+    # The enroot_pyxis role builds pyxis against Slurm's headers.
+    "build-essential",
+    "libslurm-dev",
+    # Not for nodes: the lab registry's image is a static busybox (cluster_lab/releases.py).
+    "busybox-static",
 )
 
 # Simulator packages go in `sim_debs_dir(config)` (per lab); call `reindex(config)` after
@@ -154,13 +159,18 @@ chroot "$R" env DEBIAN_FRONTEND=noninteractive \\
 
 
 def reindex(config: LabConfig) -> None:
-    """Rebuild the lab's Packages and Release over debian/ and sim/ (run after adding a .deb)."""
-    _index(config.repo_dir, ".")
+    """Rebuild the lab's Packages and Release over debian/ and sim/ (run after adding a .deb).
+    What else the server holds (releases/, registry/) is no apt repository: not indexed."""
+    _index(config.repo_dir, "debian", "sim")
 
 
-def _index(root: Path, subdir: str) -> None:
-    """Packages and Release for the .debs below `root/subdir`, replaced atomically."""
-    packages = run(["apt-ftparchive", "packages", subdir], timeout=600, cwd=root).stdout
+def _index(root: Path, *subdirs: str) -> None:
+    """Packages and Release for the .debs below each of `root/subdirs`, replaced atomically."""
+    packages = "".join(
+        run(["apt-ftparchive", "packages", subdir], timeout=600, cwd=root).stdout
+        for subdir in subdirs
+        if (root / subdir).is_dir()
+    )
     tmp = root / ".Packages.tmp"
     tmp.write_text(packages)
     tmp.replace(root / "Packages")

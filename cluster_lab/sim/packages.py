@@ -55,7 +55,17 @@ DEFAULT_VERSIONS: dict[str, str] = {
     "nccl-rdma-sharp-plugins": "2.7-1",
     "nccl-tests": "2.13.11-1",
     "opensm-ibsim": "1.0-1",
+    # NVIDIA's container toolkit library and CLI, which enroot's GPU hook runs.
+    "libnvidia-container1": "1.17.1",
+    "libnvidia-container-tools": "1.17.1",
 }
+
+# The containers' pieces that are files, not Python: enroot, its hook and mounts, the CLI of
+# libnvidia-container, and the lab's pyxis (cluster_lab/data/containers/).
+CONTAINERS_DATA = REPO_ROOT / "cluster_lab" / "data" / "containers"
+# enroot comes as .debs from its GitHub release (not an apt repository): the lab serves them
+# under its releases, at the version the enroot_pyxis role pins (cluster_lab/releases.py).
+ENROOT_VERSION = "3.5.0"
 
 
 class PackageBuildError(ClusterToolError):
@@ -74,6 +84,8 @@ class SimPackage:
     services: dict[str, str] = field(default_factory=dict)
     # Plain files: path in the node -> content.
     files: dict[str, str] = field(default_factory=dict)
+    # Executable files that are no simulator tool (shell): path in the node -> content.
+    executables: dict[str, str] = field(default_factory=dict)
     carries_simulator: bool = False
     # One-shot boot scripts: init script name -> what `start` runs (enabled at install).
     boot_scripts: dict[str, str] = field(default_factory=dict)
@@ -414,6 +426,42 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             },
             depends=("opensm", "ibsim-utils"),
         ),
+        SimPackage(
+            "libnvidia-container1",
+            "NVIDIA container runtime library (simulated: no payload)",
+        ),
+        SimPackage(
+            "libnvidia-container-tools",
+            "NVIDIA container runtime CLI (simulated: brings a node's GPUs into a container)",
+            executables={"/usr/bin/nvidia-container-cli": _data("nvidia-container-cli")},
+            depends=("libnvidia-container1",),
+        ),
+    ]
+
+
+def _data(name: str) -> str:
+    return (CONTAINERS_DATA / name).read_text()
+
+
+def enroot_packages() -> list[SimPackage]:
+    """enroot and enroot+caps as its release ships them: the runtime with its standard mounts
+    and GPU hook, and the flavour that adds capabilities (here: nothing more)."""
+    return [
+        SimPackage(
+            "enroot",
+            "enroot container runtime (simulated: chroot containers from the lab's registry)",
+            executables={
+                "/usr/bin/enroot": _data("enroot"),
+                "/etc/enroot/hooks.d/98-nvidia.sh": _data("98-nvidia.sh"),
+            },
+            files={"/etc/enroot/mounts.d/10-system.fstab": _data("10-system.fstab")},
+            depends=("curl",),
+        ),
+        SimPackage(
+            "enroot+caps",
+            "enroot's capabilities flavour (simulated: the lab runs containers as root)",
+            depends=("enroot",),
+        ),
     ]
 
 
@@ -471,6 +519,8 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
         )
     for path, text in pkg.files.items():
         _write(root / path.lstrip("/"), text, 0o644)
+    for path, text in pkg.executables.items():
+        _write(root / path.lstrip("/"), text.replace("@VERSION@", version.split("-")[0]), 0o755)
     postinst = pkg.postinst
     for name, body in pkg.boot_scripts.items():
         _write(root / "etc" / "init.d" / name, _BOOT.format(name=name, body=body), 0o755)
@@ -555,6 +605,10 @@ def role_pins(roles_dir: Path) -> dict[str, str]:
     tests = defaults("nccl_tests")
     if tests:
         pins["nccl-tests"] = str(tests["nccl_tests_package_version"])
+    containers = defaults("enroot_pyxis")
+    if containers:
+        for name in containers["enroot_pyxis_container_packages"]:
+            pins[str(name)] = str(containers["enroot_pyxis_container_version"])
     return pins
 
 
