@@ -606,8 +606,8 @@ def role_pins(roles_dir: Path) -> dict[str, str]:
     if tests:
         pins["nccl-tests"] = str(tests["nccl_tests_package_version"])
     containers = defaults("enroot_pyxis")
-    if containers:
-        for name in containers["enroot_pyxis_container_packages"]:
+    if containers.get("enroot_pyxis_container_version"):
+        for name in containers.get("enroot_pyxis_container_packages") or []:
             pins[str(name)] = str(containers["enroot_pyxis_container_version"])
     return pins
 
