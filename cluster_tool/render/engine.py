@@ -539,6 +539,11 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     ):
         if url is not None:
             group_vars[name] = url
+    # The site's NTP servers, for the common role's time server (its default: none, no pool).
+    if cluster.management.time_servers:
+        group_vars["common_timesync_upstream_servers"] = [
+            str(server) for server in cluster.management.time_servers
+        ]
     # Spec values reach Ansible as data; only the paths below the inventory are templates.
     group_vars = {
         key: value if key in TEMPLATED_VARS else mark_unsafe(value)

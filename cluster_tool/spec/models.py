@@ -405,6 +405,13 @@ class Management(StrictModel):
         "(`NCCL_SOCKET_IFNAME`). Default `eno1`.",
     )
     domain: DomainName | None = Field(None, description="DNS domain of the hosts, if any.")
+    time_servers: list[ipaddress.IPv4Address | ipaddress.IPv6Address | DomainName] = Field(
+        default_factory=list,
+        max_length=16,
+        description="NTP servers the cluster's time server (the Slurm controller) follows; every "
+        "other host follows the time server. Empty (the default): no public pool is ever used, "
+        "and the time server serves its own clock (an air-gapped cluster).",
+    )
 
 
 class SecretRef(StrictModel):

@@ -9,7 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cluster_tool.ansible import run_playbook
+from cluster_tool.errors import SpecError
+from cluster_tool.render.engine import load_rendered_yaml, render_files
+from cluster_tool.spec import load_spec_text
 
 PLAYBOOKS = Path(__file__).parent / "playbooks"
 CONF = "etc/chrony/chrony.conf"
@@ -70,3 +75,41 @@ def test_an_air_gapped_head_serves_its_own_clock(tmp_path: Path) -> None:
     conf = chrony_conf(tmp_path, common_timesync_server_host="localhost")
     assert not [line for line in conf if line.startswith(("server", "pool"))]
     assert conf[:2] == [f"allow {MANAGEMENT}", "local stratum 10"]
+
+
+# The spec's management.time_servers reach the time server's chrony.conf; without them no server
+# line at all (the lab's spec names none).
+LAB = (Path(__file__).resolve().parents[3] / "examples" / "lab.yml").read_text(encoding="utf-8")
+DOMAIN = "  domain: lab.internal\n"
+
+
+def _spec_with(line: str) -> str:
+    assert DOMAIN in LAB
+    return LAB.replace(DOMAIN, DOMAIN + f"  {line}\n", 1)
+
+
+def test_the_specs_time_servers_are_what_the_time_server_follows(tmp_path: Path) -> None:
+    spec = _spec_with("time_servers: [ntp1.site.example, 10.0.0.123, 'fd00::7b']")
+    rendered = load_rendered_yaml(render_files(load_spec_text(spec, "c.yml"))["group_vars/all.yml"])
+    servers = rendered["common_timesync_upstream_servers"]
+    assert servers == ["ntp1.site.example", "10.0.0.123", "fd00::7b"]
+    conf = chrony_conf(
+        tmp_path, common_timesync_server_host="localhost", common_timesync_upstream_servers=servers
+    )
+    assert conf[:3] == [
+        "server ntp1.site.example iburst",
+        "server 10.0.0.123 iburst",
+        "server fd00::7b iburst",
+    ]
+    unset = load_rendered_yaml(render_files(load_spec_text(LAB, "c.yml"))["group_vars/all.yml"])
+    assert "common_timesync_upstream_servers" not in unset
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['["ntp1.site.example\\nallow 0.0.0.0/0"]', '["pool.ntp.org iburst"]', '["-o x"]', "ntp1"],
+)
+def test_a_time_server_that_is_no_host_name_or_address_is_refused(value: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_spec_text(_spec_with(f"time_servers: {value}"), "c.yml")
+    assert any("time_servers" in str(p) for p in info.value.problems), info.value.problems
