@@ -6,7 +6,11 @@ daemon with --no-persistence-mode; only the nvidia_driver role's drop-in turns i
 
 DOCA's driver: the lab's doca-ofed package leaves the inbox mlx5_core loaded until openibd
 restarts or the node reboots (as DOCA-Host does); only the doca_ofed role's restart handler loads
-DOCA's, and its check stops the bring-up if the loaded one is not DOCA's."""
+DOCA's, and its check stops the bring-up if the loaded one is not DOCA's.
+
+nvidia_peermem: the lab's driver package records which ib_core its DKMS build of nvidia-peermem
+met (DOCA's when DOCA was installed first), and the simulated modprobe refuses a build against
+the inbox one with EINVAL, as nvidia-peermem.c's init does without the peer-memory API."""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tool.ansible.runner import run_playbook
+from tests.conftest import REPO
 from tests.lab.conftest import Converged
 
 pytestmark = pytest.mark.converged
@@ -51,6 +57,38 @@ def test_docas_driver_is_the_loaded_one_on_every_gpu_node_after_the_bringup(
         assert loaded.stdout.split() == [DOCA_MLX5, DOCA_MLX5], node
         on_disk = lab.ssh(node, "modinfo -F version mlx5_core")
         assert on_disk.stdout.strip() == DOCA_MLX5, (node, on_disk.stderr)
+
+
+def test_peermem_mode_loads_nvidia_peermem_after_the_bringup(
+    converged: Converged, tmp_path: Path
+) -> None:
+    """`gpudirect: peermem` on a converged node: the gpudirect_rdma role loads nvidia_peermem
+    and its check finds it. It loads only because the bring-up installed DOCA before the driver
+    (finding 4): built against the inbox ib_core, modprobe fails and the role stops."""
+    lab = converged.lab
+    node = "gpu003"
+    unloaded = lab.ssh(node, "modprobe -r nvidia_peermem; test ! -e /sys/module/nvidia_peermem")
+    assert unloaded.returncode == 0, unloaded.stderr
+    try:
+        result = run_playbook(
+            REPO / "playbooks" / "phases" / "driver.yml",
+            lab.inventory,
+            limit=node,
+            tags="gpudirect_rdma",
+            extravars={"gpudirect_rdma_mode": "peermem"},
+            private_data_dir=tmp_path / "ansible",
+        )
+        failures = [(e.task, e.message) for e in result.events if e.failed]
+        assert result.succeeded, failures
+        loaded = lab.ssh(node, "test -d /sys/module/nvidia_peermem && lsmod")
+        assert loaded.returncode == 0, loaded.stderr
+        assert re.search(r"^nvidia_peermem\s", loaded.stdout, re.MULTILINE), loaded.stdout
+    finally:
+        # As after the bring-up (dmabuf mode; the driver package loaded nvidia_peermem).
+        lab.ssh(
+            node,
+            "rm -f /etc/modules-load.d/cluster-tool-nvidia-peermem.conf; modprobe nvidia_peermem",
+        )
 
 
 def test_slurm_runs_its_cgroup_plugins_and_a_job_step_lives_in_its_jobs_cgroup(
