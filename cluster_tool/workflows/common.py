@@ -21,6 +21,7 @@ from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Thresholds
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.polling import poll_delays
+from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
 from cluster_tool.verdicts import NodeVerdict, Proof
 
@@ -147,9 +148,12 @@ def wait_for_ssh(
         sleep(next(delays))
 
 
-def ssh_true(node: str, ssh_config: Path | None, timeout: float = 30.0) -> bool:
-    """One `ssh NODE true`: the banner is up and the lab's (or site's) key is accepted."""
-    argv = ["ssh", "-o", "BatchMode=yes"]
+def ssh_true(
+    node: str, ssh_config: Path | None, timeout: float = 30.0, options: Sequence[str] = ()
+) -> bool:
+    """One `ssh NODE true`: the banner is up and the lab's (or site's) key is accepted.
+    `options` (OpenSSH `-o` pairs) come before the config file's, so they win."""
+    argv = ["ssh", "-o", "BatchMode=yes", *options]
     if ssh_config is not None:
         argv += ["-F", str(ssh_config)]
     try:
@@ -159,6 +163,24 @@ def ssh_true(node: str, ssh_config: Path | None, timeout: float = 30.0) -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
+
+
+def reimaged_node_answers(
+    node: str,
+    address: str,
+    ssh_config: Path | None,
+    known: KnownHosts,
+    timeout: float = 30.0,
+) -> bool:
+    """A re-imaged node logs us in. It comes back from its PXE install with new host keys: its
+    old ones are forgotten in the cluster's known_hosts and the new ones recorded at this first
+    contact (the converge then checks them). Through the operator's own known_hosts, OpenSSH in
+    batch mode refuses the new key (changed) or the unknown one, and the node would never come
+    back."""
+    known.forget([node, address])
+    # A multiplexed session skips the key exchange, and with it the recording.
+    options = [*known.ssh_options(), "-o", "ControlPath=none"]
+    return ssh_true(node, ssh_config, timeout, options=options)
 
 
 # --- run-record data -------------------------------------------------------------------------

@@ -250,9 +250,15 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
     """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume, per
     batch, journaled so that `resume` continues where a killed run stopped."""
     from cluster_tool.bmc import SushyBmc, TlsPolicy, bmc_credentials, load_vault
+    from cluster_tool.remote.known_hosts import KnownHosts
     from cluster_tool.verdicts import GATE_SINGLE, judge_nodes, judge_run
     from cluster_tool.workflows.burnin import BurnInLive
-    from cluster_tool.workflows.common import Phase, node_verdicts, ssh_true, wait_for_ssh
+    from cluster_tool.workflows.common import (
+        Phase,
+        node_verdicts,
+        reimaged_node_answers,
+        wait_for_ssh,
+    )
     from cluster_tool.workflows.live import run_summary
     from cluster_tool.workflows.reimage import STEP_CHECKS, ReimageDeps, ReimageOptions
     from cluster_tool.workflows.reimage import run_reimage as reimage_batches
@@ -298,9 +304,13 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
     host_address = {h.name: h.address for h in cluster.hosts()}
     ssh_config = job.reach.ssh_config
 
+    known = KnownHosts.for_cluster(cluster.name)
+
     def wait_ssh(node: str, timeout: float) -> bool:
         address = str(host_address.get(node) or node)
-        return wait_for_ssh(address, timeout) and ssh_true(node, ssh_config)
+        return wait_for_ssh(address, timeout) and reimaged_node_answers(
+            node, address, ssh_config, known
+        )
 
     every = {n for b in batches for n in b}
     partners = _partners(slurm, [n for n in gpu if n not in every], record, progress)

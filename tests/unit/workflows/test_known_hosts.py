@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,71 @@ def test_every_converge_checks_the_keys_and_re_image_forgets_only_its_nodes(
     finally:
         for s in nodes.values():
             s.close()
+
+
+class _LetIn(paramiko.ServerInterface):
+    """Lets anyone in and answers every command with exit status 0 (a node that is up)."""
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "none"
+
+    def check_auth_none(self, username: str) -> int:
+        return paramiko.common.AUTH_SUCCESSFUL
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        return paramiko.common.OPEN_SUCCEEDED
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        channel.send_exit_status(0)
+        return True
+
+
+class LoginServer(KeyServer):
+    """A node that is up: its SSH server logs anyone in, with its (changeable) host key."""
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self.key)
+            try:
+                transport.start_server(server=_LetIn())
+                channel = transport.accept(10)
+                if channel is not None:
+                    time.sleep(0.2)
+                    channel.close()
+            except (paramiko.SSHException, EOFError, OSError):
+                transport.close()
+
+
+def test_a_re_imaged_node_with_new_host_keys_comes_back(tmp_path: Path) -> None:
+    """Re-image's wait for SSH: the node answers with the new keys of its fresh install. Checked
+    through the cluster's known_hosts (its old keys forgotten first), it is back; through the
+    operator's known_hosts, where OpenSSH in batch mode refuses an unknown or changed key, it
+    would never come back (`ssh_true` alone, as re-image waited before)."""
+    from cluster_tool.workflows.common import reimaged_node_answers, ssh_true
+
+    node = LoginServer()
+    try:
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Host gpu003\n    HostName 127.0.0.1\n    Port {node.port}\n    User root\n"
+            "    IdentityFile /dev/null\n"
+        )
+        known = KnownHosts(tmp_path / "ctx" / "lab.known_hosts")
+        assert known.first_contact({"gpu003": "gpu003"}, config) == {}
+        before = _recorded(known)
+        assert len(before) == 1
+        node.new_key()  # re-imaged
+        address = f"[127.0.0.1]:{node.port}"
+        assert not ssh_true("gpu003", config, options=known.ssh_options()), "a changed key"
+        assert not ssh_true("gpu003", config), "the operator's known_hosts has no such key"
+        assert reimaged_node_answers("gpu003", address, config, known)
+        after = _recorded(known)
+        assert len(after) == 1 and after != before, "the new key is recorded, the old one gone"
+        assert stat.S_IMODE(os.stat(known.path).st_mode) == 0o600
+    finally:
+        node.close()
