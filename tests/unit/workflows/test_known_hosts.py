@@ -20,10 +20,29 @@ import pytest
 from cluster_tool.remote.known_hosts import HostKeyChanged, KnownHosts
 
 
-class KeyServer:
-    """An SSH server on 127.0.0.1 that answers with `key` (changeable) and lets nobody in."""
+class _LetIn(paramiko.ServerInterface):
+    """Lets anyone in and answers every command with exit status 0 (a node that is up)."""
 
-    def __init__(self) -> None:
+    def get_allowed_auths(self, username: str) -> str:
+        return "none"
+
+    def check_auth_none(self, username: str) -> int:
+        return paramiko.common.AUTH_SUCCESSFUL
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        return paramiko.common.OPEN_SUCCEEDED
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        channel.send_exit_status(0)
+        return True
+
+
+class KeyServer:
+    """An SSH server on 127.0.0.1 that answers with `key` (changeable) and lets nobody in, or
+    (`let_in`) anyone, answering every command with exit status 0: a node that is up."""
+
+    def __init__(self, let_in: bool = False) -> None:
+        self.let_in = let_in
         self.key: paramiko.PKey = paramiko.Ed25519Key.from_private_key_file(_new_key())
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -41,7 +60,13 @@ class KeyServer:
             transport = paramiko.Transport(conn)
             transport.add_server_key(self.key)
             try:
-                transport.start_server(server=paramiko.ServerInterface())
+                transport.start_server(
+                    server=_LetIn() if self.let_in else paramiko.ServerInterface()
+                )
+                channel = transport.accept(10) if self.let_in else None
+                if channel is not None:
+                    time.sleep(0.2)
+                    channel.close()
             except (paramiko.SSHException, EOFError, OSError):
                 transport.close()
 
@@ -184,44 +209,6 @@ def test_every_converge_checks_the_keys_and_re_image_forgets_only_its_nodes(
             s.close()
 
 
-class _LetIn(paramiko.ServerInterface):
-    """Lets anyone in and answers every command with exit status 0 (a node that is up)."""
-
-    def get_allowed_auths(self, username: str) -> str:
-        return "none"
-
-    def check_auth_none(self, username: str) -> int:
-        return paramiko.common.AUTH_SUCCESSFUL
-
-    def check_channel_request(self, kind: str, chanid: int) -> int:
-        return paramiko.common.OPEN_SUCCEEDED
-
-    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
-        channel.send_exit_status(0)
-        return True
-
-
-class LoginServer(KeyServer):
-    """A node that is up: its SSH server logs anyone in, with its (changeable) host key."""
-
-    def _serve(self) -> None:
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(self.key)
-            try:
-                transport.start_server(server=_LetIn())
-                channel = transport.accept(10)
-                if channel is not None:
-                    time.sleep(0.2)
-                    channel.close()
-            except (paramiko.SSHException, EOFError, OSError):
-                transport.close()
-
-
 def test_a_re_imaged_node_with_new_host_keys_comes_back(tmp_path: Path) -> None:
     """Re-image's wait for SSH: the node answers with the new keys of its fresh install. Checked
     through the cluster's known_hosts (its old keys forgotten first), it is back; through the
@@ -229,7 +216,7 @@ def test_a_re_imaged_node_with_new_host_keys_comes_back(tmp_path: Path) -> None:
     would never come back (`ssh_true` alone, as re-image waited before)."""
     from cluster_tool.workflows.common import reimaged_node_answers, ssh_true
 
-    node = LoginServer()
+    node = KeyServer(let_in=True)
     try:
         config = tmp_path / "ssh_config"
         config.write_text(
