@@ -290,7 +290,10 @@ def validate(
             if reached.gate_workdir is None:
                 raise UsageError("--via slurm needs --workdir, a folder the GPU nodes share")
             slurm, workdir = connect(reached.slurm_via, ssh_config), reached.gate_workdir
-    chosen = transport_named(transport, ssh_config)
+    from cluster_tool.remote.known_hosts import KnownHosts
+
+    # Nodes are reached with the keys the cluster recorded (the converge's first contact).
+    chosen = transport_named(transport, ssh_config, KnownHosts.for_cluster(cluster.name))
     selected = select_gpu_nodes(cluster, nodes or None)
 
     def progress(result: object) -> None:

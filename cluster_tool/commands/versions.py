@@ -58,9 +58,10 @@ def versions(
     if replay is None:
         from cluster_tool.commands._context import reach_cluster
         from cluster_tool.remote.fanout import transport_named
+        from cluster_tool.remote.known_hosts import KnownHosts
 
         ssh_config = reach_cluster(cluster, ssh_config=ssh_config).ssh_config
-        reach = transport_named(transport, ssh_config)
+        reach = transport_named(transport, ssh_config, KnownHosts.for_cluster(cluster.name))
 
     def progress(result: object) -> None:
         err = getattr(result, "error", None)

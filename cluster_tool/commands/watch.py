@@ -97,6 +97,8 @@ def watch(
         settings = settings.model_copy(update={"policy": policy})
     folder = state_dir or Path(settings.state_dir)
     via = reach_cluster(cluster, inventory, ssh_config, slurm_via)
+    # The watcher runs as a service on its host, with that host's SSH setup (no operator's
+    # context there: the cluster's known_hosts lives beside the operator's).
     sources = FanoutSources(cluster, transport_named(transport, via.ssh_config), concurrency)
     slurm = connect(via.slurm_via, via.ssh_config)
 

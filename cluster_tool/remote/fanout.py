@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.fileio import PRIVATE_FILE, atomic_write, private_dir, read_input_bytes
 from cluster_tool.probes import Probe, ProbeOutput
+from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.remote.probes import composite_script, outputs_to_json, split_output
 
 __all__ = [
@@ -102,6 +103,9 @@ class ParamikoTransport:
     ssh_config: Path | None = None
     user: str | None = None
     connect_timeout: float = 10.0
+    # The cluster's known_hosts (keys recorded at the converge's first contact): when it exists
+    # it is read in place of the operator's, as OpenSSH's UserKnownHostsFile would be.
+    known_hosts: KnownHosts | None = None
 
     def __post_init__(self) -> None:
         # paramiko logs a traceback per failed handshake; the finding says it in one line.
@@ -119,7 +123,10 @@ class ParamikoTransport:
         raw_keys = opts.get("identityfile") or []
         keys = [os.path.expanduser(str(k)) for k in raw_keys] if isinstance(raw_keys, list) else []
         client = paramiko.SSHClient()
-        client.load_system_host_keys()
+        if self.known_hosts is not None and self.known_hosts.path.is_file():
+            client.load_host_keys(str(self.known_hosts.path))
+        else:
+            client.load_system_host_keys()
         strict = str(opts.get("stricthostkeychecking", "yes")).lower()
         known = opts.get("userknownhostsfile")
         if strict == "no":
@@ -167,9 +174,13 @@ class OpenSshTransport:
 
     ssh_config: Path | None = None
     connect_timeout: float = 10.0
+    # The cluster's known_hosts: a new host's key is recorded there, a changed one refused.
+    known_hosts: KnownHosts | None = None
 
     def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]:
         argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(self.connect_timeout)}"]
+        if self.known_hosts is not None:
+            argv += self.known_hosts.ssh_options()
         if self.ssh_config is not None:
             argv += ["-F", str(self.ssh_config)]
             host = target.name
@@ -188,15 +199,18 @@ class OpenSshTransport:
         return proc.returncode, proc.stdout, proc.stderr
 
 
-def transport_named(name: str, ssh_config: Path | None) -> Transport:
-    """The transport an operator names with `--transport`, over `--ssh-config` (UsageError for
-    a config that is not there or a name that is not a transport)."""
+def transport_named(
+    name: str, ssh_config: Path | None, known_hosts: KnownHosts | None = None
+) -> Transport:
+    """The transport an operator names with `--transport`, over `--ssh-config` and the
+    cluster's known_hosts (UsageError for a config that is not there or a name that is not a
+    transport)."""
     if ssh_config is not None and not ssh_config.is_file():
         raise UsageError(f"--ssh-config {ssh_config}: no such file")
     if name == "paramiko":
-        return ParamikoTransport(ssh_config)
+        return ParamikoTransport(ssh_config, known_hosts=known_hosts)
     if name == "openssh":
-        return OpenSshTransport(ssh_config)
+        return OpenSshTransport(ssh_config, known_hosts=known_hosts)
     raise UsageError("--transport: paramiko or openssh")
 
 

@@ -547,6 +547,7 @@ def run_validate_after(
     the given ones); with `admit`, resume what is proven and drain what is not."""
     from cluster_tool.fileio import atomic_write
     from cluster_tool.remote.fanout import transport_named
+    from cluster_tool.remote.known_hosts import KnownHosts
     from cluster_tool.workflows.burnin import BurnInLive
     from cluster_tool.workflows.live import run_summary
     from cluster_tool.workflows.validate import (
@@ -557,7 +558,9 @@ def run_validate_after(
 
     check_validate_after(job)
     burn_in_s = _burn_in(job.burn_in, cluster, "validate", job.gate)
-    chosen = transport_named(job.transport, job.reach.ssh_config)
+    chosen = transport_named(
+        job.transport, job.reach.ssh_config, KnownHosts.for_cluster(cluster.name)
+    )
     selected = select_after_maintenance(cluster, job.switch, job.nodes)
     inputs = {
         "spec": str(job.spec.resolve()),

@@ -97,7 +97,8 @@ class Live:
     _captures: int = 0
 
     def _transport(self) -> Transport:
-        return self.transport or OpenSshTransport(self.ssh_config)
+        # The keys the converge recorded at first contact, not the operator's known_hosts.
+        return self.transport or OpenSshTransport(self.ssh_config, known_hosts=self.known_hosts())
 
     def converge(
         self,

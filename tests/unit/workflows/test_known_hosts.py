@@ -24,9 +24,12 @@ class _LetIn(paramiko.ServerInterface):
     """Lets anyone in and answers every command with exit status 0 (a node that is up)."""
 
     def get_allowed_auths(self, username: str) -> str:
-        return "none"
+        return "publickey,none"
 
     def check_auth_none(self, username: str) -> int:
+        return paramiko.common.AUTH_SUCCESSFUL
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
         return paramiko.common.AUTH_SUCCESSFUL
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
@@ -57,18 +60,20 @@ class KeyServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(self.key)
-            try:
-                transport.start_server(
-                    server=_LetIn() if self.let_in else paramiko.ServerInterface()
-                )
-                channel = transport.accept(10) if self.let_in else None
-                if channel is not None:
-                    time.sleep(0.2)
-                    channel.close()
-            except (paramiko.SSHException, EOFError, OSError):
-                transport.close()
+            # One thread per connection: a client that gives up on the key opens no channel.
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        transport = paramiko.Transport(conn)
+        transport.add_server_key(self.key)
+        try:
+            transport.start_server(server=_LetIn() if self.let_in else paramiko.ServerInterface())
+            channel = transport.accept(10) if self.let_in else None
+            if channel is not None:
+                time.sleep(0.2)
+                channel.close()
+        except (paramiko.SSHException, EOFError, OSError):
+            transport.close()
 
     def new_key(self) -> None:
         """The host was re-installed: it answers with another key from now on."""
@@ -235,5 +240,47 @@ def test_a_re_imaged_node_with_new_host_keys_comes_back(tmp_path: Path) -> None:
         after = _recorded(known)
         assert len(after) == 1 and after != before, "the new key is recorded, the old one gone"
         assert stat.S_IMODE(os.stat(known.path).st_mode) == 0o600
+    finally:
+        node.close()
+
+
+def test_the_fan_out_reaches_nodes_with_the_keys_the_cluster_recorded(tmp_path: Path) -> None:
+    """validate's fan-out (both transports) and the workflows' checks read the cluster's
+    known_hosts, where the converge's first contact recorded every node's key: a node the
+    operator never logged in to is reached, and one whose key changed is refused. Through the
+    operator's known_hosts alone (as before), the node the cluster knows is unreachable."""
+    from cluster_tool.remote.fanout import (
+        OpenSshTransport,
+        ParamikoTransport,
+        Target,
+        TransportError,
+    )
+
+    node = KeyServer(let_in=True)
+    try:
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Host gpu003\n    HostName 127.0.0.1\n    Port {node.port}\n    User root\n"
+            f"    IdentityFile {_new_key()}\n"
+        )
+        known = KnownHosts(tmp_path / "ctx" / "lab.known_hosts")
+        assert known.first_contact({"gpu003": "gpu003"}, config) == {}
+        target = Target("gpu003")
+        for transport in (
+            OpenSshTransport(config, known_hosts=known),
+            ParamikoTransport(config, known_hosts=known),
+        ):
+            rc, _, _ = transport.run(target, "true\n", 20)
+            assert rc == 0, transport
+        for before in (OpenSshTransport(config), ParamikoTransport(config)):
+            with pytest.raises(TransportError):
+                before.run(target, "true\n", 20)
+        node.new_key()
+        for transport in (
+            OpenSshTransport(config, known_hosts=known),
+            ParamikoTransport(config, known_hosts=known),
+        ):
+            with pytest.raises(TransportError):
+                transport.run(target, "true\n", 20)
     finally:
         node.close()
