@@ -23,7 +23,8 @@ if [ "$NVIDIA_VISIBLE_DEVICES" != none ]; then
 fi
 caps="${NVIDIA_DRIVER_CAPABILITIES:-utility}"
 [ "$caps" = all ] && caps=compute,utility,video,graphics,display
-for cap in ${caps//,/ }; do
+IFS=, read -r -a wanted <<< "$caps"
+for cap in "${wanted[@]}"; do
     cli_args+=("--$cap")
 done
 exec nvidia-container-cli --user configure "${cli_args[@]}" "$ENROOT_ROOTFS"
