@@ -31,6 +31,7 @@ SPANK_PLUGIN(pyxis, 1)
 
 static char *image;
 static char name[64];
+static char tmpdir[64];
 static char sqsh[128];
 static char rootfs[4096];
 static int created;
@@ -108,8 +109,14 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 	    spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS)
 		return -1;
 	snprintf(name, sizeof(name), "pyxis_%u.%u", job, step);
-	snprintf(sqsh, sizeof(sqsh), "/tmp/%s.sqsh", name);
-	unlink(sqsh);
+	/* The image file in a folder of the step's own: no name in /tmp another user could plant. */
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/pyxis.XXXXXX");
+	if (mkdtemp(tmpdir) == NULL) {
+		slurm_error("pyxis: no temporary folder: %m");
+		tmpdir[0] = '\0';
+		return -1;
+	}
+	snprintf(sqsh, sizeof(sqsh), "%s/image.sqsh", tmpdir);
 	if (strncmp(image, "docker://", 9) == 0)
 		snprintf(uri, sizeof(uri), "%s", image);
 	else
@@ -123,6 +130,8 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 	char *create[] = { "enroot", "create", "--name", name, sqsh, NULL };
 	rc = run(create, NULL, 0);
 	unlink(sqsh);
+	rmdir(tmpdir);
+	tmpdir[0] = '\0';
 	if (rc != 0) {
 		slurm_error("pyxis: failed to create container filesystem (enroot exited %d)", rc);
 		return -1;
@@ -197,7 +206,9 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 		run(remove, NULL, 0);
 		created = 0;
 	}
-	if (sqsh[0] != '\0')
+	if (tmpdir[0] != '\0') {
 		unlink(sqsh);
+		rmdir(tmpdir);
+	}
 	return 0;
 }
