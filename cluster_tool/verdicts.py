@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
+from cluster_tool.registry import NOT_RUN as _REGISTRY_NOT_RUN
 from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from cluster_tool.findings import Finding
 
@@ -37,19 +38,8 @@ UNPROVEN = "gate.unproven"
 
 # Error findings that say a check could not run (so nothing was judged), not that something was
 # found bad: the node they name is `unknown`, and a node-less one leaves every node it covers
-# unknown.
-NOT_RUN = frozenset(
-    {
-        "os.unreachable",
-        "os.kernel-log",
-        "ib.counters-unread",
-        "fabric.discover",
-        "slurm.error",
-        "slurm.unavailable",
-        "slurm.pending",
-        UNPROVEN,
-    }
-)
+# unknown. The registry marks them (`CheckInfo.not_run`).
+NOT_RUN = _REGISTRY_NOT_RUN
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 from xml.sax.saxutils import escape as _xml_escape
 from xml.sax.saxutils import quoteattr as _xml_quoteattr
 
-from cluster_tool.checks.registry import FABRIC_CHECKS, NODE_CHECKS
+from cluster_tool.registry import FABRIC_CHECKS, NODE_CHECKS
 from cluster_tool.findings import Report
 from cluster_tool.output import escape_controls
 

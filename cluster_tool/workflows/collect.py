@@ -14,7 +14,7 @@ from cluster_tool.checks.counters import CounterSnapshot, snapshot
 from cluster_tool.checks.fabric import fabric_findings
 from cluster_tool.checks.fleet_versions import node_versions
 from cluster_tool.checks.node import check_node, expectations_for
-from cluster_tool.checks.registry import FABRIC_CHECKS, NEEDS, NODE_CHECKS
+from cluster_tool.registry import FABRIC_CHECKS, NEEDS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.checks.versions import NodeVersions, check_fleet_outliers, check_node_versions
 from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
 from cluster_tool.findings import Finding, Report
@@ -225,9 +225,6 @@ def run_validate(
     for name, why in unread_versions.items():
         skipped.setdefault(name, {}).update({c: why for c in VERSION_CHECKS})
     return ValidateResult(report, results, selected, fabric_host, unreachable, skipped, read)
-
-
-VERSION_CHECKS = ("version.drift", "version.incompatible", "version.outlier")
 
 
 def _version_findings(

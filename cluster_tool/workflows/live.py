@@ -19,7 +19,7 @@ from cluster_tool.ansible.runner import (
     run_playbook,
 )
 from cluster_tool.checks.counters import CounterSnapshot
-from cluster_tool.checks.registry import FABRIC_CHECKS, NODE_CHECKS
+from cluster_tool.registry import FABRIC_CHECKS, GATE_CHECKS, NODE_CHECKS
 from cluster_tool.drains import REIMAGE_REASON
 from cluster_tool.fabric.links import link_matrix
 from cluster_tool.fabric.plan import plan_for
@@ -54,7 +54,6 @@ from cluster_tool.workflows.common import (
 from cluster_tool.workflows.runs import RunRecord, RunSummary
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
-GATE_CHECKS = ("nccl.single", "nccl.pair")
 
 
 def ansible_limit(hostlist: str | Sequence[str] | None) -> str | None:

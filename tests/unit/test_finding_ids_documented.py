@@ -1,4 +1,4 @@
-"""Every finding id the code can emit is in the registry (cluster_tool/checks/registry.py), every
+"""Every finding id the code can emit is in the registry (cluster_tool/registry.py), every
 registered id is emitted somewhere, and docs/findings.md has exactly one row per registered id,
 with the registry's severities.
 
@@ -22,11 +22,11 @@ import functools
 import re
 from pathlib import Path
 
-from cluster_tool.checks.registry import CHECKS, FABRIC_CHECKS, NEEDS, NODE_CHECKS
+from cluster_tool.registry import CHECKS, FABRIC_CHECKS, NEEDS, NODE_CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "cluster_tool"
-REGISTRY = SOURCES / "checks" / "registry.py"
+REGISTRY = SOURCES / "registry.py"
 DOC = ROOT / "docs" / "findings.md"
 
 FAMILIES = ("fabric", "gpu", "ib", "gdr", "nccl", "slurm", "os")
@@ -248,3 +248,24 @@ def test_the_junit_cases_and_their_dependencies_are_registered_ids() -> None:
     named = {*NODE_CHECKS, *FABRIC_CHECKS, *NEEDS, *(c for cs in NEEDS.values() for c in cs)}
     assert named - set(CHECKS) == set()
     assert {CHECKS[c].area for c in FABRIC_CHECKS} == {"fabric"}
+
+
+def test_the_page_is_the_one_the_registry_generates() -> None:
+    """docs/findings.md is generated (scripts/findings-doc): the ids, severities, first actions
+    and lift rules the tool runs on are the ones the page shows."""
+    from cluster_tool.render.findings_doc import render
+
+    template = (ROOT / "docs" / "findings.in.md").read_text(encoding="utf-8")
+    assert DOC.read_text(encoding="utf-8") == render(template), (
+        "docs/findings.md differs from what cluster_tool/registry.py and docs/findings.in.md "
+        "generate: run scripts/findings-doc"
+    )
+
+
+def test_a_lift_rule_and_a_not_run_mark_reach_the_page() -> None:
+    """The page is not a copy of itself: what the registry says of an id shows in its row."""
+    text = DOC.read_text(encoding="utf-8")
+    rows = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("| `")}
+    assert rows["gpu.ecc"].endswith("| when re-run clean |")
+    assert rows["gpu.xid"].endswith("| never (log evidence) |")
+    assert "`os.kernel-log`" in text.split("## fabric")[0]  # the not-run ids in the intro

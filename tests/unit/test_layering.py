@@ -57,6 +57,7 @@ LAYERS: dict[str, int] = {
     "polling": 0,
     "output": 0,
     "drains": 0,
+    "registry": 0,  # every finding id and how it behaves (verdicts, lifts, planned cases)
 }
 
 # Parts that use nothing of their own layer: `remote` carries probes to hosts and back, `checks`
