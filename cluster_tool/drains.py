@@ -109,6 +109,25 @@ def may_lift(reason: str, by: Owner, *, operator_says: bool = False) -> bool:
     return who is not None
 
 
+# The tool's transient holds: a node waits, nothing was found against it. Any part of the tool
+# may write its own finding over them.
+TRANSIENT = frozenset({PENDING_REASON, REIMAGE_REASON})
+
+
+# Who may write a finding over a transient hold: the workflows that set such holds and judge
+# the node while it waits (the periodic node-check, the watcher and the epilog leave it).
+_JUDGING = frozenset({Owner.WORKFLOW, Owner.GATE, Owner.REIMAGE})
+
+
+def may_replace(reason: str, by: Owner) -> bool:
+    """Whether `by` may write its own drain reason over `reason`: over its own, and (a workflow)
+    over the tool's transient holds; never over another's finding (the watcher's Xid, the
+    epilog's counters, an operator's RMA), which must stay for the next person to read."""
+    if not reason or owner(reason) is by:
+        return True
+    return reason in TRANSIENT and by in _JUDGING
+
+
 def workflow_reason(findings: Sequence[Finding], *, by: Owner = Owner.WORKFLOW) -> str:
     """`cluster-tool: ID: message` from the first error finding (the re-image ladder writes
     `cluster-tool reimage: ID: message`)."""
@@ -134,7 +153,9 @@ def gate_reason(
 
 
 def health_reason(node: str, findings: Sequence[Finding]) -> str | None:
-    """`cluster-tool: gpu.ecc GPU3 volatile uncorrectable 2 (+2 more)`, or None when no error."""
+    """`cluster-tool: gpu.ecc GPU3 volatile uncorrectable 2 (+2 more: gpu.xid gpu.dcgm)`, or None
+    when no error. Every error's id is in the reason (the first's text is cut to fit), so a later
+    node-check knows every check its lift must re-prove (`health_checks`)."""
     errors = [f for f in findings if f.fails]
     if not errors:
         return None
@@ -145,11 +166,32 @@ def health_reason(node: str, findings: Sequence[Finding]) -> str | None:
             text = text[len(prefix) :]
             break
     parts = [first.check, first.component or "", text]
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    others = list(dict.fromkeys(f.check for f in errors[1:] if f.check != first.check))
+    more = ""
+    if len(errors) > 1:
+        more = f" (+{len(errors) - 1} more" + (f": {' '.join(others)})" if others else ")")
     reason = one_line(_PREFIX[Owner.HEALTH] + " ".join(p for p in parts if p))
     if len(reason) + len(more) > REASON_MAX:
-        reason = reason[: REASON_MAX - len(more) - 3] + "..."
+        reason = reason[: max(0, REASON_MAX - len(more) - 3)] + "..."
     return reason + more
+
+
+_MORE = re.compile(rf" \(\+\d+ more(?:: ((?:{_ID})(?: {_ID})*))?\)$")
+
+
+def health_checks(reason: str) -> list[str] | None:
+    """The check ids a node-check drain names: its first id and those of its `(+N more: ...)`
+    tail; None when the reason hides some (`(+N more)` without ids: an older node-check's), or
+    is not node-check's."""
+    if owner(reason) is not Owner.HEALTH:
+        return None
+    first = reason.removeprefix(_PREFIX[Owner.HEALTH]).split(" ", 1)[0]
+    tail = _MORE.search(reason)
+    if tail is None:
+        return [first]
+    if tail.group(1) is None:
+        return None
+    return list(dict.fromkeys([first, *tail.group(1).split()]))
 
 
 def watch_reason(check: str, component: str | None, message: str) -> str:

@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-from cluster_tool.registry import NOT_RUN as _REGISTRY_NOT_RUN
 from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from cluster_tool.findings import Finding
+from cluster_tool.registry import CHECKS
+from cluster_tool.registry import NOT_RUN as _REGISTRY_NOT_RUN
 
 Verdict = Literal["pass", "fail", "held", "unknown"]
 VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "held", "unknown")
@@ -40,6 +41,7 @@ UNPROVEN = "gate.unproven"
 # found bad: the node they name is `unknown`, and a node-less one leaves every node it covers
 # unknown. The registry marks them (`CheckInfo.not_run`).
 NOT_RUN = _REGISTRY_NOT_RUN
+_FABRIC_NOT_RUN = frozenset(c for c in NOT_RUN if CHECKS[c].plan == "fabric")
 
 
 @dataclass
@@ -94,12 +96,16 @@ class NodeVerdict:
 def covered_nodes(finding: Finding, scope: Sequence[str]) -> list[str]:
     """The nodes of `scope` a finding speaks for: the node it names; for a node-less finding the
     nodes its component names (`path a <-> b`, `job <hostlist>`), else every node. A finding on
-    a host outside the scope speaks for none of it, unless a check could not run there (the
-    subnet-manager host unreachable: no cable of the scope was judged)."""
+    a host outside the scope speaks for none of it, unless the fabric's tools could not run
+    there (`fabric.discover`, `ib.counters-unread` on the subnet-manager host: no cable of the
+    scope was judged)."""
     if finding.node is not None:
         if finding.node in scope:
             return [finding.node]
-        return list(scope) if finding.check in NOT_RUN else []
+        # The subnet manager's tools could not run there: no cable of the scope was judged. Any
+        # other host outside the scope (a login node that did not answer) speaks for none of it;
+        # a fabric host that did not answer at all leaves the fabric stage unproven instead.
+        return list(scope) if finding.check in _FABRIC_NOT_RUN else []
     comp = finding.component or ""
     named: list[str] = []
     if comp.startswith("path ") and "<->" in comp:

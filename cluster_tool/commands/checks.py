@@ -414,9 +414,10 @@ def node_check(
     if prolog or epilog:
         return _job_check(expect, prolog=prolog, job_id=job_id, timeout=timeout, json_out=json_out)
     try:
-        findings = run_node_check(expect, dcgm=dcgm, timeout=timeout or 600.0)
+        checked = run_node_check(expect, dcgm=dcgm, timeout=timeout or 600.0)
     except TransportError as exc:
         raise UsageError(f"node-check: the probes did not run: {exc}") from None
+    findings = checked.findings
     report = Report.from_findings(findings, {"node": expect.node})
     extra: dict[str, object] = {}
     if versions:
@@ -428,7 +429,7 @@ def node_check(
             reason = health_drain_reason(expect.node, findings)
             action = SlurmAction("drain" if reason else "resume-if-own", expect.node, reason)
         else:
-            action = slurm_health_action(expect.node, findings, SlurmCLI())
+            action = slurm_health_action(expect.node, findings, SlurmCLI(), not_run=checked.not_run)
         extra["slurm"] = action.to_json()
     _print_report(report, json_out, extra)
     if slurm and not json_out:

@@ -131,6 +131,13 @@ def reimage(
     ] = True,
     burn_in: BurnInOpt = None,
     admit_unproven: AdmitUnprovenOpt = False,
+    admit: Annotated[
+        bool,
+        typer.Option(
+            "--admit",
+            help="Lift the drains the nodes had when the run began (an operator's), once proven.",
+        ),
+    ] = False,
     dcgm: DcgmOpt = True,
     runs_dir: RunsDirOpt = None,
     json_out: JsonOpt = False,
@@ -147,6 +154,7 @@ def reimage(
         insecure_bmc=insecure_bmc, ca_bundle=ca_bundle, bmc_scheme=bmc_scheme,
         vault_file=vault_file, vault_password_file=vault_password_file, gate=gate,
         admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir, burn_in=burn_in,
+        admit=admit,
     )  # fmt: skip
     return show_run(run_reimage(cluster, job, progress=progress), json_out)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.fileio import atomic_write, remove_stale
 from cluster_tool.findings import Finding
+from cluster_tool.gate.classify import classify_errors
 from cluster_tool.gate.plan import GateJob, NcclTestParams, Step, pair_rotation
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Rung
@@ -26,6 +27,8 @@ from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 
 MARKER = "# cluster-tool soak: step"
 _MARKER_LINE = re.compile(r"^# cluster-tool soak: step (\d+) at (\d+(?:\.\d+)?)\s*$")
+# The batch script's line after each step's pairs ended (`render_soak_sbatch`).
+_STEP_DONE = re.compile(r"^cluster-tool soak: step (\d+) done at \d+\s*$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 # At most this many distinct rotations are cycled through: enough partners per node for the
@@ -178,6 +181,13 @@ class PairOutput:
 
     samples: list[SoakSample] = field(default_factory=list)
     failed_steps: list[str] = field(default_factory=list)
+    steps: set[int] = field(default_factory=set)
+
+
+def steps_done(batch_text: str) -> list[int]:
+    """The steps the soak's batch script finished (every pair of the step ended), from its
+    output; the step that was running when the job ended is not among them."""
+    return [int(m.group(1)) for ln in batch_text.splitlines() if (m := _STEP_DONE.match(ln))]
 
 
 def read_pair_output(pair: tuple[str, str], text: str) -> PairOutput:
@@ -191,6 +201,7 @@ def read_pair_output(pair: tuple[str, str], text: str) -> PairOutput:
         elif segments:
             segments[-1][2].append(line)
     for step, at, body in segments:
+        out.steps.add(step)
         try:
             run = parse_nccl_tests("\n".join(body))
         except ParseError as exc:
@@ -198,7 +209,10 @@ def read_pair_output(pair: tuple[str, str], text: str) -> PairOutput:
             continue
         rows = [r for r in run.rows if r.out_of_place or r.in_place]
         if not rows:
-            out.failed_steps.append(f"step {step}: no result row")
+            # The step's own first error line says why (the gate's classifier), if it has one.
+            errors = classify_errors("\n".join(body))
+            why = f"{errors[0].check}: {errors[0].text[:160]}" if errors else "no result row"
+            out.failed_steps.append(f"step {step}: {why}")
             continue
         for cycle, row in enumerate(rows):
             sides = [s for s in (row.out_of_place, row.in_place) if s is not None]
@@ -224,6 +238,8 @@ class SoakResult:
     failed_steps: dict[tuple[str, str], list[str]]
     slurm_state: str = ""
     elapsed_s: float = 0.0
+    # Per pair: the steps it was due in that the batch script finished.
+    due: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -245,6 +261,7 @@ class SoakResult:
                 for s in self.samples
             ],
             "failed_steps": {"+".join(p): why for p, why in self.failed_steps.items()},
+            "due_steps": {"+".join(p): n for p, n in self.due.items()},
         }
 
 
@@ -273,15 +290,50 @@ class SoakRunner(SlurmRunner):
             raise
         samples: list[SoakSample] = []
         failed: dict[tuple[str, str], list[str]] = {}
+        done = steps_done(self.read(job.slurm_output(self.workdir)) or "")
+        due: dict[tuple[str, str], int] = {}
         for pair in plan.pairs:
             read = read_pair_output(pair, self.read(pair_output(self.workdir, pair)) or "")
             samples += read.samples
-            if read.failed_steps:
-                failed[pair] = read.failed_steps
+            # A step the script finished that left no marker in the pair's file: the pair's
+            # srun never started or its output was lost. Not a sample, and not a pass.
+            mine = (
+                [st for st in done if pair in plan.rotations[st % len(plan.rotations)]]
+                if plan.rotations
+                else []
+            )
+            due[pair] = len(set(mine) | read.steps)
+            missing = [f"step {st}: no output" for st in mine if st not in read.steps]
+            if read.failed_steps or missing:
+                failed[pair] = read.failed_steps + missing
         state = run.state + (
             f" (hung for {run.hung_after_s:.0f} s)" if run.hung_after_s is not None else ""
         )
-        return SoakResult(plan, samples, failed, state, self.clock() - started)
+        return SoakResult(plan, samples, failed, state, self.clock() - started, due)
+
+
+def judge_steps(result: SoakResult) -> list[Finding]:
+    """`burnin.step-failed` for both nodes of every pair with a soak step that failed (no result
+    row, an error instead: `NET/IB : Got completion ... error 12`) or that left no output: a
+    pair that did not run through its soak proves nothing, however good its other samples."""
+    findings: list[Finding] = []
+    for pair, why in sorted(result.failed_steps.items()):
+        due = max(result.due.get(pair, 0), len(why))
+        shown = "; ".join(why[:2]) + (f" (and {len(why) - 2} more)" if len(why) > 2 else "")
+        for node in pair:
+            partner = pair[1] if node == pair[0] else pair[0]
+            findings.append(
+                Finding(
+                    check="burnin.step-failed",
+                    node=node,
+                    component="soak all_reduce",
+                    expected="every soak step with a result",
+                    observed=f"{len(why)} of {due} step(s) with {partner} failed",
+                    message=f"{node}: {len(why)} of {due} soak step(s) with {partner} failed: "
+                    f"{shown}",
+                )
+            )
+    return findings
 
 
 def _median(values: Sequence[float]) -> float:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from cluster_tool.drains import gate_reason
+from cluster_tool.admission import Breaker, Door
+from cluster_tool.drains import Owner, gate_reason
 from cluster_tool.fabric.topology import Topology
 from cluster_tool.findings import Finding
 from cluster_tool.gate.localize import Localisation, PairResult
@@ -215,7 +216,8 @@ class DrainPlan:
 def plan_drains(
     guilty: Iterable[NodeVerdict], total_nodes: int, max_fail_share: float = 0.25
 ) -> DrainPlan:
-    """Drain every guilty node, unless more than `max_fail_share` of the fleet is guilty."""
+    """Drain every guilty node, unless more than `max_fail_share` of the fleet is guilty (the
+    admission door's fleet breaker)."""
     drains: dict[str, str] = {}
     specific: set[str] = set()
     for v in guilty:
@@ -224,7 +226,7 @@ def plan_drains(
             drains[v.node] = v.reason
         if v.finding.component:
             specific.add(v.node)
-    if total_nodes and len(drains) > max_fail_share * total_nodes:
+    if Breaker(max_fail_share, total_nodes).trips(len(drains)):
         return DrainPlan(
             stopped=(
                 f"{len(drains)} of {total_nodes} nodes failed (more than {max_fail_share:.0%}): "
@@ -235,13 +237,10 @@ def plan_drains(
 
 
 def apply_drains(plan: DrainPlan, slurm: Slurm) -> DrainPlan:
-    """Drain each node with its own reason (one scontrol call per distinct reason)."""
+    """Drain each node with its own reason, through the admission door (one scontrol call per
+    distinct reason; a node someone else holds keeps their reason)."""
     if plan.stopped:
         return plan
-    by_reason: dict[str, list[str]] = {}
-    for node, reason in plan.drains.items():
-        by_reason.setdefault(reason, []).append(node)
-    for reason, nodes in by_reason.items():
-        slurm.drain(nodes, reason)
+    Door(slurm, Owner.GATE).hold_each(plan.drains)
     plan.applied = True
     return plan

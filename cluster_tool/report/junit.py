@@ -10,9 +10,9 @@ from typing import Any
 from xml.sax.saxutils import escape as _xml_escape
 from xml.sax.saxutils import quoteattr as _xml_quoteattr
 
-from cluster_tool.registry import FABRIC_CHECKS, NODE_CHECKS
 from cluster_tool.findings import Report
 from cluster_tool.output import escape_controls
+from cluster_tool.registry import FABRIC_CHECKS, NODE_CHECKS, VERSION_CHECKS
 
 FABRIC_SUITE = "fabric"
 
@@ -119,11 +119,12 @@ def validate_junit(
     skipped: Mapping[str, Mapping[str, str]],
 ) -> str:
     """JUnit XML of a validate run: a test suite per node checked (when health ran) and one for
-    the fabric (when it ran), a test case per check planned there (`NODE_CHECKS`,
-    `FABRIC_CHECKS`), failed by its error findings, `<skipped>` for what did not run."""
+    the fabric (when it ran), a test case per check planned there (`NODE_CHECKS` and
+    `VERSION_CHECKS`, `FABRIC_CHECKS`), failed by its error findings, `<skipped>` for what did
+    not run."""
     checks: dict[str, list[str]] = {}
     if report.summary.get("health"):
-        checks.update({node: list(NODE_CHECKS) for node in nodes})
+        checks.update({node: [*NODE_CHECKS, *VERSION_CHECKS] for node in nodes})
     if fabric_host is not None:
         checks[FABRIC_SUITE] = list(FABRIC_CHECKS)
     findings = [f.model_dump() for f in report.findings]

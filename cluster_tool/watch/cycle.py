@@ -11,12 +11,12 @@ the fabric than about the nodes, so it stops acting and raises `watch.fleet`.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cluster_tool.admission import Breaker, Door
 from cluster_tool.checks.counters import (
     CounterSnapshot,
     check_counter_deltas,
@@ -125,8 +125,9 @@ def finding_key(f: Finding) -> str:
 
 
 def drain_cap(watch: Watch, gpu_nodes: int) -> int:
-    """How many GPU nodes the watcher may hold drained: the spec's share, at least one."""
-    return max(1, math.floor(watch.max_drained_share * gpu_nodes + 1e-9))
+    """How many GPU nodes the watcher may hold drained: the spec's share, at least one (the
+    admission door's fleet breaker)."""
+    return Breaker(watch.max_drained_share, gpu_nodes, at_least=1).cap
 
 
 _WORDS = re.compile(r"[\s,&|()\[\]*]+")
@@ -519,11 +520,13 @@ def _act(
     if policy.policy == "observe":
         return [], sorted(ours), extra
     actions: list[Action] = []
+    door = Door(slurm, Owner.WATCH)
     for node in wanted:
         f = first[node]
         reason = watch_reason(f.check, f.component, f.message)
         try:
-            slurm.drain([node], reason)
+            if not door.hold([node], reason):
+                continue  # drained by someone since the cycle read it: theirs stays
         except SlurmError as exc:
             extra.append(_slurm_finding(f"drain {node}", exc))
             continue

@@ -14,9 +14,11 @@ from typing import Any, Protocol
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.admission import WORKFLOW_SUITES, Door, prove
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
-from cluster_tool.drains import PENDING_REASON, Owner, may_lift, workflow_reason
+from cluster_tool.drains import PENDING_REASON, Owner, workflow_reason
 from cluster_tool.findings import Finding
+from cluster_tool.registry import GATE_CHECKS
 from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
 from cluster_tool.verdicts import (
     CONVERGE,
@@ -38,13 +40,14 @@ from cluster_tool.workflows.common import (
     Hold,
     Phase,
     Validation,
+    admit_proven,
     gate_phase,
     keeping_out,
     node_verdicts,
-    resume_held,
 )
 
-# What bring-up must prove of a node before it enters service.
+# What bring-up must prove of a node before it enters service (and, check by check, the
+# admission door's WORKFLOW_SUITES).
 BRINGUP_PROOF = (CONVERGE, HEALTH, FABRIC, GATE_SINGLE, GATE_MULTI)
 
 # Converge failures tolerated per play batch: all of them, so healthy hosts carry on; the
@@ -177,9 +180,9 @@ def converge_findings(result: PlaybookResult) -> list[Finding]:
     return findings
 
 
-def _states(slurm: SlurmAdmin, nodes: Sequence[str]) -> dict[str, NodeState]:
+def _states(door: Door, nodes: Sequence[str]) -> dict[str, NodeState]:
     try:
-        return {s.name: s for s in slurm.node_states(nodes)}
+        return door.look(nodes)
     except SlurmError:
         return {}
 
@@ -195,22 +198,25 @@ def run_bringup(
     """Converge, validate, gate and admit; partial failure leaves the healthy nodes admitted."""
     phases: list[Phase] = []
     findings: list[Finding] = []
+    door = Door(deps.slurm, Owner.WORKFLOW)
     scope = list(gpu_nodes)
     if options.limit:
         wanted = set(NodeSet(options.limit))
         scope = [n for n in gpu_nodes if n in wanted]
 
     # Which nodes are new is read before the converge: once their slurmd starts they look idle.
-    before = {} if options.check or options.phase else _states(deps.slurm, scope)
+    before = {} if options.check or options.phase else _states(door, scope)
     # New: unknown to Slurm, down (a re-imaged node coming back) or held by cluster-tool. A node
     # an operator drained for their own reason is converged and checked but stays theirs.
     new = [
-        n for n in scope if n not in before or (not before[n].usable and not _operators(before[n]))
+        n
+        for n in scope
+        if n not in before or (not before[n].usable and not door.held_by_others(before[n]))
     ]
     known_new = [n for n in new if n in before]
     if known_new:
         # Already in slurm.conf (a re-run, a re-imaged node): drained before slurmd can come up.
-        _try_drain(deps.slurm, known_new, PENDING_REASON)
+        _try_hold(door, known_new, PENDING_REASON)
 
     started = time.monotonic()
     result = deps.converge(
@@ -236,9 +242,7 @@ def run_bringup(
         # A node that failed to converge stays out of service with the reason, even when its
         # slurmd came up (the slurm phase runs before the phase that failed it).
         for node in (n for n in scope if n in failed_hosts):
-            _try_drain(
-                deps.slurm, [node], workflow_reason([f for f in converge_bad if f.node == node])
-            )
+            _try_hold(door, [node], workflow_reason([f for f in converge_bad if f.node == node]))
     reached = [n for n in scope if n in result.hosts and n not in failed_hosts]
     if options.check or options.phase or not reached:
         # A dry run or a single phase converges only, and validating a half-built node (or
@@ -251,7 +255,7 @@ def run_bringup(
             else "the converge reached no GPU node"
         )
         phases.append(Phase("validate", "skipped", detail=why))
-        states = {} if options.check or options.phase else _states(deps.slurm, scope)
+        states = {} if options.check or options.phase else _states(door, scope)
         proof = Proof(not_run={HEALTH: why, FABRIC: why, GATE_SINGLE: why, GATE_MULTI: why})
         proof.add(CONVERGE, [n for n in scope if n in result.hosts and n not in failed_hosts])
         # --check and --phase set out to prove the converge only (and admit nothing); a
@@ -270,7 +274,7 @@ def run_bringup(
     candidates = [n for n in scope if n not in failed_hosts]
     pending = [n for n in new if n in candidates]
     if pending:
-        deps.slurm.drain(pending, PENDING_REASON)
+        door.hold(pending, PENDING_REASON)
 
     started = time.monotonic()
     validation = deps.validate(candidates)
@@ -295,21 +299,22 @@ def run_bringup(
 
     busbw: list[dict[str, Any]] = []
     # Slurm starts no gate job on a node an operator holds drained: it is checked, not gated.
-    held = {n for n in candidates if n in before and _operators(before[n])}
+    held = {n for n in candidates if n in before and door.held_by_others(before[n])}
     gate_nodes = [n for n in candidates if n not in health_bad and n not in held]
+    planned = dict(validation.planned)
+    skipped = {k: dict(v) for k, v in validation.skipped.items()}
+    for n in candidates:
+        planned[n] = (*planned.get(n, ()), *GATE_CHECKS)
     if options.gate and gate_nodes:
         # Only the tool's own holds are lifted: an operator's drain is theirs (the nodes they
         # hold are not gated at all). Held again until admission, below, resumes the proven.
         hold = Hold(
             reservation,
             lift=[n for n in gate_nodes if n in pending],
-            operator_says=False,
             hold_again=PENDING_REASON,
         )
         outside = [n for n in gpu_nodes if n not in set(scope)]
-        outcome, phase = gate_phase(
-            deps.slurm, deps.gate, gate_nodes, proof, outside=outside, hold=hold
-        )
+        outcome, phase = gate_phase(door, deps.gate, gate_nodes, proof, outside=outside, hold=hold)
         findings += outcome.findings
         busbw = outcome.busbw
         phases.append(phase)
@@ -319,6 +324,12 @@ def run_bringup(
         why = "--no-gate" if not options.gate else "no node passed validation"
         proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
         phases.append(Phase("gate", "skipped", detail=why))
+    gated = set(gate_nodes) if options.gate else set()
+    for n in candidates:
+        if n not in gated:
+            skipped.setdefault(n, {}).update(
+                dict.fromkeys(GATE_CHECKS, "the node was not gated in this run")
+            )
 
     # Admission: only on proof (cluster_tool.verdicts); everything else stays drained with the
     # finding that keeps it out.
@@ -333,10 +344,26 @@ def run_bringup(
             continue  # drained already: by the converge's verdict, or by an operator
         if node not in new and only_unproven(verdicts[node]):
             continue  # in service before this run and nothing against it: not ours to pull
-        deps.slurm.drain([node], workflow_reason(keeping_out(node, findings, scope)))
-    # Only nodes held back by cluster-tool (pending validation, an earlier run's verdict)
-    # come back; one already in service or drained by an operator is left as it is.
-    resume_held(deps.slurm, admit, operator_says=False)
+        door.hold([node], workflow_reason(keeping_out(node, findings, scope)))
+    # Through the door: only a complete proof from this run, and only the nodes held back by
+    # cluster-tool (pending validation, an earlier run's verdict) come back; one already in
+    # service, drained by an operator or drained again during the run is left as it is.
+    proofs = prove(
+        scope,
+        verdicts,
+        findings,
+        planned=planned,
+        skipped=skipped,
+        suites=WORKFLOW_SUITES,
+        waived=waived,
+    )
+    admit, refused = admit_proven(door, admit, proofs)
+    if refused:
+        findings += refused
+        waived = [n for n in waived if n in admit]
+        out = [n for n in scope if n not in admit]
+        # A gap the door found in a proof leaves the node unknown, as a check that did not run.
+        verdicts = judge_nodes(scope, findings, proof, BRINGUP_PROOF)
     phases.append(
         Phase(
             "admit",
@@ -346,7 +373,7 @@ def run_bringup(
             + (f", {len(waived)} admitted unproven" if waived else ""),
         )
     )
-    states = _states(deps.slurm, scope)
+    states = _states(door, scope)
     return BringupResult(
         phases,
         findings,
@@ -379,12 +406,7 @@ def _counters_phase(
     )
 
 
-def _try_drain(slurm: SlurmAdmin, nodes: Sequence[str], reason: str) -> None:
-    # No controller yet (first bring-up): the drain after the converge covers them.
+def _try_hold(door: Door, nodes: Sequence[str], reason: str) -> None:
+    # No controller yet (first bring-up): the hold after the converge covers them.
     with contextlib.suppress(SlurmError):
-        slurm.drain(nodes, reason)
-
-
-def _operators(state: NodeState) -> bool:
-    """Drained by someone other than cluster-tool (maintenance, an RMA): not ours to lift."""
-    return state.drained and not may_lift(state.reason, Owner.WORKFLOW)
+        door.hold(nodes, reason)

@@ -13,7 +13,14 @@ from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
-from cluster_tool.gate.soak import SagRule, SoakResult, SoakRunner, judge_soak, plan_soak
+from cluster_tool.gate.soak import (
+    SagRule,
+    SoakResult,
+    SoakRunner,
+    judge_soak,
+    judge_steps,
+    plan_soak,
+)
 from cluster_tool.probes import Probe
 from cluster_tool.probes.node import HEALTH_PROBES, DcgmiDiag
 from cluster_tool.remote.fanout import Target, collect, save_capture
@@ -116,7 +123,7 @@ class BurnInLive(Live):
         data = result.to_json()
         self.soaks.append(data)
         self.record.write_json(f"burnin-soak-{len(self.soaks)}.json", data)
-        return judge_soak(nodes, result.samples, rule)
+        return judge_soak(nodes, result.samples, rule) + judge_steps(result)
 
     def _after_soak(self, nodes: Sequence[str]) -> list[Finding]:
         level = self.cluster.thresholds.burn_in.dcgm_level

@@ -6,7 +6,7 @@ report with what did not run and why.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +14,6 @@ from cluster_tool.checks.counters import CounterSnapshot, snapshot
 from cluster_tool.checks.fabric import fabric_findings
 from cluster_tool.checks.fleet_versions import node_versions
 from cluster_tool.checks.node import check_node, expectations_for
-from cluster_tool.registry import FABRIC_CHECKS, NEEDS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.checks.versions import NodeVersions, check_fleet_outliers, check_node_versions
 from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
 from cluster_tool.findings import Finding, Report
@@ -23,6 +22,13 @@ from cluster_tool.probes import Probe, ProbeOutput
 from cluster_tool.probes.fabric import FABRIC_PROBES
 from cluster_tool.probes.node import HEALTH_PROBES
 from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
+from cluster_tool.registry import (
+    FABRIC_CHECKS,
+    NEEDS,
+    NODE_CHECKS,
+    VERSION_CHECKS,
+    node_checks_not_run,
+)
 from cluster_tool.remote.fanout import (
     HostResult,
     Target,
@@ -221,6 +227,7 @@ def run_validate(
         unreachable={n: results[n].error or "unreachable" for n in unreachable},
         fabric_host=fabric_host,
         dcgm=dcgm,
+        collected={n: set(results[n].outputs) for n in over_ssh if n in results},
     )
     for name, why in unread_versions.items():
         skipped.setdefault(name, {}).update({c: why for c in VERSION_CHECKS})
@@ -235,15 +242,21 @@ def _version_findings(
 ) -> tuple[list[Finding], dict[str, str]]:
     """What the version probe read, judged as `cluster-tool versions` judges it: drift from the
     spec's pins and broken matrix rules per node, outliers across the nodes read. A node whose
-    probe did not answer, or a capture made before the probe rode with the health probes, is
-    not judged; one whose output could not be read is returned with why (its version checks
-    did not run). The nodes of a Slurm step (`step`) report what they run themselves."""
+    probe did not answer (timed out, failed, printed nothing), or a capture made before the
+    probe rode with the health probes, is not judged, and neither is one whose output could not
+    be read: each is returned with why (its version checks did not run). The nodes of a Slurm
+    step (`step`) report what they run themselves."""
     read: list[NodeVersions] = []
     unread: dict[str, str] = {}
     for name in nodes:
         result = results[name]
-        out = result.outputs.get(VERSIONS_PROBE) if result.reachable else None
+        if not result.reachable:
+            continue  # os.unreachable says so; every check of the node is skipped with it
+        out = result.outputs.get(VERSIONS_PROBE)
         if out is None or out.rc != 0 or not out.stdout.strip():
+            # Not judged is not passed: a node whose probe timed out may run an unpinned driver.
+            why = "not collected" if out is None else f"exit {out.rc}" if out.rc else "no output"
+            unread[name] = f"the version probe did not answer ({why})"
             continue
         try:
             read.append(node_versions(name, result.outputs))
@@ -294,21 +307,24 @@ def skipped_checks(
     unreachable: dict[str, str],
     fabric_host: str | None,
     dcgm: bool,
+    collected: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """The checks that did not run, per suite, and why: everything on a host that did not
-    answer, `gpu.dcgm` without --dcgm, and the checks whose probe failed (`NEEDS`)."""
+    answer, `gpu.dcgm` without --dcgm, the checks whose probe's output is not among the node's
+    `collected` probes, and the checks whose probe failed (`NEEDS`;
+    `registry.node_checks_not_run`)."""
     skipped: dict[str, dict[str, str]] = {}
     for node in nodes:
         mine = skipped.setdefault(node, {})
         if node in unreachable:
             why = f"unreachable: {unreachable[node]}"
-            mine.update({c: why for c in NODE_CHECKS if c != "os.unreachable"})
+            unrun = (*NODE_CHECKS, *VERSION_CHECKS)
+            mine.update({c: why for c in unrun if c != "os.unreachable"})
             continue
+        seen = None if collected is None else collected.get(node)
+        mine.update(node_checks_not_run(node, findings, seen))
         if not dcgm:
             mine["gpu.dcgm"] = "--no-dcgm"
-        for f in findings:
-            if f.node == node and f.fails and f.check in NEEDS:
-                mine.update({c: f"{f.check}: {f.message}" for c in NEEDS[f.check]})
     if fabric_host is not None:
         fab: dict[str, str] = {}
         if fabric_host in unreachable:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster_tool.drains import Owner, may_lift
+from cluster_tool.admission import Act, Door, NodeProof
+from cluster_tool.drains import workflow_reason
 from cluster_tool.errors import ParseError
 from cluster_tool.fileio import atomic_write, private_dir
 from cluster_tool.findings import Finding
@@ -21,6 +22,7 @@ from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Thresholds
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.polling import poll_delays
+from cluster_tool.registry import FABRIC_CHECKS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
 from cluster_tool.verdicts import NodeVerdict, Proof
@@ -44,11 +46,45 @@ class Phase:
 
 @dataclass
 class Validation:
-    """What the health + fabric validation gave: its findings and who did not answer."""
+    """What the health + fabric validation gave: its findings, who did not answer, and which
+    checks it planned per suite (a node, or `fabric`) and which of those did not run, and why:
+    what the admission door counts as proof."""
 
     findings: list[Finding]
     unreachable: list[str] = field(default_factory=list)
     fabric_checked: bool = True
+    planned: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        nodes: Sequence[str],
+        findings: Sequence[Finding] = (),
+        *,
+        health: bool = True,
+        fabric: bool = True,
+        unreachable: Sequence[str] = (),
+        skipped: Mapping[str, Mapping[str, str]] | None = None,
+        wired: bool | None = None,
+    ) -> Validation:
+        """A collection that ran the node checks on `nodes` (with `health`) and the fabric
+        checks (with `fabric`), as the registry plans them; `wired` says whether the cabling
+        was judged (the subnet manager's host answered), when it was asked for but may not
+        have been."""
+        planned: dict[str, tuple[str, ...]] = {}
+        if health:
+            # The version probe rides with the health probes (checks/versions.py judges it).
+            planned.update({n: (*NODE_CHECKS, *VERSION_CHECKS) for n in nodes})
+        if fabric:
+            planned["fabric"] = FABRIC_CHECKS
+        return cls(
+            list(findings),
+            list(unreachable),
+            fabric if wired is None else fabric and wired,
+            planned,
+            {k: dict(v) for k, v in (skipped or {}).items()},
+        )
 
 
 @dataclass
@@ -79,7 +115,7 @@ def _quiet(state: NodeState | None) -> bool:
 
 
 def drain_and_wait(
-    slurm: SlurmAdmin,
+    door: Door,
     nodes: Sequence[str],
     reason: str,
     *,
@@ -89,10 +125,12 @@ def drain_and_wait(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DrainOutcome:
-    """Drain `nodes` and wait until their running jobs have ended. A job still running after
-    `timeout_s` is cancelled only with `force`; otherwise that node is reported, not touched."""
+    """Hold `nodes` (through the door: a node another holds keeps its reason) and wait until
+    their running jobs have ended. A job still running after `timeout_s` is cancelled only with
+    `force`; otherwise that node is reported, not touched."""
     started = clock()
-    slurm.drain(nodes, reason)
+    slurm = door.admin
+    door.hold(nodes, reason)
     outcome = DrainOutcome(0.0)
     waiting = list(nodes)
     forced = False
@@ -255,6 +293,40 @@ def node_verdicts(
     return out
 
 
+def refusal_findings(refused: Mapping[str, Act]) -> list[Finding]:
+    """For each node the admission door would not resume: `admission.unproven` (an error that
+    says a check did not run: the node is `unknown`) when its proof had a gap, a check its
+    admission needs that did not run or is missing; `admission.refused` (a warning) when
+    someone's drain holds it, an operator's or one newer than the run's proof: theirs to lift."""
+    return [
+        Finding(
+            check="admission.unproven" if act.gap else "admission.refused",
+            severity="error" if act.gap else "warning",
+            node=node,
+            component="admission",
+            expected="a complete proof from this run" if act.gap else "a drain this run may lift",
+            observed=act.why,
+            message=f"{node}: not resumed: {act.why}",
+        )
+        for node, act in sorted(refused.items())
+    ]
+
+
+def admit_proven(
+    door: Door, admit: Sequence[str], proofs: Mapping[str, NodeProof]
+) -> tuple[list[str], list[Finding]]:
+    """Put the nodes of `admit` back in service through the door, each on its proof from this
+    run; returns those it resumed (or found in service) and a finding for each it refused. A
+    node refused for a gap in its proof stays held with that finding as its reason."""
+    door.admit([proofs[n] for n in admit])
+    refused = door.refused()
+    found = refusal_findings({n: a for n, a in refused.items() if n in set(admit)})
+    for f in found:
+        if f.fails and f.node is not None:
+            door.hold([f.node], workflow_reason([f], by=door.by))
+    return [n for n in admit if n not in refused], found
+
+
 def keeping_out(node: str, findings: Sequence[Finding], scope: Sequence[str]) -> list[Finding]:
     """The error findings that keep `node` out of service: its own first, then those that cover
     it (a fleet stop, a full job, a path), so its drain reason names the right id."""
@@ -271,25 +343,6 @@ def _slurm_text(st: NodeState | None) -> str | None:
         return None
     text = "+".join([st.state.lower(), *sorted(f.lower() for f in st.flags)])
     return f"{text} ({st.reason})" if st.reason else text
-
-
-def resume_held(slurm: SlurmAdmin, nodes: Sequence[str], *, operator_says: bool) -> list[str]:
-    """Resume those of `nodes` that Slurm holds drained or down and that this run may lift
-    (`cluster_tool.drains.may_lift`: the tool's own drains, or any with `operator_says`);
-    returns them. Slurm refuses to resume a node already in service ("Invalid node state
-    specified"), and such a node needs nothing."""
-    if not nodes:
-        return []
-    held = {
-        s.name
-        for s in slurm.node_states(list(nodes))
-        if (s.drained or s.state in {"DOWN", "FAIL"} or "DOWN" in s.flags)
-        and may_lift(s.reason, Owner.WORKFLOW, operator_says=operator_says)
-    }
-    wanted = [n for n in nodes if n in held]
-    if wanted:
-        slurm.resume(wanted)
-    return wanted
 
 
 def pick_partner(slurm: SlurmAdmin, outside: Sequence[str]) -> str | None:
@@ -349,47 +402,37 @@ def guarded_gate(gate: Callable[[Sequence[str]], GateOutcome], nodes: Sequence[s
 
 
 def gate_in_reservation(
-    slurm: SlurmAdmin,
+    door: Door,
     gate: Callable[[Sequence[str]], GateOutcome],
     nodes: Sequence[str],
     *,
     reservation: str,
     lift: Sequence[str],
-    operator_says: bool,
     hold_again: str,
 ) -> GateOutcome:
-    """The gate phase's Slurm steps, in the one order every workflow needs: reserve `nodes` so
-    that only the gate's jobs reach them, resume those of `lift` Slurm holds (`resume_held`),
-    run the guarded gate, drain `lift` again with the `hold_again` reason and release. The
-    drain and the release happen whatever the gate did, so an interrupted gate leaves no node
-    in service unproven and no reservation behind. `operator_says` is why the callers differ:
-    validate --admit and reimage lift any drain on nodes the operator named for this run;
-    bring-up lifts only the tool's own holds, never an operator's."""
-    slurm.reserve(reservation, nodes)
-    try:
-        resume_held(slurm, lift, operator_says=operator_says)
+    """The gate phase's Slurm steps, in the one order every workflow needs, through the door's
+    gate window: reserve `nodes` so that only the gate's jobs reach them, open those of `lift`
+    this run holds, run the guarded gate, hold `lift` again with `hold_again` and release. The
+    hold and the release happen whatever the gate did, so an interrupted gate leaves no node in
+    service unproven and no reservation behind. Whose drains open is the door's rule: its own,
+    and with the operator's word (validate --admit, reimage --admit) the drains the nodes had
+    when the run began."""
+    with door.gate_window(reservation, nodes, lift=lift, hold_again=hold_again):
         return guarded_gate(gate, nodes)
-    finally:
-        try:
-            if lift:
-                slurm.drain(list(lift), hold_again)
-        finally:
-            slurm.release(reservation)
 
 
 @dataclass(frozen=True)
 class Hold:
     """How a gate phase holds its nodes (`gate_in_reservation`): the reservation's name, the
-    nodes it lifts and drains again (with `hold_again`), and whose drains it may lift."""
+    nodes it opens and holds again (with `hold_again`)."""
 
     reservation: str
     lift: Sequence[str]
-    operator_says: bool
     hold_again: str
 
 
 def gate_phase(
-    slurm: SlurmAdmin,
+    door: Door,
     gate: Callable[[Sequence[str]], GateOutcome],
     nodes: Sequence[str],
     proof: Proof,
@@ -402,18 +445,17 @@ def gate_phase(
     `hold`, else only guarded), what fails in a job with the partner is pinned on the node,
     and the gate's proof lands in `proof`. Returns the outcome and the run's "gate" phase."""
     started = time.monotonic()
-    partner = pick_partner(slurm, outside) if len(nodes) == 1 else None
+    partner = pick_partner(door.admin, outside) if len(nodes) == 1 else None
     ran = [*nodes, partner] if partner else list(nodes)
     if hold is None:
         outcome = guarded_gate(gate, ran)
     else:
         outcome = gate_in_reservation(
-            slurm,
+            door,
             gate,
             ran,
             reservation=hold.reservation,
             lift=hold.lift,
-            operator_says=hold.operator_says,
             hold_again=hold.hold_again,
         )
     if partner is not None:

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster_tool.admission import Door
 from cluster_tool.checks.counters import COUNTER_MAX, LINK_DOWNED, _allowed, _limits
 from cluster_tool.checks.health import check_xids
 from cluster_tool.checks.node import NodeExpectations, check_node
-from cluster_tool.drains import Owner, epilog_reason, may_lift
+from cluster_tool.drains import Owner, epilog_reason
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
@@ -283,9 +284,10 @@ def run_epilog(
     text = first.message.removeprefix(f"{node} {first.component}: ").removeprefix(f"{node}: ")
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     reason = epilog_reason(first.check, first.component, text + more)
-    state = {s.name: s for s in slurm.node_states([node])}.get(node)
-    if state is not None and state.drained and not may_lift(state.reason, Owner.EPILOG):
-        return JobCheck(findings, SlurmAction("left", node, reason, state.reason), notes=notes)
-    slurm.drain([node], reason)
+    # Through the door: never over another's reason (an operator's, the watcher's Xid).
+    door = Door(slurm, Owner.EPILOG)
+    state = door.look([node]).get(node)
     previous = state.reason if state is not None and state.drained else None
+    if not door.hold([node], reason) and previous != reason:
+        return JobCheck(findings, SlurmAction("left", node, reason, previous), notes=notes)
     return JobCheck(findings, SlurmAction("drain", node, reason, previous), notes=notes)

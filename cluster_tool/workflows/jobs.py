@@ -244,6 +244,8 @@ class ReimageJob:
     dcgm: bool = True
     runs_dir: Path | None = None
     burn_in: str | None = None
+    # The operator's word: lift the drains the nodes had when the run began, once proven.
+    admit: bool = False
 
 
 def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quiet) -> RunOutcome:
@@ -323,6 +325,7 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
     )
     # A resumed run keeps the limits it started with.
     options = ReimageOptions(
+        admit=bool(inputs.get("admit", job.admit)),
         batch=job.batch,
         per_su=job.per_su,
         max_fail=int(inputs.get("max_fail", job.max_fail)),
@@ -424,6 +427,7 @@ def _reimage_record(
         "drain_timeout_s": job.drain_timeout_s,
         "gate": job.gate,
         "admit_unproven": job.admit_unproven,
+        "admit": job.admit,
         "burn_in_s": burn_in_s,
         "batches": batches,
         # What the requests will use, scheme in the spec's address pattern included.

@@ -11,6 +11,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.admission import WORKFLOW_SUITES, Door, prove
 from cluster_tool.ansible.runner import (
     REPO_ROOT,
     PlaybookEvent,
@@ -19,7 +20,6 @@ from cluster_tool.ansible.runner import (
     run_playbook,
 )
 from cluster_tool.checks.counters import CounterSnapshot
-from cluster_tool.registry import FABRIC_CHECKS, GATE_CHECKS, NODE_CHECKS
 from cluster_tool.drains import REIMAGE_REASON
 from cluster_tool.fabric.links import link_matrix
 from cluster_tool.fabric.plan import plan_for
@@ -27,6 +27,14 @@ from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
 from cluster_tool.gate.ladder import GateOptions, run_gate
+from cluster_tool.registry import (
+    CHECKS,
+    COUNTER_CHECKS,
+    FABRIC_CHECKS,
+    GATE_CHECKS,
+    NODE_CHECKS,
+    VERSION_CHECKS,
+)
 from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
 from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.slurm import SlurmAdmin
@@ -51,6 +59,7 @@ from cluster_tool.workflows.common import (
     gate_in_reservation,
     pin_on,
 )
+from cluster_tool.workflows.reimage import LadderResult
 from cluster_tool.workflows.runs import RunRecord, RunSummary
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
@@ -189,7 +198,19 @@ class Live:
             # The operator's --save: the raw outputs in the capture layout `--from` replays.
             save_capture(self.save, result.results)
         self.skipped.update(result.skipped)
-        return Validation(list(result.report.findings), list(result.unreachable), fabric)
+        # The wiring was judged only when the subnet manager's host answered and ibnetdiscover
+        # was read: asking for the fabric is not checking it (the report's link grid and the
+        # fabric stage of the proof follow this, not the request).
+        wired = fabric and not set(result.skipped.get("fabric", {})) & set(WIRING_CHECKS)
+        return Validation.of(
+            result.nodes if health else [],
+            result.report.findings,
+            health=health,
+            fabric=fabric,
+            unreachable=result.unreachable,
+            skipped=result.skipped,
+            wired=wired,
+        )
 
     def validate(self, nodes: Sequence[str]) -> Validation:
         return self._validate("validate", health=True, fabric=True, nodes=nodes)
@@ -203,7 +224,9 @@ class Live:
         found = self._validate("counters", health=False, fabric=True, nodes=None)
         unread = ("fabric.discover", "ib.counters-unread", "os.unreachable")
         keep = [f for f in found.findings if f.check.startswith("link.") or f.check in unread]
-        return Validation(keep, found.unreachable, found.fabric_checked)
+        return Validation(
+            keep, found.unreachable, found.fabric_checked, {"fabric": COUNTER_CHECKS}, found.skipped
+        )
 
     def health(self, nodes: Sequence[str]) -> Validation:
         return self._validate("health", health=True, fabric=False, nodes=nodes)
@@ -233,12 +256,13 @@ class Live:
         )
         return GateOutcome(list(result.report.findings), runner.busbw, result.to_json()["summary"])
 
-    def node_ladder(self, node: str, partner: str | None) -> list[Finding]:
+    def node_ladder(self, node: str, partner: str | None, door: Door) -> LadderResult:
         """Re-image's ladder: health and the node's cables, then single and a pair with a
-        known-good node, inside a maintenance reservation. The node is drained again before the
-        reservation ends, whatever the gate said: admission alone puts it back in service. A node
-        the ladder could not prove (no partner, no gate) gets `gate.unproven`, an error unless
-        the operator passed --admit-unproven (then a warning, shown in the record)."""
+        known-good node, inside a maintenance reservation opened through the run's door. The
+        node is held again before the reservation ends, whatever the gate said: admission alone
+        puts it back in service, on the proof this returns. A node the ladder could not prove
+        (no partner, no gate) gets `gate.unproven`, an error unless the operator passed
+        --admit-unproven (then a warning, shown in the record)."""
         # Re-imaged: the node's power cycle took its links down; not held against it.
         self.rebooted = tuple(dict.fromkeys((*self.rebooted, node)))
         found = self.validate([node])
@@ -248,23 +272,24 @@ class Live:
         if partner is not None:
             self.proof.trusted.add(partner)
         if any(f.fails for f in found.findings):
-            return found.findings
+            return LadderResult(found.findings)
+        planned = {**found.planned, node: (*found.planned.get(node, ()), *GATE_CHECKS)}
+        skipped = {k: dict(v) for k, v in found.skipped.items()}
         pinned: list[Finding] = []
         if self.gate_on:
             nodes = [node] if partner is None else [node, partner]
             name = f"cluster-tool-reimage-{node}"
             rungs = ("single", "pairs") if partner else ("single",)
             # As in bring-up: a Slurm that would not run the ladder's jobs fails the node
-            # (slurm.error / slurm.unavailable as errors); it is not admitted unproven. The node
-            # is this run's own (named by --nodes, drained by the re-image), whatever its reason
-            # reads now; it is drained again so that admission alone puts it back in service.
+            # (slurm.error / slurm.unavailable as errors); it is not admitted unproven. The
+            # door opens the node only from the re-image's own hold (or, with --admit, the drain
+            # it had when the run began), and holds it again whatever the gate did.
             outcome = gate_in_reservation(
-                self.slurm,
+                door,
                 lambda ns: self.gate(ns, rungs),
                 nodes,
                 reservation=name,
                 lift=[node],
-                operator_says=True,
                 hold_again=REIMAGE_REASON,
             )
             self.proof.merge_gate(outcome.summary.get("proof") or {})
@@ -273,9 +298,11 @@ class Live:
             self.busbw += outcome.busbw
         else:
             self.proof.not_run[GATE_SINGLE] = self.proof.not_run[GATE_MULTI] = "--no-gate"
+            skipped.setdefault(node, {}).update(dict.fromkeys(GATE_CHECKS, "--no-gate"))
         findings = found.findings + pinned
         verdicts, unproven = settle([node], findings, self.proof)
-        if unproven and may_admit(verdicts[node], admit_unproven=self.admit_unproven):
+        waived = bool(unproven) and may_admit(verdicts[node], admit_unproven=self.admit_unproven)
+        if waived:
             # The operator's --admit-unproven: said in the record, not holding the node out.
             unproven = [
                 f.model_copy(
@@ -286,7 +313,31 @@ class Live:
                 )
                 for f in unproven
             ]
-        return findings + unproven
+        findings = findings + unproven
+        proof = prove(
+            [node],
+            verdicts,
+            findings,
+            planned=planned,
+            skipped=skipped,
+            suites=WORKFLOW_SUITES,
+            waived=[node] if waived else (),
+        )[node]
+        return LadderResult(findings, proof)
+
+
+# The fabric checks that judge the cabling itself, from ibnetdiscover.
+WIRING_CHECKS = tuple(
+    c for c in FABRIC_CHECKS if CHECKS[c].probe == "ibnetdiscover" and not CHECKS[c].not_run
+)
+
+
+def _name_of(phase: Any) -> str:
+    return str(phase.get("name") if isinstance(phase, dict) else phase.name)
+
+
+def _status_of(phase: Any) -> str:
+    return str(phase.get("status") if isinstance(phase, dict) else phase.status)
 
 
 def run_summary(
@@ -313,10 +364,11 @@ def run_summary(
     checks: dict[str, list[str]] = {}
     not_run: dict[str, dict[str, str]] = {k: dict(v) for k, v in (skipped or {}).items()}
     for node in verdicts:
-        checks[node] = list(NODE_CHECKS)
+        # The version probe rides with the health probes: its checks are planned with them.
+        checks[node] = [*NODE_CHECKS, *VERSION_CHECKS]
         if node not in health_nodes:
             not_run.setdefault(node, {}).update(
-                {c: "health was not checked in this run" for c in NODE_CHECKS}
+                dict.fromkeys(checks[node], "health was not checked in this run")
             )
     gated = set(gate_nodes)
     for node in verdicts:
@@ -328,6 +380,13 @@ def run_summary(
     checks["fabric"] = list(FABRIC_CHECKS)
     if not fabric_checked:
         not_run["fabric"] = {c: "the fabric was not checked in this run" for c in FABRIC_CHECKS}
+    if any(_name_of(p) == "counters" for p in phases):
+        # The port counters read again after the traffic, judged as deltas (link.flap, ...).
+        checks["fabric"] += COUNTER_CHECKS
+        if not any(_name_of(p) == "counters" and _status_of(p) != "skipped" for p in phases):
+            not_run.setdefault("fabric", {}).update(
+                dict.fromkeys(COUNTER_CHECKS, "the counters were not read again")
+            )
     for suite, ids in (extra_checks or {}).items():
         checks.setdefault(suite, [])
         checks[suite] = list(dict.fromkeys([*ids, *checks[suite]]))

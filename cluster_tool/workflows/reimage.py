@@ -15,12 +15,13 @@ from typing import Protocol
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.admission import Door, NodeProof
 from cluster_tool.bmc.redfish import Bmc, BmcError, wait_power
 from cluster_tool.drains import REIMAGE_REASON, Owner, step_reason, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.slurm import SlurmAdmin
-from cluster_tool.workflows.common import drain_and_wait
+from cluster_tool.slurm import SlurmAdmin, SlurmError
+from cluster_tool.workflows.common import drain_and_wait, refusal_findings
 from cluster_tool.workflows.runs import RunRecord
 
 # The steps of one node, in order; the journal names them so.
@@ -42,10 +43,19 @@ class Converge(Protocol):
     def __call__(self, nodes: Sequence[str]) -> dict[str, str | None]: ...
 
 
-class NodeLadder(Protocol):
-    """Validate one node (with a known-good partner for the pair rung, when there is one)."""
+@dataclass
+class LadderResult:
+    """What the node ladder found, and the node's proof from it (None when it stopped early)."""
 
-    def __call__(self, node: str, partner: str | None) -> list[Finding]: ...
+    findings: list[Finding]
+    proof: NodeProof | None = None
+
+
+class NodeLadder(Protocol):
+    """Validate one node (with a known-good partner for the pair rung, when there is one),
+    opening it to the gate's jobs through the run's door."""
+
+    def __call__(self, node: str, partner: str | None, door: Door) -> LadderResult: ...
 
 
 # The finding id of a node's failed step, the same in the run that failed and in a --resume
@@ -74,6 +84,9 @@ class ReimageDeps:
 
 @dataclass(frozen=True)
 class ReimageOptions:
+    # The operator's word (`--admit`): lift the drains the nodes had when the run began (an
+    # RMA's, say), once the node is proven; never one set during the run.
+    admit: bool = False
     batch: int = 1
     per_su: int = 1
     max_fail: int = 0
@@ -162,6 +175,17 @@ class _Machine:
         self.outcomes: dict[str, NodeOutcome] = {}
         self.findings: list[Finding] = []
         self._journal = record.journal()
+        self.door = Door(deps.slurm, Owner.REIMAGE, operator_says=options.admit)
+        # A resumed run's door remembers what the first one saw and wrote: a drain set after
+        # the crash is newer than the journaled proof, and an operator's word covers only what
+        # the nodes had when the run began.
+        for e in self._journal:
+            if e.node is None:
+                continue
+            if e.step == "seen":
+                self.door.seen.setdefault(e.node, e.detail or "")
+            elif e.step in ("held", "proof") and e.status == "done":
+                self.door.wrote[e.node] = e.detail or ""
 
     # --- journal helpers -----------------------------------------------------------------
 
@@ -197,7 +221,8 @@ class _Machine:
         )
         slurm_reason = step_reason(step, reason)
         try:
-            self.deps.slurm.drain([node], slurm_reason)
+            if self.door.hold([node], slurm_reason):
+                self._log("held", "done", node, batch, slurm_reason)
         except Exception as exc:  # the node is already drained; the record keeps the reason
             self.findings.append(
                 Finding(
@@ -239,10 +264,16 @@ class _Machine:
     def drain(self, nodes: list[str], batch: int) -> list[str]:
         need = [n for n in nodes if not self._done("drain", n)]
         if need:
+            # What each node had when the run first looked: the operator's --admit covers it,
+            # and a later drain is newer than any proof (journaled for --resume).
+            self.door.look(need)
+            for n in need:
+                if not any(e.step == "seen" and e.node == n for e in self._journal):
+                    self._log("seen", "done", n, batch, self.door.seen.get(n, ""))
             for n in need:
                 self._log("drain", "start", n, batch)
             got = drain_and_wait(
-                self.deps.slurm,
+                self.door,
                 need,
                 REIMAGE_REASON,
                 timeout_s=self.options.drain_timeout_s,
@@ -252,9 +283,13 @@ class _Machine:
                 sleep=self.deps.sleep,
             )
             for n in need:
+                if self.door.wrote.get(n) == REIMAGE_REASON:
+                    self._log("held", "done", n, batch, REIMAGE_REASON)
                 if n in got.problems:
-                    # Not the node's fault: give it back to its jobs and leave it out.
-                    self.deps.slurm.resume([n])
+                    # Not the node's fault, and nothing was done to it: the run's own hold is
+                    # taken back (a node that was in service goes back to its jobs); a node
+                    # someone else held keeps their drain and their reason.
+                    self.door.withdraw([n])
                     self._log("drain", "skipped", n, batch, got.problems[n])
                     self.outcomes[n] = NodeOutcome("skipped", "drain", got.problems[n])
                     self.findings.append(
@@ -263,7 +298,7 @@ class _Machine:
                             severity="warning",
                             node=n,
                             observed=got.problems[n],
-                            message=f"{n}: not re-imaged: {got.problems[n]}",
+                            message=f"{n}: not re-imaged, left as it was: {got.problems[n]}",
                         )
                     )
                 else:
@@ -342,27 +377,69 @@ class _Machine:
             return passed[0]
         return self.partners[0] if self.partners else None
 
-    def ladder(self, node: str, batch: int) -> bool:
+    def ladder(self, node: str, batch: int) -> NodeProof | None:
+        """The node's proof: from the ladder now, or, on a resumed run, the one journaled before
+        the crash when the node's drain is still the one it was proven under. A drain that
+        changed since is newer than that proof: a drain of the tool's own (the watcher's) is
+        proven again by a fresh ladder; anyone else's stays, the node with it."""
         if self._done("ladder", node):
-            return True
+            proof = self._journaled_proof(node)
+            if proof is not None:
+                return proof
+            self._log("ladder", "restart", node, batch, "the drain changed after its proof")
         self._log("ladder", "start", node, batch)
         partner = self.partner_for(node)
-        found = self.deps.ladder(node, partner)
-        self.findings += found
-        errors = [f for f in found if f.fails]
-        if errors:
-            self._log("ladder", "failed", node, batch, workflow_reason(errors))
-            self.outcomes[node] = NodeOutcome("failed", "ladder", errors[0].message)
-            self.deps.slurm.drain([node], workflow_reason(errors, by=Owner.REIMAGE))
-            return False
+        result = self.deps.ladder(node, partner, self.door)
+        self.findings += result.findings
+        errors = [f for f in result.findings if f.fails]
+        if errors or result.proof is None:
+            why = workflow_reason(errors) if errors else "the ladder gave no proof"
+            self._log("ladder", "failed", node, batch, why)
+            self.outcomes[node] = NodeOutcome(
+                "failed", "ladder", errors[0].message if errors else why
+            )
+            reason = workflow_reason(errors, by=Owner.REIMAGE)
+            if self.door.hold([node], reason):
+                self._log("held", "done", node, batch, reason)
+            return None
+        self.record.write_json(f"proofs/{node}.json", result.proof.to_json())
         self._log("ladder", "done", node, batch, f"partner {partner or 'none'}")
-        return True
+        self._log("proof", "done", node, batch, self.door.wrote.get(node, ""))
+        return result.proof
 
-    def admit(self, node: str, batch: int) -> None:
+    def _journaled_proof(self, node: str) -> NodeProof | None:
+        """The proof written before a crash, while the node's drain is still the one the run
+        held it with then; None when it must be proven again."""
+        try:
+            proof = NodeProof.from_json(self.record.read_json(f"proofs/{node}.json"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        try:
+            state = self.door.look([node]).get(node)
+        except SlurmError:
+            return None
+        current = state.reason if state is not None and state.drained else ""
+        if current == self.door.wrote.get(node) or current == self.door.seen.get(node):
+            return proof
+        if current and not self.door.may_lift(node, current):
+            return proof  # the door refuses it at admission, saying whose drain it is
+        self.door.seen[node] = current  # a drain of the tool's own: proven afresh from here
+        return None
+
+    def admit(self, node: str, batch: int, proof: NodeProof) -> None:
         self._log("admit", "start", node, batch)
-        self.deps.slurm.resume([node])
-        self._log("admit", "done", node, batch)
-        self.outcomes[node] = NodeOutcome("passed")
+        if self.door.admit([proof]) or not self._held(node):
+            self._log("admit", "done", node, batch)
+            self.outcomes[node] = NodeOutcome("passed")
+            return
+        refusal = self.door.refused()[node]
+        self.findings += refusal_findings({node: refusal})
+        self._log("admit", "skipped", node, batch, refusal.why)
+        self.outcomes[node] = NodeOutcome("skipped", "admit", refusal.why)
+
+    def _held(self, node: str) -> bool:
+        state = self.door.look([node]).get(node)
+        return state is None or not state.usable
 
 
 def run_reimage(
@@ -396,8 +473,9 @@ def run_reimage(
         alive = [n for n in alive if m.wait_ssh(n, index)]
         alive = m.converge(alive, index) if alive else []
         for n in alive:
-            if m.ladder(n, index):
-                m.admit(n, index)
+            proof = m.ladder(n, index)
+            if proof is not None:
+                m.admit(n, index, proof)
         record.log("batch", "done", batch=index)
     if stopped:
         record.log("run", "failed", detail=stopped)

@@ -308,6 +308,11 @@ class RunRecord:
         private_dir(target.parent)
         return atomic_write(target, self.secrets.redact(text), mode=PRIVATE_FILE)
 
+    def read_json(self, rel: str) -> Any:
+        """A JSON file of the record (`write_json`'s); OSError when absent, ValueError when it
+        is not JSON."""
+        return json.loads(read_input_text(self.path / rel))
+
     def write_json(self, rel: str, data: Any) -> Path:
         """Write JSON with the secrets replaced in the values, before encoding: a secret holding
         a quote, a backslash or a non-ASCII letter is escaped in the file and still caught."""

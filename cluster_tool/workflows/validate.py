@@ -9,12 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_tool.drains import PENDING_REASON, workflow_reason
+from cluster_tool.admission import WORKFLOW_SUITES, Door, prove
+from cluster_tool.drains import PENDING_REASON, Owner, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.fabric.plan import nodes_on_switch as fabric_nodes_on_switch
 from cluster_tool.fabric.plan import plan_for
 from cluster_tool.findings import Finding
 from cluster_tool.nodes import select_gpu_nodes
+from cluster_tool.registry import GATE_CHECKS
 from cluster_tool.slurm import SlurmAdmin, SlurmError
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import (
@@ -25,6 +27,7 @@ from cluster_tool.verdicts import (
     NodeVerdict,
     Proof,
     RunVerdict,
+    judge_nodes,
     judge_run,
     may_admit,
     settle,
@@ -34,10 +37,10 @@ from cluster_tool.workflows.common import (
     Hold,
     Phase,
     Validation,
+    admit_proven,
     gate_phase,
     keeping_out,
     node_verdicts,
-    resume_held,
 )
 
 
@@ -108,8 +111,13 @@ def run_after_maintenance(
     reservation: str = "cluster-tool-validate",
 ) -> AfterMaintenanceResult:
     """Fabric (all of it), then health and the gate on `nodes`; admit what is proven if asked.
-    `others` are the cluster's other GPU nodes: a lone node's pair partner comes from them."""
+    `others` are the cluster's other GPU nodes: a lone node's pair partner comes from them.
+    With `admit`, the operator's word lifts the drains the nodes had when the run began, never
+    one set during it (the admission door's rule)."""
     phases: list[Phase] = []
+    door = Door(deps.slurm, Owner.WORKFLOW, operator_says=admit)
+    if admit:
+        door.look(list(nodes))  # what the operator's word covers: the drains of now
     started = time.monotonic()
     fabric = deps.fabric()
     findings = list(fabric.findings)
@@ -124,6 +132,8 @@ def run_after_maintenance(
     started = time.monotonic()
     health = deps.health(nodes)
     findings += health.findings
+    planned = {**fabric.planned, **health.planned}
+    skipped = {**fabric.skipped, **health.skipped}
     bad = {f.node for f in findings if f.fails and f.node in set(nodes)}
     phases.append(
         Phase(
@@ -145,14 +155,8 @@ def run_after_maintenance(
         # With --admit the nodes may still be drained from the maintenance, by anyone: --admit
         # is the operator's word to lift it for the gate. Out of service again until the
         # verdict: admission below resumes the proven.
-        hold = (
-            Hold(reservation, gate_nodes, operator_says=True, hold_again=PENDING_REASON)
-            if admit
-            else None
-        )
-        outcome, phase = gate_phase(
-            deps.slurm, deps.gate, gate_nodes, proof, outside=others, hold=hold
-        )
+        hold = Hold(reservation, gate_nodes, hold_again=PENDING_REASON) if admit else None
+        outcome, phase = gate_phase(door, deps.gate, gate_nodes, proof, outside=others, hold=hold)
         findings += outcome.findings
         busbw = outcome.busbw
         phases.append(phase)
@@ -172,6 +176,13 @@ def run_after_maintenance(
         why = "--no-gate" if not gate else "no node left"
         proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
         phases.append(Phase("gate", "skipped", detail=why))
+    gated = set(gate_nodes) if gate else set()
+    for n in nodes:
+        planned[n] = (*planned.get(n, ()), *GATE_CHECKS)
+        if n not in gated:
+            skipped.setdefault(n, {}).update(
+                dict.fromkeys(GATE_CHECKS, "the node was not gated in this run")
+            )
     judged, unproven = settle(nodes, findings, proof)
     findings += unproven
     admitted: list[str] | None = None
@@ -181,9 +192,24 @@ def run_after_maintenance(
         waived = [n for n in admitted if judged[n].verdict != "pass"]
         kept = [n for n in nodes if n not in admitted]
         for node in kept:
-            deps.slurm.drain([node], workflow_reason(keeping_out(node, findings, nodes)))
-        # --admit is the operator's word: what is proven comes back, whoever drained it.
-        resume_held(deps.slurm, admitted, operator_says=True)
+            door.hold([node], workflow_reason(keeping_out(node, findings, nodes)))
+        # --admit is the operator's word: what is proven comes back, whoever had drained it
+        # when the run began; a drain set during the run is its owner's to lift.
+        proofs = prove(
+            nodes,
+            judged,
+            findings,
+            planned=planned,
+            skipped=skipped,
+            suites=WORKFLOW_SUITES,
+            waived=waived,
+        )
+        admitted, refused = admit_proven(door, admitted, proofs)
+        if refused:
+            findings += refused
+            waived = [n for n in waived if n in admitted]
+            kept = [n for n in nodes if n not in admitted]
+            judged = judge_nodes(nodes, findings, proof)
         phases.append(
             Phase("admit", "failed" if kept else "passed", 0.0, f"{len(admitted)} resumed")
         )

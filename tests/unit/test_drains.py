@@ -10,6 +10,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cluster_tool.admission import Door
 from cluster_tool.drains import (
     PENDING_REASON,
     REASON_MAX,
@@ -27,9 +28,8 @@ from cluster_tool.drains import (
 )
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import AdminSlurm, NodeState
-from cluster_tool.workflows.common import resume_held
 from cluster_tool.workflows.node_check import slurm_health_action
-from tests.unit.workflows.fakes import SlurmCluster
+from tests.unit.workflows.fakes import SlurmCluster, complete_proof
 
 IDS = st.sampled_from(
     ["gpu.ecc", "gpu.xid", "ib.state", "nccl.pair", "nccl.fleet", "gate.unproven",
@@ -132,17 +132,19 @@ class OneNode:
 
 
 def test_every_caller_decides_by_the_same_rule() -> None:
-    """node-check (HealthCheckProgram), bring-up's admission (resume_held without the operator's
+    """node-check (HealthCheckProgram), bring-up's admission (the door without the operator's
     word) and validate-after --admit (with it), each against the same drains."""
     health = health_reason("gpu003", [finding("gpu.ecc", "gpu003 GPU3: volatile 2")]) or ""
     reasons = [health, PENDING_REASON, gate_reason("nccl.pair", "90 GB/s", ["gpu004"]), *OPERATOR]
     for reason in reasons:
         slurm = OneNode(reason)
-        action = slurm_health_action("gpu003", [], slurm)  # type: ignore[arg-type]
+        action = slurm_health_action("gpu003", [], slurm, not_run={})  # type: ignore[arg-type]
         assert (action.action == "resume") == may_lift(reason, Owner.HEALTH), reason
         for operator_says in (False, True):
             fake = SlurmCluster(["gpu003"], drained={"gpu003": reason})
-            resumed = resume_held(AdminSlurm(fake), ["gpu003"], operator_says=operator_says)
+            door = Door(AdminSlurm(fake), Owner.WORKFLOW, operator_says=operator_says)
+            door.look(["gpu003"])  # the run's first look: what the operator's word covers
+            resumed = door.admit([complete_proof("gpu003")])
             lifted = may_lift(reason, Owner.WORKFLOW, operator_says=operator_says)
             assert (resumed == ["gpu003"]) == lifted, (reason, operator_says)
             assert ("gpu003" in fake.drained) != lifted

@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "bmc": 2,
     "plan": 2,  # the planner: reads the gate's rung thresholds
     "history": 2,  # the measurement store: judges a node against its own runs
+    "admission": 2,  # the one door into and out of service: every drain and resume
     # 1: pure models, parsers, probes and renderers
     "parsers": 1,
     "probes": 1,

@@ -75,7 +75,7 @@ def after_maintenance(tmp_path: Path, reads: list[str]) -> tuple[dict[str, str],
     )
     deps = AfterMaintenanceDeps(
         fabric=live.fabric,
-        health=lambda nodes: Validation([], [], True),
+        health=lambda nodes: Validation.of(nodes),
         gate=Gate(slurm),
         slurm=admin_slurm(slurm),
         counters=live.counters,

@@ -230,7 +230,10 @@ def test_node_check_drains_with_a_structured_reason_and_resumes_only_its_own() -
     assert slurm_health_action("gpu003", [ECC], slurm).action == "drain"  # type: ignore[arg-type]
     assert slurm.node.reason == "cluster-tool: gpu.ecc GPU3 volatile uncorrectable 2"
     assert slurm_health_action("gpu003", [ECC], slurm).action == "none"  # type: ignore[arg-type]
-    assert slurm_health_action("gpu003", [], slurm).action == "resume"  # type: ignore[arg-type]
+    # Healthy, but with no word on what ran: nothing counts as re-proven.
+    assert slurm_health_action("gpu003", [], slurm).action == "kept"  # type: ignore[arg-type]
+    resumed = slurm_health_action("gpu003", [], slurm, not_run={})  # type: ignore[arg-type]
+    assert resumed.action == "resume"
     assert not slurm.node.drained
     pair = ECC.model_copy(update={"check": "nccl.pair", "message": "gpu003-gpu004 at 90 GB/s"})
     workflow_drains = (workflow_reason([pair]), workflow_reason([ECC]))

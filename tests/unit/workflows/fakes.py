@@ -10,10 +10,13 @@ from itertools import pairwise
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.admission import WORKFLOW_SUITES, NodeProof, prove
 from cluster_tool.bmc.redfish import BmcError
 from cluster_tool.drains import is_ours
 from cluster_tool.findings import Finding
+from cluster_tool.registry import FABRIC_CHECKS, GATE_CHECKS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.slurm import AdminSlurm, SlurmError
+from cluster_tool.verdicts import NodeVerdict
 
 
 @dataclass
@@ -165,3 +168,15 @@ def gate_proof(nodes: Sequence[str], findings: Sequence[Finding], pairs: bool = 
     good = [n for n in nodes if n not in bad]
     jobs = [] if held or not pairs else [[a, b] for a, b in pairwise(good)]
     return {"single": good, "jobs": jobs}
+
+
+def complete_proof(node: str) -> NodeProof:
+    """What a passing ladder proves of a node: every check the workflows plan ran and passed."""
+    return prove(
+        [node],
+        {node: NodeVerdict("pass")},
+        [],
+        planned={node: (*NODE_CHECKS, *VERSION_CHECKS, *GATE_CHECKS), "fabric": FABRIC_CHECKS},
+        skipped={},
+        suites=WORKFLOW_SUITES,
+    )[node]

@@ -142,7 +142,7 @@ def _deps(
 
     def validate(nodes: Sequence[str]) -> Validation:
         seen.append(list(nodes))
-        return Validation([f for f in (validation or []) if f.node in nodes])
+        return Validation.of(nodes, [f for f in (validation or []) if f.node in nodes])
 
     return BringupDeps(
         converge=converge_and_start_slurmd,
@@ -365,11 +365,11 @@ def test_after_maintenance_checks_the_whole_fabric_then_only_the_leaf_nodes_and_
 
     def fabric() -> Validation:
         fabric_calls.append(1)
-        return Validation([])
+        return Validation.of([], health=False)
 
     def health(nodes: Sequence[str]) -> Validation:
         health_on.append(list(nodes))
-        return Validation([])
+        return Validation.of(nodes)
 
     deps = AfterMaintenanceDeps(fabric=fabric, health=health, gate=gate, slurm=admin_slurm(slurm))
     result = run_after_maintenance(["gpu001", "gpu002", "gpu003"], deps, admit=True)
@@ -391,8 +391,8 @@ def test_a_slurm_that_cannot_be_reached_fails_the_gate_as_findings_not_a_crash()
         raise SlurmError("sbatch: not found (is this a Slurm login node?)")
 
     deps = AfterMaintenanceDeps(
-        fabric=lambda: Validation([]),
-        health=lambda nodes: Validation([]),
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
         gate=gate,
         slurm=admin_slurm(slurm),
     )

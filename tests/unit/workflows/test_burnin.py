@@ -41,6 +41,24 @@ def soak_text(factor: float, cycles: int) -> str:
     return "\n".join(head[:footer] + rows * cycles + head[footer:]) + "\n"
 
 
+def ib_failure(a: str, b: str) -> str:
+    """A step that ended in an InfiniBand completion error: the capture's header, then NCCL's
+    WARN as NVIDIA/nccl issue 1405 shows it (status=12: the transport retry counter exceeded,
+    vendor err 129) and nccl-tests' failure line; no result row."""
+    head = [ln for ln in PAIR.splitlines() if ln.startswith("#")][:12]
+    return "\n".join(
+        [
+            *head,
+            f"{a}:3468:3905 [4] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion "
+            f"from peer 10.77.0.12<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) "
+            f"localGid ::ffff:10.77.0.11 remoteGids::ffff:10.77.0.12 hca mlx5_4",
+            f"{a}: Test NCCL failure common.cu:1005 'remote process exited or there was a "
+            f"network error / ' .. {b} pid 3470: Test failure common.cu:891",
+            "",
+        ]
+    )
+
+
 @dataclass
 class SoakingSlurm(SlurmCluster):
     """Slurm that also takes the soak job: on sbatch it writes every pair's file as a soak of
@@ -50,6 +68,10 @@ class SoakingSlurm(SlurmCluster):
     slow_from: int = 2
     steps: int = 9
     submitted: list[str] = field(default_factory=list)
+    # A pair whose steps after its first end in an InfiniBand completion error, no result row.
+    failing: tuple[str, str] | None = None
+    # A pair whose last step left nothing in its file though the script finished the step.
+    silent: tuple[str, str] | None = None
 
     def __call__(self, argv: Sequence[str]) -> str:
         argv = list(argv)
@@ -68,12 +90,22 @@ class SoakingSlurm(SlurmCluster):
         cycles = int(re.search(r" -N (\d+)", script).group(1))  # type: ignore[union-attr]
         plan = plan_soak(nodes, 60.0, message_bytes=1, cycles=cycles)
         files = {pair: path for path, pair in re.findall(r">> (\S+soak\.(\S+?)\.out)", script)}
+        batch = re.search(r"#SBATCH --output=(\S+)", script).group(1)  # type: ignore[union-attr]
+        ran: set[tuple[str, str]] = set()
         for step in range(self.steps):
             for a, b in plan.rotations[step % len(plan.rotations)]:
+                if (a, b) == self.silent and step == self.steps - 1:
+                    continue
                 slowed = self.slow in (a, b) and step >= self.slow_from
                 with open(files[f"{a}+{b}"], "a", encoding="utf-8") as out:
                     out.write(f"# cluster-tool soak: step {step} at {1000 + 10 * step}\n")
-                    out.write(soak_text(SLOWED if slowed else 1.0, cycles))
+                    if (a, b) == self.failing and (a, b) in ran:
+                        out.write(ib_failure(a, b))
+                    else:
+                        out.write(soak_text(SLOWED if slowed else 1.0, cycles))
+                ran.add((a, b))
+            with open(batch, "a", encoding="utf-8") as out:
+                out.write(f"cluster-tool soak: step {step} done at {1005 + 10 * step}\n")
 
 
 def _live(tmp_path: Path, slurm: SoakingSlurm, monkeypatch: pytest.MonkeyPatch) -> BurnInLive:
@@ -100,9 +132,11 @@ def test_admission_keeps_the_node_whose_busbw_sagged_and_resumes_the_others(
     slurm = SoakingSlurm(NODES, drained={n: "maintenance" for n in NODES}, slow="gpu003")
     live = _live(tmp_path, slurm, monkeypatch)
     deps = AfterMaintenanceDeps(
-        fabric=lambda: Validation([]), health=lambda nodes: Validation([]), gate=live.gate,
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
+        gate=live.gate,
         slurm=admin_slurm(slurm),
-    )  # fmt: skip
+    )
     result = run_after_maintenance(NODES, deps, admit=True)
     sags = [f for f in result.findings if f.check == "burnin.sag"]
     assert [f.node for f in sags] == ["gpu003"]
@@ -124,9 +158,11 @@ def test_a_soak_with_no_slow_node_admits_every_node(
     slurm = SoakingSlurm(NODES, drained={n: "maintenance" for n in NODES})
     live = _live(tmp_path, slurm, monkeypatch)
     deps = AfterMaintenanceDeps(
-        fabric=lambda: Validation([]), health=lambda nodes: Validation([]), gate=live.gate,
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
+        gate=live.gate,
         slurm=admin_slurm(slurm),
-    )  # fmt: skip
+    )
     result = run_after_maintenance(NODES, deps, admit=True)
     assert [f.check for f in result.findings if f.fails] == []
     assert slurm.drained == {} and result.exit_code == 0
@@ -200,3 +236,34 @@ def test_validate_takes_burn_in_only_with_after_maintenance(
     argv = ["validate", LAB, "--after-maintenance", "--nodes", "gpu001", "--burn-in", "soon"]
     assert main(argv) == 2
     assert "--burn-in 'soon'" in capsys.readouterr().err
+
+
+def test_a_pair_whose_soak_steps_failed_is_held_not_proven(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30, item 3: gpu001+gpu002 give one good step (five samples, enough to judge a sag)
+    and then only InfiniBand completion errors; gpu003+gpu004's last step left no output at all.
+    Against 6a54dd4 the soak found nothing and every node was admitted."""
+    slurm = SoakingSlurm(
+        NODES,
+        drained={n: "maintenance" for n in NODES},
+        failing=("gpu001", "gpu002"),
+        silent=("gpu003", "gpu004"),
+    )
+    live = _live(tmp_path, slurm, monkeypatch)
+    deps = AfterMaintenanceDeps(
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
+        gate=live.gate,
+        slurm=admin_slurm(slurm),
+    )
+    result = run_after_maintenance(NODES, deps, admit=True)
+    failed = {f.node: f for f in result.findings if f.check == "burnin.step-failed"}
+    assert set(failed) == set(NODES)
+    assert failed["gpu001"].observed == "2 of 3 step(s) with gpu002 failed"
+    assert "nccl.ib" in failed["gpu001"].message and "status=12" in failed["gpu001"].message
+    assert failed["gpu003"].observed == "1 of 3 step(s) with gpu004 failed"
+    assert "no output" in failed["gpu003"].message
+    assert set(slurm.drained) == set(NODES)  # none admitted on a soak it did not run through
+    assert {result.verdicts[n]["verdict"] for n in NODES} == {"fail"}
+    assert result.exit_code == 1

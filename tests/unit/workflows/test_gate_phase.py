@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_tool.drains import PENDING_REASON, REIMAGE_REASON
+from cluster_tool.admission import Door
+from cluster_tool.drains import PENDING_REASON, REIMAGE_REASON, Owner
 from cluster_tool.spec import load_spec
 from cluster_tool.workflows.bringup import BringupOptions, GateOutcome, Validation, run_bringup
 from cluster_tool.workflows.runs import RunRecord
@@ -32,8 +33,8 @@ def test_an_interrupted_gate_after_maintenance_leaves_the_nodes_drained() -> Non
         raise KeyboardInterrupt  # the operator's Ctrl-C, minutes into the gate
 
     deps = AfterMaintenanceDeps(
-        fabric=lambda: Validation([]),
-        health=lambda nodes: Validation([]),
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
         gate=gate,
         slurm=admin_slurm(slurm),
     )
@@ -73,7 +74,7 @@ def test_a_reimaged_node_someone_resumed_meanwhile_is_still_gated_and_held(
         slurm=admin_slurm(slurm),
     )
     live.gate_answer = []
-    findings = live.node_ladder("gpu002", "gpu003")
+    findings = live.node_ladder("gpu002", "gpu003", Door(live.slurm, Owner.REIMAGE)).findings
     assert not any(f.fails for f in findings)
     assert slurm.drained == {"gpu002": REIMAGE_REASON}, "admission alone puts it back"
     assert slurm.reservations == {}

@@ -114,8 +114,11 @@ def test_the_prolog_passes_a_healthy_node_without_calling_slurm_and_refuses_a_fa
     assert slurm.calls and slurm.calls[0][0] == "drain"
     assert slurm.node.reason.startswith("cluster-tool: gpu.xid"), slurm.node.reason
     assert "48" in slurm.node.reason
-    # node-check's own reason: the health check lifts it once the node is healthy again.
-    assert slurm_health_action(NODE, [], slurm).action == "resume"
+    # node-check's own reason, but an Xid's: a later clean kernel log (rotated, or the node
+    # rebooted) does not re-prove it, so the periodic health check leaves the node drained.
+    kept = slurm_health_action(NODE, [], slurm, not_run={})
+    assert kept.action == "kept" and "gpu.xid" in (kept.why or ""), kept
+    assert slurm.node.drained
 
 
 def test_the_epilog_drains_for_an_xid_that_came_during_the_job_and_only_that(

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from cluster_tool.admission import Door
+from cluster_tool.drains import REIMAGE_REASON, Owner
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import SlurmError
 from cluster_tool.spec import load_spec
@@ -26,7 +28,7 @@ class LadderOnly(Live):
     gate_answer: Any = None
 
     def validate(self, nodes: Sequence[str]) -> Validation:
-        return Validation([], [], True)
+        return Validation.of(nodes)
 
     def gate(self, nodes: Sequence[str], rungs: tuple[str, ...] | None = None) -> GateOutcome:
         if isinstance(self.gate_answer, Exception):
@@ -37,7 +39,9 @@ class LadderOnly(Live):
 
 def ladder(tmp_path: Path, answer: Any) -> tuple[list[Finding], SlurmCluster]:
     # gpu002 comes back from its re-image drained; the ladder resumes it in a reservation.
-    slurm = SlurmCluster(["gpu001", "gpu002", "gpu003", "gpu004"], drained={"gpu002": "reimage"})
+    slurm = SlurmCluster(
+        ["gpu001", "gpu002", "gpu003", "gpu004"], drained={"gpu002": REIMAGE_REASON}
+    )
     live = LadderOnly(
         cluster=load_spec(REPO / "examples" / "lab.yml"),
         inventory=tmp_path,
@@ -45,7 +49,8 @@ def ladder(tmp_path: Path, answer: Any) -> tuple[list[Finding], SlurmCluster]:
         slurm=admin_slurm(slurm),
     )
     live.gate_answer = answer
-    return live.node_ladder("gpu002", "gpu003"), slurm
+    door = Door(live.slurm, Owner.REIMAGE)
+    return live.node_ladder("gpu002", "gpu003", door).findings, slurm
 
 
 UNAVAILABLE = Finding(

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cluster_tool.admission import Door
 from cluster_tool.ansible.runner import PlaybookResult
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.cli import main
+from cluster_tool.drains import Owner
 from cluster_tool.findings import Finding
 from cluster_tool.remote.fanout import ProbeOutput, Target, TransportError
 from cluster_tool.report import render_html
@@ -66,8 +68,8 @@ def test_a_fleet_stop_that_names_no_node_holds_every_gated_node_drained_with_its
 def test_validate_after_admit_holds_the_nodes_a_fleet_stop_covers() -> None:
     slurm = SlurmCluster(NODES, drained=dict.fromkeys(NODES[:3], "maintenance"))
     deps = AfterMaintenanceDeps(
-        fabric=lambda: Validation([]),
-        health=lambda nodes: Validation([]),
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
         gate=FleetGate(slurm),
         slurm=admin_slurm(slurm),
     )
@@ -244,7 +246,7 @@ def test_a_reimaged_node_with_no_partner_stays_out_as_gate_unproven(tmp_path: Pa
         slurm=admin_slurm(slurm),
     )
     live.gate_answer = []
-    found = live.node_ladder("gpu002", None)
+    found = live.node_ladder("gpu002", None, Door(live.slurm, Owner.REIMAGE)).findings
     errors = [f for f in found if f.fails]
     assert [f.check for f in errors] == ["gate.unproven"]
     assert errors[0].node == "gpu002" and "gpu002" in slurm.drained

@@ -8,16 +8,24 @@ from pathlib import Path
 
 import pytest
 
+from cluster_tool.admission import Door
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.workflows.reimage import (
+    LadderResult,
     ReimageDeps,
     ReimageOptions,
     plan_batches,
     run_reimage,
 )
 from cluster_tool.workflows.runs import RunRecord
-from tests.unit.workflows.fakes import Clock, EmulatedBmcs, SlurmCluster, admin_slurm
+from tests.unit.workflows.fakes import (
+    Clock,
+    EmulatedBmcs,
+    SlurmCluster,
+    admin_slurm,
+    complete_proof,
+)
 
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]
 
@@ -47,12 +55,14 @@ def _deps(
         events.append(f"converge {','.join(nodes)}")
         return {n: (converge_fail or {}).get(n) for n in nodes}
 
-    def ladder(node: str, partner: str | None) -> list[Finding]:
+    def ladder(node: str, partner: str | None, door: Door) -> LadderResult:
         events.append(f"ladder {node} with {partner}")
         why = (ladder_errors or {}).get(node)
         if why:
-            return [Finding(check="nccl.single", node=node, message=f"{node} alone: {why}")]
-        return []
+            return LadderResult(
+                [Finding(check="nccl.single", node=node, message=f"{node} alone: {why}")]
+            )
+        return LadderResult([], complete_proof(node))
 
     return ReimageDeps(
         slurm=admin_slurm(cluster),
