@@ -56,15 +56,15 @@ ECC = Finding(
 
 def test_a_dcgm_drain_survives_the_periodic_check_without_dcgm() -> None:
     cluster, slurm = _drained_by_node_check(DCGM)
+    # Without a word on what ran, nothing is re-proven (6a54dd4 resumed the node here).
+    assert slurm_health_action(NODE, [], slurm).action == "kept"  # type: ignore[arg-type]
+    assert NODE in cluster.drained
     # The periodic HealthCheckProgram: every probe but DCGM's diag ran, all clean.
     periodic = {"gpu.dcgm": "dcgmi-diag not collected"}
     action = slurm_health_action(NODE, [], slurm, not_run=periodic)  # type: ignore[arg-type]
     assert action.action == "kept"
     assert "gpu.dcgm did not run" in (action.why or "")
     assert cluster.drained[NODE].startswith("cluster-tool: gpu.dcgm GPU2")
-    # Without a word on what ran (an older caller), nothing is re-proven either.
-    assert slurm_health_action(NODE, [], slurm).action == "kept"  # type: ignore[arg-type]
-    assert NODE in cluster.drained
     # DCGM run again, clean: node-check's own drain comes off.
     again = slurm_health_action(NODE, [], slurm, not_run={})  # type: ignore[arg-type]
     assert again.action == "resume"
@@ -73,6 +73,7 @@ def test_a_dcgm_drain_survives_the_periodic_check_without_dcgm() -> None:
 
 def test_an_xid_drain_is_not_lifted_by_a_clean_kernel_log() -> None:
     cluster, slurm = _drained_by_node_check(XID)
+    assert slurm_health_action(NODE, [], slurm).action == "kept"  # type: ignore[arg-type]
     for not_run in (None, {}):
         action = slurm_health_action(NODE, [], slurm, not_run=not_run)  # type: ignore[arg-type]
         assert action.action == "kept", action
