@@ -68,8 +68,10 @@ class SoakingSlurm(SlurmCluster):
     slow_from: int = 2
     steps: int = 9
     submitted: list[str] = field(default_factory=list)
-    # A pair whose steps after its first end in an InfiniBand completion error, no result row.
+    # A pair (or every pair of a node) whose steps after its first end in an InfiniBand
+    # completion error, no result row.
     failing: tuple[str, str] | None = None
+    failing_nodes: set[str] = field(default_factory=set)
     # A pair whose last step left nothing in its file though the script finished the step.
     silent: tuple[str, str] | None = None
 
@@ -99,7 +101,8 @@ class SoakingSlurm(SlurmCluster):
                 slowed = self.slow in (a, b) and step >= self.slow_from
                 with open(files[f"{a}+{b}"], "a", encoding="utf-8") as out:
                     out.write(f"# cluster-tool soak: step {step} at {1000 + 10 * step}\n")
-                    if (a, b) == self.failing and (a, b) in ran:
+                    bad = (a, b) == self.failing or bool({a, b} & self.failing_nodes)
+                    if bad and (a, b) in ran:
                         out.write(ib_failure(a, b))
                     else:
                         out.write(soak_text(SLOWED if slowed else 1.0, cycles))
