@@ -1435,8 +1435,11 @@ CHECKS: dict[str, CheckInfo] = _table(
         what=(
             "a step of the soak failed for the pair (no result row: an error such as "
             "`NET/IB : Got completion ... error 12`, a hang the watchdog ended) or left no output "
-            "although the batch script finished it; both nodes of the pair are named and not "
-            "admitted: a pair that did not run through its soak proves nothing"
+            "although the batch script finished it: a pair that did not run through its soak "
+            "proves nothing. Judged as the gate's pairs: a node whose steps failed with more "
+            "than half of its partners (two at least) is named, one finding per failing pair; "
+            "a failure no such node explains, or one of a node soaked with one partner, names "
+            "both nodes of the pair"
         ),
         shows="`every soak step with a result` / `N of M step(s) with <partner> failed`",
         action=(

@@ -313,14 +313,34 @@ class SoakRunner(SlurmRunner):
 
 
 def judge_steps(result: SoakResult) -> list[Finding]:
-    """`burnin.step-failed` for both nodes of every pair with a soak step that failed (no result
-    row, an error instead: `NET/IB : Got completion ... error 12`) or that left no output: a
-    pair that did not run through its soak proves nothing, however good its other samples."""
+    """`burnin.step-failed` for the soak steps that failed (no result row: an error such as
+    `NET/IB : Got completion ... error 12`) or left no output: a pair that did not run through
+    its soak proves nothing, however good its other samples.
+
+    Judged as the gate judges its pairs: a node whose steps failed with more than half of its
+    partners, two at least, is the one named (its partners' other pairs ran); a failure no such
+    node explains names both nodes of its pair, as does any failure when a node had one partner."""
+    failed = {pair: why for pair, why in result.failed_steps.items() if why}
+    partners: dict[str, set[str]] = {}
+    for pair in result.plan.pairs:
+        if result.due.get(pair, 1) > 0:
+            for node in pair:
+                partners.setdefault(node, set()).add(pair[1] if node == pair[0] else pair[0])
+    bad: dict[str, set[str]] = {}
+    for a, b in failed:
+        bad.setdefault(a, set()).add(b)
+        bad.setdefault(b, set()).add(a)
+    named = {
+        n
+        for n, with_ in bad.items()
+        if len(with_) >= 2 and 2 * len(with_) > len(partners.get(n, with_))
+    }
     findings: list[Finding] = []
-    for pair, why in sorted(result.failed_steps.items()):
+    for pair, why in sorted(failed.items()):
+        blamed = [n for n in pair if n in named] or list(pair)
         due = max(result.due.get(pair, 0), len(why))
         shown = "; ".join(why[:2]) + (f" (and {len(why) - 2} more)" if len(why) > 2 else "")
-        for node in pair:
+        for node in blamed:
             partner = pair[1] if node == pair[0] else pair[0]
             findings.append(
                 Finding(

@@ -47,7 +47,8 @@ def test_only_the_slurm_client_spells_the_state_change() -> None:
     spelled = [
         str(p.relative_to(ROOT))
         for p in PACKAGE.rglob("*.py")
-        if p not in (CLIENT, WORDS) and ("state=resume" in p.read_text() or "state=drain" in p.read_text())
+        if p not in (CLIENT, WORDS)
+        and ("state=resume" in p.read_text() or "state=drain" in p.read_text())
     ]
     assert spelled == []
 

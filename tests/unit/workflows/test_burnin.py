@@ -270,3 +270,23 @@ def test_a_pair_whose_soak_steps_failed_is_held_not_proven(
     assert set(slurm.drained) == set(NODES)  # none admitted on a soak it did not run through
     assert {result.verdicts[n]["verdict"] for n in NODES} == {"fail"}
     assert result.exit_code == 1
+
+
+def test_a_node_whose_steps_fail_with_every_partner_is_the_one_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Judged as the gate's pairs: gpu003's steps fail with all three of its partners, each of
+    which runs clean with the other two: gpu003 alone is named, the others are admitted."""
+    slurm = SoakingSlurm(NODES, drained={n: "maintenance" for n in NODES}, failing_nodes={"gpu003"})
+    live = _live(tmp_path, slurm, monkeypatch)
+    deps = AfterMaintenanceDeps(
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
+        gate=live.gate,
+        slurm=admin_slurm(slurm),
+    )
+    result = run_after_maintenance(NODES, deps, admit=True)
+    named = {f.node for f in result.findings if f.check == "burnin.step-failed"}
+    assert named == {"gpu003"}
+    assert set(slurm.drained) == {"gpu003"}
+    assert result.verdicts["gpu003"]["verdict"] == "fail"
