@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Exit codes are a contract (DESIGN.md): scripts around the tool rely on them.
+# Exit codes are a contract (docs/architecture.md): scripts around the tool rely on them.
 EXIT_OK = 0
 EXIT_CHECKS_FAILED = 1
 EXIT_USAGE = 2

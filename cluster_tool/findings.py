@@ -1,4 +1,5 @@
-"""Findings and reports: the one JSON shape every check and the gate hand back (DESIGN.md)."""
+"""Findings and reports: the one JSON shape every check and the gate hand back
+(docs/architecture.md, "Findings")."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from cluster_tool.registry import (
     FABRIC_CHECKS,
     GATE_CHECKS,
     NODE_CHECKS,
+    NOT_RUN,
     VERSION_CHECKS,
 )
 from cluster_tool.remote.fanout import OpenSshTransport, Transport, save_capture
@@ -222,8 +223,8 @@ class Live:
         """The port counters read again after the run's traffic, judged against its snapshot:
         only the counter findings (the wiring was judged by the first read)."""
         found = self._validate("counters", health=False, fabric=True, nodes=None)
-        unread = ("fabric.discover", "ib.counters-unread", "os.unreachable")
-        keep = [f for f in found.findings if f.check.startswith("link.") or f.check in unread]
+        # What the counters phase judges, and the ids that say it could not read them.
+        keep = [f for f in found.findings if f.check.startswith("link.") or f.check in NOT_RUN]
         return Validation(
             keep, found.unreachable, found.fabric_checked, {"fabric": COUNTER_CHECKS}, found.skipped
         )

@@ -1,9 +1,11 @@
 """Slurm's HealthCheckProgram, Prolog and Epilog run cluster-tool on the node (issue 18 finding
 10, issue 22): the cluster_tool_node role installed it and the node file, slurmd runs the slurm
 role's wrapper every HealthCheckInterval, and a fault injected on an idle node drains it within
-one interval with the finding id in the reason; healed, the next run resumes it. The prolog
-script refuses the faulted node; the epilog script drains for an Xid that came during a job,
-with a reason node-check leaves alone.
+one interval with the finding id in the reason; healed, the next run resumes it (an ECC error:
+a state node-check reads afresh). The prolog script refuses the faulted node; the epilog script
+drains for an Xid that came during a job, with a reason node-check leaves alone. A drain that
+`node-check --slurm --dcgm` wrote for a DCGM failure survives the next periodic check, which
+runs without DCGM (issue 30, item 4); the next `--dcgm` run, clean, lifts it.
 
 The lab's spec leaves the periodic check off (other lab tests inject faults on idle nodes for
 their own tools to find); this test turns it on every 15 s on idle nodes, as the slurm role renders
@@ -95,16 +97,15 @@ def test_healthcheckprogram_drains_a_faulted_node_within_one_interval_and_resume
     assert converged.sinfo()[NODE][0] in ("idle", "mixed"), converged.sinfo()[NODE]
 
     # The role's check runs from slurmd: nothing here calls node-check for the drain or the resume.
-    fault = converged.inject("gpu-xid", NODE, "3", "79")
+    fault = converged.inject("gpu-ecc", NODE, "3")
     try:
         drained = _wait(
             "HealthCheckProgram drained the node",
-            lambda: converged.sinfo()[NODE][1].startswith("cluster-tool: gpu.xid GPU3"),
+            lambda: converged.sinfo()[NODE][1].startswith("cluster-tool: gpu.ecc GPU3"),
             interval + 20,
         )
         state, reason = converged.sinfo()[NODE]
         assert state in ("drained", "draining"), (state, reason)
-        assert "79" in reason, reason
         # The prolog refuses the node (exit 1: Slurm requeues the job) and keeps the drain's reason.
         prolog = lab.ssh(NODE, "SLURM_JOB_ID=900001 /usr/local/sbin/cluster-tool-prolog")
         assert prolog.returncode == 1, prolog.stdout + prolog.stderr
@@ -137,5 +138,29 @@ def test_healthcheckprogram_drains_a_faulted_node_within_one_interval_and_resume
         check = lab.ssh(NODE, "/usr/local/sbin/cluster-tool-healthcheck")
         assert check.returncode == 0, check.stdout + check.stderr
         assert converged.sinfo()[NODE][1] == reason
+    finally:
+        lab.ssh("head", f"scontrol update nodename={NODE} state=resume")
+
+    # A drain the deep check wrote (`node-check --slurm --dcgm`, as a site runs it from a
+    # maintenance job) for a failure DCGM sees: the periodic check, which runs without DCGM,
+    # does not count it as re-proven and leaves the node drained; the next deep check, clean,
+    # lifts it.
+    deep = "/usr/local/bin/cluster-tool node-check --slurm --dcgm --json"
+    fault = converged.inject("gpu-ecc", NODE, "2")
+    try:
+        out = lab.ssh(NODE, deep)
+        assert out.returncode == 1, out.stdout + out.stderr
+        state, reason = converged.sinfo()[NODE]
+        assert state in ("drained", "draining"), (state, reason)
+        assert reason.startswith("cluster-tool: gpu.ecc GPU2") and "gpu.dcgm" in reason, reason
+    finally:
+        converged.heal(fault)
+    try:
+        check = lab.ssh(NODE, "/usr/local/sbin/cluster-tool-healthcheck")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert converged.sinfo()[NODE] == (state, reason), "the periodic check lifted it"
+        again = lab.ssh(NODE, deep)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert converged.sinfo()[NODE][0] in ("idle", "mixed"), converged.sinfo()[NODE]
     finally:
         lab.ssh("head", f"scontrol update nodename={NODE} state=resume")

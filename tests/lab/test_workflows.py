@@ -218,10 +218,14 @@ def test_reimage_two_nodes_one_at_a_time_beside_running_jobs(converged: Converge
         lab.ssh("head", f"scancel {long_id}")
 
 
-def test_sigkill_mid_batch_then_resume_finishes_without_reimaging_twice(
+def test_sigkill_mid_batch_then_an_operators_drain_survives_the_resume(
     converged: Converged,
 ) -> None:
-    c = converged
+    """A re-image of gpu003 killed mid-batch (after its power-on); while it is dead an operator
+    drains gpu003 for an RMA. The resumed run finishes the node without re-imaging it twice, and
+    leaves it drained with the operator's reason (issue 30, items 1 and 2): the drain is newer
+    than the run's proof, so only the operator lifts it."""
+    c, rma = converged, "RMA: bad PSU (ticket 4411)"
     proc = subprocess.Popen(
         [*CLI, *reimage_args(c, "--nodes", "gpu003", "--no-gate", "--admit-unproven"), "--json"],
         stdout=subprocess.DEVNULL,
@@ -244,16 +248,21 @@ def test_sigkill_mid_batch_then_resume_finishes_without_reimaging_twice(
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert path is not None
-    rc, summary, err = c.run_json(*reimage_args(c, "--resume", path.parent.name))
-    assert rc == 0, err[-3000:]
-    # The run started with --no-gate --admit-unproven: the operator's word, kept on resume.
-    assert summary["admitted_unproven"] == ["gpu003"]
-    entries = journal(summary)
-    pxe = [e["node"] for e in entries if e["step"] == "pxe-override" and e["status"] == "done"]
-    assert pxe == ["gpu003"], "the node PXE-booted exactly once"
-    # Unproven (no gate) but admitted on the operator's explicit word, and said so.
-    assert summary["nodes"]["gpu003"]["verdict"] == "unknown"
-    assert summary["nodes"]["gpu003"]["admitted"] is True
+    drained = c.lab.ssh("head", f"scontrol update nodename=gpu003 state=drain reason='{rma}'")
+    assert drained.returncode == 0, drained.stderr
+    try:
+        rc, summary, err = c.run_json(*reimage_args(c, "--resume", path.parent.name))
+        assert rc == 1, err[-3000:]
+        entries = journal(summary)
+        pxe = [e["node"] for e in entries if e["step"] == "pxe-override" and e["status"] == "done"]
+        assert pxe == ["gpu003"], "the node PXE-booted exactly once"
+        assert c.sinfo()["gpu003"] == ("drained", rma), c.sinfo()["gpu003"]
+        assert summary["nodes"]["gpu003"]["admitted"] is False
+        findings = json.loads((Path(summary["run_dir"]) / "findings.json").read_text())
+        refused = [f for f in findings["findings"] if f["check"] == "admission.refused"]
+        assert refused and rma in refused[0]["observed"], findings["findings"]
+    finally:
+        c.lab.ssh("head", "scontrol update nodename=gpu003 state=resume")  # the operator's word
     assert c.sinfo()["gpu003"][0] == "idle"
 
 

@@ -1,8 +1,9 @@
-"""The package's layers, as DESIGN.md draws them: the command line over the workflows, over the
-judges and the doors to outside systems, over the pure models, parsers and renderers, over the
-foundations. A module may import its own layer or one below, never one above; no two parts of
-`cluster_tool` import each other, even through others; and the product never imports the lab
-(`cluster_lab`, or the old `cluster_tool/lab`), which may import the product.
+"""The package's layers, as docs/architecture.md draws them: the command line over the
+workflows, over the judges and the doors to outside systems, over the pure models, parsers and
+renderers, over the foundations. A module may import its own layer or one below, never one
+above; no two parts of `cluster_tool` import each other, even through others; and the product
+never imports the lab (`cluster_lab`, or the old `cluster_tool/lab`), which may import the
+product.
 
 Imports are read from the sources (every `import`, also inside functions and under
 TYPE_CHECKING: a lazy import is still an arrow), not from a running interpreter.

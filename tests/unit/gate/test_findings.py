@@ -1,4 +1,4 @@
-"""The findings contract every check and the gate hand back (DESIGN.md)."""
+"""The findings contract every check and the gate hand back (docs/architecture.md, "Findings")."""
 
 from __future__ import annotations
 

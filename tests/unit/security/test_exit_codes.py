@@ -1,5 +1,6 @@
-"""Bad input is a one-line error and exit 2 (DESIGN.md's contract), never "internal error"
-with exit 1, never a silent zero taken as "not given", never a run that does not end."""
+"""Bad input is a one-line error and exit 2 (the contract in docs/architecture.md), never
+"internal error" with exit 1, never a silent zero taken as "not given", never a run that does
+not end."""
 
 from __future__ import annotations
 
