@@ -3,8 +3,8 @@
 Pure functions over parsed records (nvidia-smi -q, ibstat, the kernel log's Xids, dcgmi
 diag). Finding ids: gpu.count, gpu.model, gpu.temperature, gpu.ecc-mode, gpu.ecc,
 gpu.remapped-rows, gpu.retired-pages, gpu.xid, gpu.sxid, gpu.pcie, gpu.throttle,
-gpu.persistence, gpu.fabric, gpu.reset, gpu.dcgm, ib.count, ib.state, ib.rate,
-ib.link-layer.
+gpu.persistence, gpu.fabric, gpu.reset, gpu.dcgm, gpu.dcgm-incomplete, ib.count, ib.state,
+ib.rate, ib.link-layer.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = [
     "check_gpus",
     "check_ibstat",
     "check_xids",
+    "dcgm_incomplete",
     "gpu_index",
     "xid_class",
 ]
@@ -420,9 +421,11 @@ def check_ibstat(node: str, profile: NodeProfile, cas: Sequence[IbstatCa]) -> li
     return out
 
 
-def check_dcgm(node: str, diag: DcgmDiag) -> list[Finding]:
+def check_dcgm(node: str, diag: DcgmDiag, *, level: int = 1) -> list[Finding]:
     """DCGM diag verdicts: a failed test fails the node (per GPU when DCGM says which),
-    a warning stays a warning; the test's own message is carried."""
+    a warning stays a warning; the test's own message is carried. A run that proved less than
+    it was asked to (cut off, no test, everything skipped) is also `gpu.dcgm-incomplete`: the
+    rows it did print are still judged, since a Fail there is real."""
     out: list[Finding] = []
     for test in diag.tests:
         verdict = test.verdict.lower()
@@ -444,4 +447,75 @@ def check_dcgm(node: str, diag: DcgmDiag) -> list[Finding]:
                     observed=test.verdict,
                 )
             )
+    gap = _dcgm_gap(diag, level)
+    if gap is not None:
+        component, observed, why = gap
+        out.append(dcgm_incomplete(node, level, observed, why, component=component))
     return out
+
+
+# DCGM's category of the checks every level runs (`-r 1` runs only these): the software
+# deployment checks, which read the driver and libraries and load no GPU.
+_DEPLOYMENT = "Deployment"
+
+
+def _dcgm_gap(diag: DcgmDiag, level: int) -> tuple[str | None, str, str] | None:
+    """(component, observed, why) when the run does not prove what `-r level` asks, else None."""
+    if not diag.complete:
+        last = diag.tests[-1].name if diag.tests else "the header"
+        return (
+            None,
+            "cut off",
+            f"the table ends after {last!r} without its closing border: the tests after it "
+            "and their verdicts are unknown",
+        )
+    if not diag.tests:
+        return None, "no test", "the table lists no test: nothing was diagnosed"
+    if all(t.verdict == "Skip" for t in diag.tests):
+        return (
+            None,
+            "every test Skip",
+            f"every one of its {len(diag.tests)} tests was skipped: nothing was diagnosed",
+        )
+    beyond = [t for t in diag.tests if t.category != _DEPLOYMENT]
+    if beyond and all(t.verdict == "Skip" for t in beyond):
+        names = ", ".join(t.name for t in beyond)
+        return (
+            None,
+            "every GPU test Skip",
+            f"only the deployment checks ran; every GPU test was skipped ({names})",
+        )
+    if level >= 2 and not beyond:
+        return (
+            None,
+            "deployment checks only",
+            f"-r {level} was asked for and only the deployment checks ran",
+        )
+    # A GPU that every GPU test skipped while others were tested was not diagnosed.
+    tested: dict[int, set[str]] = {}
+    for t in beyond:
+        for gpu, verdict in t.gpus.items():
+            tested.setdefault(gpu, set()).add(verdict)
+    skipped = sorted(g for g, verdicts in tested.items() if verdicts == {"Skip"})
+    if skipped and len(skipped) < len(tested):
+        return (
+            ", ".join(_gpu(g) for g in skipped),
+            "skipped by every GPU test",
+            "every GPU test skipped it while the others were tested",
+        )
+    return None
+
+
+def dcgm_incomplete(
+    node: str, level: int, observed: str, why: str, *, component: str | None = None
+) -> Finding:
+    """`gpu.dcgm-incomplete`: the diagnostic did not prove what it was asked to, so the node's
+    DCGM check did not run (its verdict is `unknown`, never `pass`)."""
+    return _f(
+        "gpu.dcgm-incomplete",
+        node,
+        component or "dcgmi-diag",
+        f"dcgmi diag -r {level} did not diagnose the node completely: {why}",
+        expected=f"a complete `dcgmi diag -r {level}` table with its tests run",
+        observed=observed,
+    )

@@ -14,7 +14,6 @@ from cluster_tool.checks.counters import CounterSnapshot, snapshot
 from cluster_tool.checks.fabric import fabric_findings
 from cluster_tool.checks.fleet_versions import node_versions
 from cluster_tool.checks.node import check_node, expectations_for
-from cluster_tool.registry import FABRIC_CHECKS, NEEDS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.checks.versions import NodeVersions, check_fleet_outliers, check_node_versions
 from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
 from cluster_tool.findings import Finding, Report
@@ -23,6 +22,7 @@ from cluster_tool.probes import Probe, ProbeOutput
 from cluster_tool.probes.fabric import FABRIC_PROBES
 from cluster_tool.probes.node import HEALTH_PROBES
 from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
+from cluster_tool.registry import CHECKS, FABRIC_CHECKS, NEEDS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.remote.fanout import (
     HostResult,
     Target,
@@ -296,7 +296,7 @@ def skipped_checks(
     dcgm: bool,
 ) -> dict[str, dict[str, str]]:
     """The checks that did not run, per suite, and why: everything on a host that did not
-    answer, `gpu.dcgm` without --dcgm, and the checks whose probe failed (`NEEDS`)."""
+    answer, the DCGM checks without --dcgm, and the checks whose probe failed (`NEEDS`)."""
     skipped: dict[str, dict[str, str]] = {}
     for node in nodes:
         mine = skipped.setdefault(node, {})
@@ -305,7 +305,7 @@ def skipped_checks(
             mine.update({c: why for c in NODE_CHECKS if c != "os.unreachable"})
             continue
         if not dcgm:
-            mine["gpu.dcgm"] = "--no-dcgm"
+            mine.update({c: "--no-dcgm" for c in NODE_CHECKS if CHECKS[c].probe == "dcgmi-diag"})
         for f in findings:
             if f.node == node and f.fails and f.check in NEEDS:
                 mine.update({c: f"{f.check}: {f.message}" for c in NEEDS[f.check]})
