@@ -4,11 +4,12 @@ Pure functions over parsed records (nvidia-smi -q, ibstat, the kernel log's Xids
 diag). Finding ids: gpu.count, gpu.model, gpu.temperature, gpu.ecc-mode, gpu.ecc,
 gpu.remapped-rows, gpu.retired-pages, gpu.xid, gpu.sxid, gpu.pcie, gpu.throttle,
 gpu.persistence, gpu.fabric, gpu.reset, gpu.dcgm, gpu.dcgm-incomplete, ib.count, ib.state,
-ib.rate, ib.link-layer.
+ib.rate, ib.link-layer; gpu.driver for an nvidia-smi that cannot reach the driver or a GPU.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -26,6 +27,7 @@ __all__ = [
     "check_ibstat",
     "check_xids",
     "dcgm_incomplete",
+    "driver_unreachable",
     "gpu_index",
     "xid_class",
 ]
@@ -81,6 +83,64 @@ def _f(
         expected=None if expected is None else str(expected),
         observed=None if observed is None else str(observed),
         message=f"{node} {component}: {message}" if component else f"{node}: {message}",
+    )
+
+
+# What nvidia-smi prints when it cannot reach the driver or a GPU: a state of the node, not a
+# failure to read it. The texts as operators posted them: "NVIDIA-SMI has failed because it
+# couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is
+# installed and running." (github.com/ci-for-research/self-hosted-runners#40,
+# GoogleCloudPlatform/compute-gpu-installation#33), "Failed to initialize NVML: Driver/library
+# version mismatch" (a new driver installed, the old kernel module still loaded), "Unable to
+# determine the device handle for GPU 0000:05:00.0: GPU is lost.  Reboot the system to recover
+# this GPU". nvidia-smi exits with NVML's return code: 9 NVML_ERROR_DRIVER_NOT_LOADED,
+# 15 NVML_ERROR_GPU_IS_LOST (nvmlReturn_t; nvidia-smi(1), RETURN VALUE).
+_DRIVER_TEXTS = (
+    (
+        re.compile(r"couldn't communicate with the NVIDIA driver"),
+        "cannot communicate with the NVIDIA driver (not loaded, or it failed)",
+    ),
+    (
+        re.compile(r"Failed to initialize NVML: Driver/library version mismatch"),
+        "the loaded NVIDIA kernel module is another version than the installed driver library",
+    ),
+    (
+        re.compile(
+            r"Unable to determine the device handle for GPU ?\d*:? ?"
+            r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]): GPU is lost"
+        ),
+        "GPU {pci} is lost (fallen off the bus or otherwise inaccessible)",
+    ),
+)
+_DRIVER_RCS = {
+    9: "the NVIDIA driver is not loaded (exit 9)",
+    15: "a GPU is lost (exit 15)",
+}
+
+
+def driver_unreachable(node: str, rc: int, stdout: str, stderr: str = "") -> Finding | None:
+    """`gpu.driver` when nvidia-smi says it cannot reach the driver or a GPU (what it printed,
+    or its exit status); None for any other outcome (a clean run, a tool that is missing, hung or
+    failed for a reason that says nothing of the node's driver)."""
+    if rc == 0 or rc in (124, 126, 127, 137):
+        return None
+    text = f"{stdout}\n{stderr}"
+    said: list[str] = []
+    for pattern, what in _DRIVER_TEXTS:
+        for m in pattern.finditer(text):
+            said.append(what.format(**m.groupdict()))
+    if not said and rc in _DRIVER_RCS:
+        said.append(_DRIVER_RCS[rc])
+    if not said:
+        return None
+    why = "; ".join(dict.fromkeys(said))
+    return _f(
+        "gpu.driver",
+        node,
+        "nvidia-smi-q",
+        f"nvidia-smi cannot reach the GPUs: {why}",
+        expected="nvidia-smi talks to the driver",
+        observed=f"exit {rc}: {why}",
     )
 
 

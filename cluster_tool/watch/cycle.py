@@ -23,7 +23,7 @@ from cluster_tool.checks.counters import (
     check_kernel_link_flaps,
     snapshot,
 )
-from cluster_tool.checks.health import check_gpus, check_xids
+from cluster_tool.checks.health import check_gpus, check_xids, driver_unreachable
 from cluster_tool.drains import Owner, owner, watch_check, watch_reason
 from cluster_tool.errors import ParseError
 from cluster_tool.fabric.plan import cabling_plan
@@ -157,6 +157,13 @@ def _output(result: HostResult, probe: Probe) -> tuple[ProbeOutput | None, str |
         err = (out.stderr or out.stdout).strip().splitlines()
         return None, f"exit {out.rc}" + (f": {err[-1][:160]}" if err else "")
     return out, None
+
+
+def _driver_lost(node: str, result: HostResult) -> Finding | None:
+    """`gpu.driver` when the node answered and its nvidia-smi said it cannot reach the driver or
+    a GPU: positive evidence of a broken node, unlike a host that did not answer."""
+    out = result.outputs.get(NvidiaSmiQ.name)
+    return None if out is None else driver_unreachable(node, out.rc, out.stdout, out.stderr)
 
 
 def _fingerprint(event: XidEvent | LinkEvent) -> str:
@@ -315,7 +322,10 @@ def run_cycle(
             continue
         gpu_pci: list[str | None] = []
         smi_out, why = _output(result, NvidiaSmiQ())
-        if smi_out is None:
+        lost = _driver_lost(node, result) if smi_out is None else None
+        if lost is not None:
+            findings.append(lost)  # the node answered: its driver did not, an error to act on
+        elif smi_out is None:
             findings.append(_unread(node, NvidiaSmiQ(), why or ""))
         else:
             try:
@@ -346,7 +356,8 @@ def run_cycle(
                 signals.setdefault(node, []).extend(_straggler_signals(profile, rates[node]))
         clocks_out, why = _output(result, GpuClocks())
         if clocks_out is None:
-            findings.append(_unread(node, GpuClocks(), why or ""))
+            if lost is None:  # with the driver gone, the same nvidia-smi failing: said once
+                findings.append(_unread(node, GpuClocks(), why or ""))
         else:
             try:
                 clocks = [c for _, c, _ in GpuClocks().process(lines(clocks_out.stdout)) if c]

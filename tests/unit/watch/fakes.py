@@ -68,6 +68,9 @@ class NodeReading:
     smi: str = NVIDIA_SMI_Q
     clocks: str = field(default_factory=gpu_clocks)
     reachable: bool = True
+    # How nvidia-smi ended (both of its probes, `-q` and `--query-gpu`, run the same tool).
+    smi_rc: int = 0
+    smi_stderr: str = ""
 
 
 @dataclass
@@ -89,10 +92,12 @@ class CapturedSources:
             out[node] = HostResult(
                 node,
                 outputs={
-                    "nvidia-smi-q": ProbeOutput(0, r.smi),
+                    "nvidia-smi-q": ProbeOutput(r.smi_rc, r.smi, r.smi_stderr),
                     "kernel-log": ProbeOutput(0, r.kernel_log),
                     "port-counters": ProbeOutput(0, r.counters),
-                    "gpu-clocks": ProbeOutput(0, r.clocks),
+                    "gpu-clocks": ProbeOutput(
+                        r.smi_rc, r.clocks if r.smi_rc == 0 else r.smi, r.smi_stderr
+                    ),
                 },
             )
         return out
