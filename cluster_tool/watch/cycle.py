@@ -243,11 +243,44 @@ def _straggler_signals(
     return out
 
 
+# A reboot of Slurm's own (`scontrol reboot`): requested (REBOOT_REQUESTED, while the jobs end),
+# under way (REBOOT_ISSUED: `DOWN+REBOOT_ISSUED` with reason `Reboot ASAP : reboot issued`, as
+# `scontrol show node` prints it; aws-parallelcluster-node tests/common/schedulers/
+# test_slurm_commands.py), or REBOOT before Slurm 20.11 split it in two.
+_SLURM_REBOOT = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
+
+
+def _reboots(states: Mapping[str, NodeState], state: WatchState) -> dict[str, str]:
+    """The nodes rebooted since the last cycle, and how that is known: Slurm showed a reboot of
+    its own requested or under way, now or at the last cycle, or the node's BootTime moved.
+    Remembers this cycle's flags and boot times in `state`."""
+    out: dict[str, str] = {}
+    for name, s in sorted(states.items()):
+        memory = state.node(name)
+        flags = sorted(s.flags & _SLURM_REBOOT)
+        moved = bool(s.boot_time) and memory.boot_time not in (None, s.boot_time)
+        if flags:
+            out[name] = f"Slurm's reboot, {'+'.join(flags)}"
+        elif memory.slurm_reboot:
+            out[name] = "Slurm's reboot" + (f", booted {s.boot_time}" if moved else "")
+        elif moved:
+            out[name] = f"booted {s.boot_time}, BootTime was {memory.boot_time}; no Slurm reboot"
+        memory.slurm_reboot = bool(flags)
+        memory.boot_time = s.boot_time or memory.boot_time
+    return out
+
+
 def _fabric(
-    cluster: Cluster, result: HostResult | None, state: WatchState, nodes: Sequence[str], now: float
+    cluster: Cluster,
+    result: HostResult | None,
+    state: WatchState,
+    nodes: Sequence[str],
+    now: float,
+    rebooted: Mapping[str, str],
 ) -> list[Finding]:
     """Port counter deltas of both ends of every cable since the last cycle (`link.flap`,
-    `link.errors`, `link.congestion`), from ibqueryerrors on the subnet-manager host."""
+    `link.errors`, `link.congestion`), from ibqueryerrors on the subnet-manager host; on the
+    cables of `rebooted` nodes a LinkDowned climb is the reboot's (`link.downed-reboot`)."""
     if result is None:
         return []
     host = result.host
@@ -275,7 +308,9 @@ def _fabric(
         earlier = CounterSnapshot.from_json(before)
     except ValueError:
         return found
-    return found + check_counter_deltas(cluster, read["ibnetdiscover"], earlier, after, nodes=nodes)
+    return found + check_counter_deltas(
+        cluster, read["ibnetdiscover"], earlier, after, nodes=nodes, rebooted=rebooted
+    )
 
 
 def _slurm_finding(what: str, exc: Exception) -> Finding:
@@ -368,8 +403,6 @@ def run_cycle(
                     slowest = Signal("SM clock", "slowest GPU", min(clocks), "MHz", "low")
                     signals.setdefault(node, []).append(slowest)
 
-    findings += _fabric(cluster, sources.fabric_outputs(), state, nodes, now)
-
     jobs: list[RunningJob] = []
     states: dict[str, NodeState] = {}
     slurm_ok = True
@@ -379,6 +412,10 @@ def run_cycle(
     except SlurmError as exc:
         slurm_ok = False
         findings.append(_slurm_finding("read the jobs and node states", exc))
+
+    # Slurm first: a link that went down because Slurm rebooted its node is no flap.
+    rebooted = _reboots(states, state)
+    findings += _fabric(cluster, sources.fabric_outputs(), state, nodes, now, rebooted)
 
     probed: list[tuple[str, str]] = []
     its_turn = state.cycles % policy.probe_every == 0
