@@ -39,12 +39,14 @@ if TYPE_CHECKING:  # node-check imports this module for the kernel-log flaps: no
 __all__ = [
     "COUNTER_MAX",
     "CounterSnapshot",
+    "LinkWait",
     "PortDelta",
     "check_counter_deltas",
     "check_kernel_link_flaps",
     "drop_reboot_link_downs",
     "judge_counters",
     "link_downs_since_cleared",
+    "link_waits",
     "port_deltas",
     "snapshot",
 ]
@@ -245,6 +247,71 @@ class _Cables:
             return f"{host[0]} {host[1]} ↔ {row.leaf} port {row.leaf_port}"
         peer = self.peer.get(end)
         return f"{self.label(end)} ↔ {self.label(peer)}" if peer else self.label(end)
+
+
+# --- credit waits, per direction of a host cable ------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkWait:
+    """PortXmitWait per second on the two ends of one host cable between two reads. The port
+    that waits had data to send and no credits from the other end: `from_host` (at the node's
+    HCA) says the traffic the node sends is held up beyond the leaf, by its receivers or the
+    fabric, not by the node; `to_host` (at the leaf port) says the node's HCA did not take what
+    was sent to it fast enough. None where a read cannot give the delta."""
+
+    node: str
+    hca: str
+    cable: str  # `gpu003 mlx5_0 ↔ su1-leaf-r0 port 3`
+    leaf_port: str  # `su1-leaf-r0 port 3`
+    from_host: float | None
+    to_host: float | None
+
+
+def _wait_delta(before: CounterSnapshot, after: CounterSnapshot, port: Port) -> int | None:
+    """PortXmitWait's climb on one port; a port a complete snapshot lacks read zero."""
+    was = before.ports.get(port, {} if before.complete else None)
+    now = after.ports.get(port, {} if after.complete else None)
+    if was is None or now is None:
+        return None
+    a, b = was.get(XMIT_WAIT, 0), now.get(XMIT_WAIT, 0)
+    if b < a or b >= COUNTER_MAX[XMIT_WAIT]:
+        return None  # cleared, reset or saturated between the reads
+    return b - a
+
+
+def link_waits(
+    cluster: Cluster,
+    fabric: Fabric,
+    before: CounterSnapshot,
+    after: CounterSnapshot,
+    *,
+    rows: Sequence[CablingRow] | None = None,
+) -> list[LinkWait]:
+    """Both directions' credit waits of every planned host cable the fabric shows cabled."""
+    seconds = after.taken_at - before.taken_at
+    if seconds <= 0:
+        return []
+    plan = rows if rows is not None else cabling_plan(cluster)
+    cables = _Cables(cluster, fabric, plan)
+    out: list[LinkWait] = []
+    for row in plan:
+        host: Port = (f"{row.node} {row.hca}", 1)
+        leaf = cables.peer.get(host)
+        if leaf is None:
+            continue  # not cabled now: fabric.link-down says so
+        sent, received = _wait_delta(before, after, host), _wait_delta(before, after, leaf)
+        out.append(
+            LinkWait(
+                node=row.node,
+                hca=row.hca,
+                cable=cables.words(host),
+                leaf_port=cables.label(leaf),
+                from_host=None if sent is None else sent / seconds,
+                to_host=None if received is None else received / seconds,
+            )
+        )
+    return out
 
 
 # --- judging deltas ----------------------------------------------------------------------

@@ -19,8 +19,10 @@ from typing import Any, Literal
 
 from cluster_tool.checks.counters import (
     CounterSnapshot,
+    LinkWait,
     check_counter_deltas,
     check_kernel_link_flaps,
+    link_waits,
     snapshot,
 )
 from cluster_tool.checks.health import check_gpus, check_xids, driver_unreachable
@@ -238,9 +240,29 @@ def _straggler_signals(
         where = f"{hca.device} rail {hca.rail}"
         if "PortXmitData" in got:
             out.append(Signal("PortXmitData", where, got["PortXmitData"], "B/s", "low"))
-        if "PortXmitWait" in got:
-            out.append(Signal("PortXmitWait", where, got["PortXmitWait"], "ticks/s", "high"))
+        # Not the node's own PortXmitWait: a port that waits is held up by the far end of its
+        # cable and beyond (the receivers of what it sends), never by itself. The waits that
+        # point at the node are the leaf ports' sending to it (`_waits_toward`).
     return out
+
+
+def _waits_toward(profile: NodeProfile, waits: Sequence[LinkWait]) -> list[Signal]:
+    """The credit waits of the leaf ports sending to the node's compute HCAs: high on several of
+    its links at once, the node is slow to take what its job sends it."""
+    rail = {hca.device: hca.rail for hca in profile.compute_hcas}
+    return [
+        Signal(
+            "PortXmitWait toward",
+            f"{w.hca} rail {rail[w.hca]}",
+            w.to_host,
+            "ticks/s",
+            "high",
+            link=f"at {w.leaf_port}",
+            corroborate=2,
+        )
+        for w in waits
+        if w.to_host is not None and w.hca in rail
+    ]
 
 
 # A reboot of Slurm's own (`scontrol reboot`): requested (REBOOT_REQUESTED, while the jobs end),
@@ -277,15 +299,16 @@ def _fabric(
     nodes: Sequence[str],
     now: float,
     rebooted: Mapping[str, str],
-) -> list[Finding]:
+) -> tuple[list[Finding], list[LinkWait]]:
     """Port counter deltas of both ends of every cable since the last cycle (`link.flap`,
     `link.errors`, `link.congestion`), from ibqueryerrors on the subnet-manager host; on the
-    cables of `rebooted` nodes a LinkDowned climb is the reboot's (`link.downed-reboot`)."""
+    cables of `rebooted` nodes a LinkDowned climb is the reboot's (`link.downed-reboot`).
+    Also each host cable's credit waits, both directions (for the straggler check)."""
     if result is None:
-        return []
+        return [], []
     host = result.host
     if not result.reachable:
-        return [_unread(host, Ibqueryerrors(), f"unreachable: {result.error}")]
+        return [_unread(host, Ibqueryerrors(), f"unreachable: {result.error}")], []
     found: list[Finding] = []
     read: dict[str, Any] = {}
     for probe in (Ibnetdiscover(), Ibqueryerrors()):
@@ -298,19 +321,21 @@ def _fabric(
         except ParseError as exc:
             found.append(_unread(host, probe, str(exc)))
     if "ibqueryerrors" not in read:
-        return found
+        return found, []
     after = snapshot(read["ibqueryerrors"], now)
     before = state.fabric_counters
     state.fabric_counters = after.to_json()
     if before is None or "ibnetdiscover" not in read:
-        return found
+        return found, []
     try:
         earlier = CounterSnapshot.from_json(before)
     except ValueError:
-        return found
-    return found + check_counter_deltas(
-        cluster, read["ibnetdiscover"], earlier, after, nodes=nodes, rebooted=rebooted
+        return found, []
+    discovered = read["ibnetdiscover"]
+    found += check_counter_deltas(
+        cluster, discovered, earlier, after, nodes=nodes, rebooted=rebooted
     )
+    return found, link_waits(cluster, discovered, earlier, after)
 
 
 def _slurm_finding(what: str, exc: Exception) -> Finding:
@@ -415,7 +440,12 @@ def run_cycle(
 
     # Slurm first: a link that went down because Slurm rebooted its node is no flap.
     rebooted = _reboots(states, state)
-    findings += _fabric(cluster, sources.fabric_outputs(), state, nodes, now, rebooted)
+    found, waits = _fabric(cluster, sources.fabric_outputs(), state, nodes, now, rebooted)
+    findings += found
+    for node, host in hosts.items():
+        assert host.profile is not None  # a GPU node has a profile
+        mine = [w for w in waits if w.node == node and w.node not in rebooted]
+        signals.setdefault(node, []).extend(_waits_toward(host.profile, mine))
 
     probed: list[tuple[str, str]] = []
     its_turn = state.cycles % policy.probe_every == 0
