@@ -892,7 +892,7 @@ CHECKS: dict[str, CheckInfo] = _table(
         "warning, error",
         "Slurm will not run jobs on the node",
         section="slurm",
-        what="gate preflight: Slurm will not run jobs on the node (down, drained, not responding after 120 s, unknown), so it is left out of the gate. Warning in `gate`; error in `bringup` and `validate-after` (not admitted without the gate)",
+        what="gate preflight: Slurm will not run jobs on the node (down, drained, not responding after 120 s, unknown), so it is left out of the gate; in the workflows' gate phase also a judged node a job still runs on, which the gate's maintenance reservation never takes. Warning in `gate`; error in `bringup`, `validate-after` and the re-image ladder (not admitted without the gate)",
         shows="`IDLE, MIXED or ALLOCATED` / state+flags (reason)",
         action="`sinfo -R -n NODE`; slurmd running, munge key",
         not_run=True,

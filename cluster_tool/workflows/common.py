@@ -292,16 +292,58 @@ def resume_held(slurm: SlurmAdmin, nodes: Sequence[str], *, operator_says: bool)
     return wanted
 
 
-def pick_partner(slurm: SlurmAdmin, outside: Sequence[str]) -> str | None:
-    """A known-good node for a lone node's pair job: the first of `outside` (GPU nodes this run
-    does not judge) that Slurm has in service; None when there is none or Slurm cannot say."""
+# A known-good partner lends a judged node the proven other end of its pair job, inside the
+# gate's maintenance reservation: it must be in service and unused, so that no user's job
+# shares it or is held off it. IDLE, and no flag but CLOUD (a cloud site's nodes): never
+# MIXED or ALLOCATED (a user's job runs there), COMPLETING (an epilog still runs), PLANNED
+# (the scheduler's next job is for it), RESERVED or MAINT (someone else's reservation holds
+# it), drained, down or rebooting.
+_PARTNER_FLAGS = frozenset({"CLOUD"})
+
+
+def known_good_partners(slurm: SlurmAdmin, outside: Sequence[str]) -> list[str]:
+    """The nodes of `outside` (GPU nodes this run does not judge) that may be a judged node's
+    partner: IDLE in service with no job on them (`squeue -w` says none), in `outside`'s order.
+    SlurmError when Slurm cannot say."""
     if not outside:
-        return None
+        return []
+    idle = {
+        s.name
+        for s in slurm.node_states(list(outside))
+        if s.state == "IDLE" and s.flags <= _PARTNER_FLAGS and s.usable
+    }
+    if not idle:
+        return []
+    busy = {n for n, jobs in slurm.jobs_on(sorted(idle)).items() if jobs}
+    return [n for n in outside if n in idle and n not in busy]
+
+
+def pick_partner(slurm: SlurmAdmin, outside: Sequence[str]) -> str | None:
+    """A known-good node for a lone node's pair job (`known_good_partners`); None when there
+    is none or Slurm cannot say."""
     try:
-        states = {s.name: s for s in slurm.node_states(list(outside))}
+        partners = known_good_partners(slurm, outside)
     except SlurmError:
         return None
-    return next((n for n in outside if n in states and states[n].usable), None)
+    return partners[0] if partners else None
+
+
+def _holding_jobs(slurm: SlurmAdmin, nodes: Sequence[str]) -> dict[str, list[str]]:
+    """The nodes of `nodes` a job runs (or completes) on now, with the job ids."""
+    return {n: jobs for n, jobs in slurm.jobs_on(list(nodes)).items() if jobs and n in nodes}
+
+
+def _busy(node: str, jobs: Sequence[str]) -> Finding:
+    ids = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+    return Finding(
+        check="slurm.unavailable",
+        node=node,
+        component="gate",
+        expected="no job on the node while the gate reserves it",
+        observed=f"job(s) {ids}",
+        message=f"{node}: job(s) {ids} run there: the gate's maintenance reservation does not "
+        "take a node a job holds, so it was not gated; not admitted without passing the gate",
+    )
 
 
 def pin_on(node: str, partner: str, findings: Sequence[Finding]) -> list[Finding]:
@@ -357,6 +399,7 @@ def gate_in_reservation(
     lift: Sequence[str],
     operator_says: bool,
     hold_again: str,
+    partner: str | None = None,
 ) -> GateOutcome:
     """The gate phase's Slurm steps, in the one order every workflow needs: reserve `nodes` so
     that only the gate's jobs reach them, resume those of `lift` Slurm holds (`resume_held`),
@@ -364,17 +407,29 @@ def gate_in_reservation(
     drain and the release happen whatever the gate did, so an interrupted gate leaves no node
     in service unproven and no reservation behind. `operator_says` is why the callers differ:
     validate --admit and reimage lift any drain on nodes the operator named for this run;
-    bring-up lifts only the tool's own holds, never an operator's."""
-    slurm.reserve(reservation, nodes)
+    bring-up lifts only the tool's own holds, never an operator's.
+
+    The reservation (`Flags=maint,ignore_jobs`) never takes a node a job holds: such a node is
+    left out of it and of the gate, `slurm.unavailable` when it is one the run judges, and
+    simply not a partner when it is the known-good `partner` (which a user's job took since it
+    was picked): the judged node then has no multi-node proof from it."""
+    busy = _holding_jobs(slurm, nodes)
+    free = [n for n in nodes if n not in busy]
+    left_out = [_busy(n, jobs) for n, jobs in busy.items() if n != partner]
+    if free:
+        slurm.reserve(reservation, free)
     try:
         resume_held(slurm, lift, operator_says=operator_says)
-        return guarded_gate(gate, nodes)
+        outcome = guarded_gate(gate, free) if free else GateOutcome([])
+        outcome.findings = [*outcome.findings, *left_out]
+        return outcome
     finally:
         try:
             if lift:
                 slurm.drain(list(lift), hold_again)
         finally:
-            slurm.release(reservation)
+            if free:
+                slurm.release(reservation)
 
 
 @dataclass(frozen=True)
@@ -415,6 +470,7 @@ def gate_phase(
             lift=hold.lift,
             operator_says=hold.operator_says,
             hold_again=hold.hold_again,
+            partner=partner,
         )
     if partner is not None:
         proof.trusted.add(partner)

@@ -266,6 +266,7 @@ class Live:
                 lift=[node],
                 operator_says=True,
                 hold_again=REIMAGE_REASON,
+                partner=partner,
             )
             self.proof.merge_gate(outcome.summary.get("proof") or {})
             # The partner is known good: a failing pair names the re-imaged node.
