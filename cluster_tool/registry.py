@@ -344,7 +344,10 @@ CHECKS: dict[str, CheckInfo] = _table(
         section="gpu",
         what=(
             "`nvidia-smi -q` not installed, failed or unreadable (the other GPU checks and "
-            "GPUDirect are skipped)"
+            "GPUDirect are skipped). `watch`: only when nvidia-smi says it cannot reach the driver "
+            "or a GPU (`couldn't communicate with the NVIDIA driver`, exit 9; `Driver/library "
+            "version mismatch`; `GPU is lost`, exit 15), acted on by the watch policy like any "
+            "node error; any other nvidia-smi failure there is `watch.unread`"
         ),
         shows="`runs` / `not installed`, `exit N`, `unreadable`; component `nvidia-smi-q`",
         action="driver loaded? `bringup --limit NODE --phase driver`",
@@ -651,6 +654,33 @@ CHECKS: dict[str, CheckInfo] = _table(
         ),
         shows="`Pass` / the verdict",
         action="read the test's message; missing: `bringup --limit NODE --phase tools`",
+        needs=("gpu.driver", "gpu.dcgm-incomplete"),
+        probe="dcgmi-diag",
+        plan="node",
+    ),
+    _check(
+        "gpu.dcgm-incomplete",
+        "health",
+        "error",
+        "a dcgmi diag run that did not diagnose the node",
+        section="gpu",
+        what=(
+            "`dcgmi diag -r N` (the node checks' `-r 1`, the burn-in's `-r 3`) did not diagnose "
+            "the node: killed by its timeout (exit 124/137, whatever it printed first), its table "
+            "cut off before the closing border, no test listed, every test `Skip`, every GPU test "
+            "`Skip` (only the deployment checks ran), only the deployment checks at `-r 2` and "
+            "above, or a GPU that every GPU test skipped. The DCGM check did not run, so the node "
+            "is `unknown`, never `pass`; a `Fail` row it did print is still `gpu.dcgm`"
+        ),
+        shows=(
+            "`a complete dcgmi diag -r N table with its tests run` / `cut off`, `every test Skip`, "
+            "`exit 124`; component `dcgmi-diag`, or the skipped GPUs"
+        ),
+        action=(
+            "run `dcgmi diag -r N` by hand and read why DCGM skipped (its Info rows, "
+            "`nv-hostengine` running, GPUs busy); raise the probe timeout if the run is just long"
+        ),
+        not_run=True,
         needs=("gpu.driver",),
         probe="dcgmi-diag",
         plan="node",
@@ -1065,8 +1095,10 @@ CHECKS: dict[str, CheckInfo] = _table(
         section="slurm",
         what=(
             "gate preflight: Slurm will not run jobs on the node (down, drained, not responding "
-            "after 120 s, unknown), so it is left out of the gate. Warning in `gate`; error in "
-            "`bringup` and `validate-after` (not admitted without the gate)"
+            "after 120 s, unknown), so it is left out of the gate; in the workflows' gate phase "
+            "also a judged node a job still runs on, which the gate's maintenance reservation "
+            "never takes. Warning in `gate`; error in `bringup`, `validate-after` and the re-image "
+            "ladder (not admitted without the gate)"
         ),
         shows="`IDLE, MIXED or ALLOCATED` / state+flags (reason)",
         action="`sinfo -R -n NODE`; slurmd running, munge key",
@@ -1289,7 +1321,8 @@ CHECKS: dict[str, CheckInfo] = _table(
             "the link went down while the run's traffic ran (LinkDownedCounter climbed above "
             "`ib_link_downed_per_hour`), or went down more than `ib_link_flaps_max` times in the "
             "node's kernel log; the message names the cable (`gpu003 mlx5_0 ↔ su1-leaf-r0 port 3`) "
-            "and whether it is up now"
+            "and whether it is up now. `watch`: not on the cables of a node rebooted between its "
+            "cycles (`link.downed-reboot`)"
         ),
         shows=(
             "`the link stays up while traffic runs` / `at su1-leaf-r0 port 3: LinkDownedCounter "
@@ -1330,8 +1363,10 @@ CHECKS: dict[str, CheckInfo] = _table(
         "PortXmitWait climbed: congestion",
         section="counters",
         what=(
-            "PortXmitWait climbed: the port had data and no credits. Congestion, never an error; a "
-            "warning above `ib_xmit_wait_warn_per_hour` (default none: info only)"
+            "PortXmitWait climbed: the port had data and no credits from the far end of its cable, "
+            "so the wait points past the port that counted it (at a node's HCA: its receivers or "
+            "the fabric; at the leaf port toward a node: that node's HCA). Congestion, never an "
+            "error; a warning above `ib_xmit_wait_warn_per_hour` (default none: info only)"
         ),
         shows="`no transmit wait` / `at ...: PortXmitWait +5000000`",
         action=(
@@ -1386,12 +1421,20 @@ CHECKS: dict[str, CheckInfo] = _table(
         "LinkDowned of a rebooted node, not held against it",
         section="counters",
         what=(
-            "absolute counters only: LinkDownedCounter on the cable of a node rebooted during the "
-            "maintenance, set aside"
+            "LinkDownedCounter on the cable of a rebooted node, set aside: absolute counters of a "
+            "node rebooted during the maintenance; in `watch`, the climb between two cycles on the "
+            "cables of a node Slurm showed rebooting (`REBOOT_REQUESTED`, `REBOOT_ISSUED`, this "
+            "cycle or the last) or whose `BootTime` moved (the message says which: a reboot Slurm "
+            "did not order says `no Slurm reboot`); the node's own HCA counters restarting from "
+            "zero there are no `link.counters-unknown`"
         ),
-        shows="`LinkDownedCounter judged as a delta` / `su1-leaf-r0 port 3: LinkDownedCounter 2`",
+        shows=(
+            "`LinkDownedCounter judged as a delta` / `su1-leaf-r0 port 3: LinkDownedCounter 2` or "
+            "`at su1-leaf-r0 port 3: LinkDownedCounter +1; at gpu003 mlx5_0: LinkDownedCounter +1`"
+        ),
         action=(
-            "none; a run that takes a counter snapshot before its traffic judges the cable properly"
+            "none; a run that takes a counter snapshot before its traffic judges the cable "
+            "properly, and the watcher judges it again from its next cycle"
         ),
         evidence="event",
     ),
@@ -1509,11 +1552,14 @@ CHECKS: dict[str, CheckInfo] = _table(
         section="watch",
         what=(
             "a node of a running job was the slow one `watch.straggler_cycles` (3) cycles running: "
-            "a rate it sends (PortXmitData per rail, low) or waits (PortXmitWait per rail, high), "
-            "or its slowest GPU's SM clock (low), is further from the job's other nodes' median "
-            "than `watch.straggler_z` (3.5, modified z-score: 0.6745 x distance / MAD of the "
-            "others) and by `straggler_min_drop` (0.2) of it; a job needs three nodes with the "
-            "rate read"
+            "a rate it sends (PortXmitData per rail, low), the credit waits of the leaf ports "
+            "sending to it (PortXmitWait at the leaf's end of its cables, from the subnet-manager "
+            "host's counters, high on at least two of its rails: one waiting link is "
+            "`link.congestion`), or its slowest GPU's SM clock (low), is further from the job's "
+            "other nodes' median than `watch.straggler_z` (3.5, modified z-score: 0.6745 x "
+            "distance / MAD of the others) and by `straggler_min_drop` (0.2) of it; a job needs "
+            "three nodes with the rate read. The node's own HCAs waiting never counts against it: "
+            "a port waits on the far end of its cable"
         ),
         shows=(
             "`rates within the job's other nodes' (z <= 3.5)` / `slow 3 cycles running: "
@@ -1521,8 +1567,8 @@ CHECKS: dict[str, CheckInfo] = _table(
             "(z -inf)`; component `job ID`"
         ),
         action=(
-            "the node's clocks, throttling, HCA links (`mlxlink`) on that rail; a high "
-            "PortXmitWait can also be its peer's slow receive"
+            "the node's clocks, throttling, HCA links (`mlxlink`) on that rail; waits toward it: "
+            "its PCIe links (`ib.pcie`), NUMA placement and host memory, its HCAs' receive side"
         ),
     ),
     _check(
@@ -1574,7 +1620,8 @@ CHECKS: dict[str, CheckInfo] = _table(
         what=(
             "a signal watch reads (nvidia-smi -q, the kernel log, the HCA port counters, "
             "ibnetdiscover/ibqueryerrors on the subnet-manager host) failed, timed out, was "
-            "unreachable or unreadable this cycle; never a reason to drain"
+            "unreachable or unreadable this cycle; never a reason to drain. An nvidia-smi that "
+            "says it cannot reach the driver is not unread but `gpu.driver`"
         ),
         shows="`the kernel log readable` / `exit 1: ...`; component the probe",
         action="the host's SSH, the tool on it",

@@ -97,6 +97,7 @@ class NodeState:
     state: str
     reason: str = ""
     flags: frozenset[str] = field(default_factory=frozenset)
+    boot_time: str = ""  # scontrol's BootTime (`2023-01-26T09:56:30`); "" where not shown
 
     @property
     def drained(self) -> bool:
@@ -251,7 +252,9 @@ def parse_scontrol_nodes(text: str) -> list[NodeState]:
             raise ParseError("expected NodeName=… State=…", line_no=no, line=line)
         base, flags = _node_flags(fields["State"])
         reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", fields.get("Reason", ""))  # [user@time]
-        nodes.append(NodeState(fields["NodeName"].split()[0], base, reason, flags))
+        boot = fields.get("BootTime", "").split(" ", 1)[0]
+        boot = "" if boot in ("None", "Unknown", "n/a") else boot
+        nodes.append(NodeState(fields["NodeName"].split()[0], base, reason, flags, boot))
     return nodes
 
 

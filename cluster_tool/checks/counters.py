@@ -39,12 +39,14 @@ if TYPE_CHECKING:  # node-check imports this module for the kernel-log flaps: no
 __all__ = [
     "COUNTER_MAX",
     "CounterSnapshot",
+    "LinkWait",
     "PortDelta",
     "check_counter_deltas",
     "check_kernel_link_flaps",
     "drop_reboot_link_downs",
     "judge_counters",
     "link_downs_since_cleared",
+    "link_waits",
     "port_deltas",
     "snapshot",
 ]
@@ -67,6 +69,7 @@ COUNTER_MAX = {
     "PortXmitWait": 0xFFFFFFFF,
 }
 LINK_DOWNED = "LinkDownedCounter"
+_RESET = "cleared or reset between the reads"
 XMIT_WAIT = "PortXmitWait"  # congestion: the port had data and no credits; never an error
 
 
@@ -178,7 +181,7 @@ def port_deltas(before: CounterSnapshot, after: CounterSnapshot) -> list[PortDel
             a, b = was.get(name, 0), now.get(name, 0)
             top = COUNTER_MAX.get(name)
             if b < a:
-                result.unknown[name] = f"read {b} after {a}: cleared or reset between the reads"
+                result.unknown[name] = f"read {b} after {a}: {_RESET}"
             elif top is not None and b >= top and a < top:
                 result.at_least[name] = b - a
                 result.unknown[name] = f"stopped at its maximum {top}"
@@ -246,6 +249,71 @@ class _Cables:
         return f"{self.label(end)} ↔ {self.label(peer)}" if peer else self.label(end)
 
 
+# --- credit waits, per direction of a host cable ------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkWait:
+    """PortXmitWait per second on the two ends of one host cable between two reads. The port
+    that waits had data to send and no credits from the other end: `from_host` (at the node's
+    HCA) says the traffic the node sends is held up beyond the leaf, by its receivers or the
+    fabric, not by the node; `to_host` (at the leaf port) says the node's HCA did not take what
+    was sent to it fast enough. None where a read cannot give the delta."""
+
+    node: str
+    hca: str
+    cable: str  # `gpu003 mlx5_0 ↔ su1-leaf-r0 port 3`
+    leaf_port: str  # `su1-leaf-r0 port 3`
+    from_host: float | None
+    to_host: float | None
+
+
+def _wait_delta(before: CounterSnapshot, after: CounterSnapshot, port: Port) -> int | None:
+    """PortXmitWait's climb on one port; a port a complete snapshot lacks read zero."""
+    was = before.ports.get(port, {} if before.complete else None)
+    now = after.ports.get(port, {} if after.complete else None)
+    if was is None or now is None:
+        return None
+    a, b = was.get(XMIT_WAIT, 0), now.get(XMIT_WAIT, 0)
+    if b < a or b >= COUNTER_MAX[XMIT_WAIT]:
+        return None  # cleared, reset or saturated between the reads
+    return b - a
+
+
+def link_waits(
+    cluster: Cluster,
+    fabric: Fabric,
+    before: CounterSnapshot,
+    after: CounterSnapshot,
+    *,
+    rows: Sequence[CablingRow] | None = None,
+) -> list[LinkWait]:
+    """Both directions' credit waits of every planned host cable the fabric shows cabled."""
+    seconds = after.taken_at - before.taken_at
+    if seconds <= 0:
+        return []
+    plan = rows if rows is not None else cabling_plan(cluster)
+    cables = _Cables(cluster, fabric, plan)
+    out: list[LinkWait] = []
+    for row in plan:
+        host: Port = (f"{row.node} {row.hca}", 1)
+        leaf = cables.peer.get(host)
+        if leaf is None:
+            continue  # not cabled now: fabric.link-down says so
+        sent, received = _wait_delta(before, after, host), _wait_delta(before, after, leaf)
+        out.append(
+            LinkWait(
+                node=row.node,
+                hca=row.hca,
+                cable=cables.words(host),
+                leaf_port=cables.label(leaf),
+                from_host=None if sent is None else sent / seconds,
+                to_host=None if received is None else received / seconds,
+            )
+        )
+    return out
+
+
 # --- judging deltas ----------------------------------------------------------------------
 
 
@@ -263,11 +331,18 @@ def check_counter_deltas(
     *,
     nodes: Iterable[str] | None = None,
     rows: Sequence[CablingRow] | None = None,
+    rebooted: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """`link.flap` (LinkDowned climbed), `link.errors` (an error counter climbed faster than
     the spec allows per hour), `link.congestion` (PortXmitWait climbed: info, or a warning
     above `ib_xmit_wait_warn_per_hour`) and `link.counters-unknown` (a counter that was reset
-    or saturated between the reads): one finding per cable, both ends' figures in it."""
+    or saturated between the reads): one finding per cable, both ends' figures in it.
+
+    `rebooted` names the nodes rebooted between the reads, with how that is known (Slurm's
+    reboot): a reboot takes every link of the node down and resets its HCAs' counters, so on
+    those cables a LinkDowned climb is `link.downed-reboot` (info), never a flap, and the
+    node's own port reading lower than before is no mystery."""
+    rebooted = rebooted or {}
     t = cluster.thresholds.health
     limits = _limits(t)
     hours = max(after.taken_at - before.taken_at, 1.0) / 3600
@@ -293,7 +368,11 @@ def check_counter_deltas(
         grew = {**d.delta, **d.at_least}
         more = {name: "at least " if name in d.at_least else "" for name in grew}
         downs = grew.get(LINK_DOWNED, 0)
-        if downs > _allowed(limits[LINK_DOWNED], hours):
+        reboot = rebooted.get(host[0]) if host is not None else None
+        if downs and reboot is not None:
+            what = f"LinkDownedCounter +{more[LINK_DOWNED]}{downs}"
+            note(check="link.downed-reboot", level="info", end=end, what=what)
+        elif downs > _allowed(limits[LINK_DOWNED], hours):
             what = f"LinkDownedCounter +{more[LINK_DOWNED]}{downs}"
             note(check="link.flap", level="error", end=end, what=what)
         over = [
@@ -309,10 +388,14 @@ def check_counter_deltas(
             level = "warning" if warn is not None and wait > _allowed(warn, hours) else "info"
             what = f"PortXmitWait +{more[XMIT_WAIT]}{wait}"
             note(check="link.congestion", level=level, end=end, what=what)
+        # The rebooted node's own HCA port starts its counters again from zero.
+        reset_by_reboot = reboot is not None and not cables.is_switch(end[0])
         unknown = {
             k: v
             for k, v in d.unknown.items()
-            if (k in limits or k == XMIT_WAIT) and k not in d.at_least
+            if (k in limits or k == XMIT_WAIT)
+            and k not in d.at_least
+            and not (reset_by_reboot and v.endswith(_RESET))
         }
         if unknown:
             why = ", ".join(f"{k} {v}" for k, v in sorted(unknown.items()))
@@ -325,6 +408,8 @@ def check_counter_deltas(
         node, component = host if host else (None, cables.label(end))
         at = "; ".join(f"at {cables.label(e)}: {what}" for e, what in figures)
         what = _MEANING[check]
+        if check == "link.downed-reboot" and node is not None:
+            what += f": {node} was rebooted ({rebooted[node]}), which does that; not a flap"
         if check == "link.flap":
             # The discovery is the second read's: a cable in it is up now, which hides nothing.
             what += ", and is up again now" if end in cables.peer else ", and is down now"
@@ -344,12 +429,14 @@ def check_counter_deltas(
 
 _EXPECTED = {
     "link.flap": "the link stays up while traffic runs",
+    "link.downed-reboot": "LinkDownedCounter judged as a delta",
     "link.errors": "error counters within the per-hour limits",
     "link.congestion": "no transmit wait",
     "link.counters-unknown": "counters readable as deltas",
 }
 _MEANING = {
     "link.flap": "the link went down while the run's traffic ran",
+    "link.downed-reboot": "the link went down while its node rebooted",
     "link.errors": "error counters climbed faster than the spec allows (dirty or failing "
     "cable, optic or port)",
     "link.congestion": "the port waited for credits (congestion, not a fault of the cable)",

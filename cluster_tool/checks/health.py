@@ -3,12 +3,13 @@
 Pure functions over parsed records (nvidia-smi -q, ibstat, the kernel log's Xids, dcgmi
 diag). Finding ids: gpu.count, gpu.model, gpu.temperature, gpu.ecc-mode, gpu.ecc,
 gpu.remapped-rows, gpu.retired-pages, gpu.xid, gpu.sxid, gpu.pcie, gpu.throttle,
-gpu.persistence, gpu.fabric, gpu.reset, gpu.dcgm, ib.count, ib.state, ib.rate,
-ib.link-layer.
+gpu.persistence, gpu.fabric, gpu.reset, gpu.dcgm, gpu.dcgm-incomplete, ib.count, ib.state,
+ib.rate, ib.link-layer; gpu.driver for an nvidia-smi that cannot reach the driver or a GPU.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -25,6 +26,8 @@ __all__ = [
     "check_gpus",
     "check_ibstat",
     "check_xids",
+    "dcgm_incomplete",
+    "driver_unreachable",
     "gpu_index",
     "xid_class",
 ]
@@ -80,6 +83,64 @@ def _f(
         expected=None if expected is None else str(expected),
         observed=None if observed is None else str(observed),
         message=f"{node} {component}: {message}" if component else f"{node}: {message}",
+    )
+
+
+# What nvidia-smi prints when it cannot reach the driver or a GPU: a state of the node, not a
+# failure to read it. The texts as operators posted them: "NVIDIA-SMI has failed because it
+# couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is
+# installed and running." (github.com/ci-for-research/self-hosted-runners#40,
+# GoogleCloudPlatform/compute-gpu-installation#33), "Failed to initialize NVML: Driver/library
+# version mismatch" (a new driver installed, the old kernel module still loaded), "Unable to
+# determine the device handle for GPU 0000:05:00.0: GPU is lost.  Reboot the system to recover
+# this GPU". nvidia-smi exits with NVML's return code: 9 NVML_ERROR_DRIVER_NOT_LOADED,
+# 15 NVML_ERROR_GPU_IS_LOST (nvmlReturn_t; nvidia-smi(1), RETURN VALUE).
+_DRIVER_TEXTS = (
+    (
+        re.compile(r"couldn't communicate with the NVIDIA driver"),
+        "cannot communicate with the NVIDIA driver (not loaded, or it failed)",
+    ),
+    (
+        re.compile(r"Failed to initialize NVML: Driver/library version mismatch"),
+        "the loaded NVIDIA kernel module is another version than the installed driver library",
+    ),
+    (
+        re.compile(
+            r"Unable to determine the device handle for GPU ?\d*:? ?"
+            r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]): GPU is lost"
+        ),
+        "GPU {pci} is lost (fallen off the bus or otherwise inaccessible)",
+    ),
+)
+_DRIVER_RCS = {
+    9: "the NVIDIA driver is not loaded (exit 9)",
+    15: "a GPU is lost (exit 15)",
+}
+
+
+def driver_unreachable(node: str, rc: int, stdout: str, stderr: str = "") -> Finding | None:
+    """`gpu.driver` when nvidia-smi says it cannot reach the driver or a GPU (what it printed,
+    or its exit status); None for any other outcome (a clean run, a tool that is missing, hung or
+    failed for a reason that says nothing of the node's driver)."""
+    if rc == 0 or rc in (124, 126, 127, 137):
+        return None
+    text = f"{stdout}\n{stderr}"
+    said: list[str] = []
+    for pattern, what in _DRIVER_TEXTS:
+        for m in pattern.finditer(text):
+            said.append(what.format(**m.groupdict()))
+    if not said and rc in _DRIVER_RCS:
+        said.append(_DRIVER_RCS[rc])
+    if not said:
+        return None
+    why = "; ".join(dict.fromkeys(said))
+    return _f(
+        "gpu.driver",
+        node,
+        "nvidia-smi-q",
+        f"nvidia-smi cannot reach the GPUs: {why}",
+        expected="nvidia-smi talks to the driver",
+        observed=f"exit {rc}: {why}",
     )
 
 
@@ -420,9 +481,11 @@ def check_ibstat(node: str, profile: NodeProfile, cas: Sequence[IbstatCa]) -> li
     return out
 
 
-def check_dcgm(node: str, diag: DcgmDiag) -> list[Finding]:
+def check_dcgm(node: str, diag: DcgmDiag, *, level: int = 1) -> list[Finding]:
     """DCGM diag verdicts: a failed test fails the node (per GPU when DCGM says which),
-    a warning stays a warning; the test's own message is carried."""
+    a warning stays a warning; the test's own message is carried. A run that proved less than
+    it was asked to (cut off, no test, everything skipped) is also `gpu.dcgm-incomplete`: the
+    rows it did print are still judged, since a Fail there is real."""
     out: list[Finding] = []
     for test in diag.tests:
         verdict = test.verdict.lower()
@@ -444,4 +507,75 @@ def check_dcgm(node: str, diag: DcgmDiag) -> list[Finding]:
                     observed=test.verdict,
                 )
             )
+    gap = _dcgm_gap(diag, level)
+    if gap is not None:
+        component, observed, why = gap
+        out.append(dcgm_incomplete(node, level, observed, why, component=component))
     return out
+
+
+# DCGM's category of the checks every level runs (`-r 1` runs only these): the software
+# deployment checks, which read the driver and libraries and load no GPU.
+_DEPLOYMENT = "Deployment"
+
+
+def _dcgm_gap(diag: DcgmDiag, level: int) -> tuple[str | None, str, str] | None:
+    """(component, observed, why) when the run does not prove what `-r level` asks, else None."""
+    if not diag.complete:
+        last = diag.tests[-1].name if diag.tests else "the header"
+        return (
+            None,
+            "cut off",
+            f"the table ends after {last!r} without its closing border: the tests after it "
+            "and their verdicts are unknown",
+        )
+    if not diag.tests:
+        return None, "no test", "the table lists no test: nothing was diagnosed"
+    if all(t.verdict == "Skip" for t in diag.tests):
+        return (
+            None,
+            "every test Skip",
+            f"every one of its {len(diag.tests)} tests was skipped: nothing was diagnosed",
+        )
+    beyond = [t for t in diag.tests if t.category != _DEPLOYMENT]
+    if beyond and all(t.verdict == "Skip" for t in beyond):
+        names = ", ".join(t.name for t in beyond)
+        return (
+            None,
+            "every GPU test Skip",
+            f"only the deployment checks ran; every GPU test was skipped ({names})",
+        )
+    if level >= 2 and not beyond:
+        return (
+            None,
+            "deployment checks only",
+            f"-r {level} was asked for and only the deployment checks ran",
+        )
+    # A GPU that every GPU test skipped while others were tested was not diagnosed.
+    tested: dict[int, set[str]] = {}
+    for t in beyond:
+        for gpu, verdict in t.gpus.items():
+            tested.setdefault(gpu, set()).add(verdict)
+    skipped = sorted(g for g, verdicts in tested.items() if verdicts == {"Skip"})
+    if skipped and len(skipped) < len(tested):
+        return (
+            ", ".join(_gpu(g) for g in skipped),
+            "skipped by every GPU test",
+            "every GPU test skipped it while the others were tested",
+        )
+    return None
+
+
+def dcgm_incomplete(
+    node: str, level: int, observed: str, why: str, *, component: str | None = None
+) -> Finding:
+    """`gpu.dcgm-incomplete`: the diagnostic did not prove what it was asked to, so the node's
+    DCGM check did not run (its verdict is `unknown`, never `pass`)."""
+    return _f(
+        "gpu.dcgm-incomplete",
+        node,
+        component or "dcgmi-diag",
+        f"dcgmi diag -r {level} did not diagnose the node completely: {why}",
+        expected=f"a complete `dcgmi diag -r {level}` table with its tests run",
+        observed=observed,
+    )

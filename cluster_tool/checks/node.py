@@ -17,7 +17,13 @@ from cluster_tool.checks.affinity import check_affinity
 from cluster_tool.checks.counters import check_kernel_link_flaps
 from cluster_tool.checks.gdr import check_gdr
 from cluster_tool.checks.gpu_clocks import check_gpu_clocks
-from cluster_tool.checks.health import check_dcgm, check_gpus, check_ibstat, check_xids
+from cluster_tool.checks.health import (
+    check_dcgm,
+    check_gpus,
+    check_ibstat,
+    check_xids,
+    dcgm_incomplete,
+)
 from cluster_tool.checks.link import check_mlxlink
 from cluster_tool.checks.nccl_env import check_nccl_conf
 from cluster_tool.checks.nvlink import check_nvlink_errors
@@ -210,9 +216,42 @@ def _link_flaps(expect: NodeExpectations, log: ProbeOutput) -> list[Finding]:
     )
 
 
-def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> list[Finding]:
+# `timeout` (coreutils) exits 124 when it stopped the command, 137 when it had to SIGKILL it
+# after the grace period (the fan-out runs every probe under `timeout -k 5`).
+_KILLED_BY_TIMEOUT = frozenset({124, 137})
+
+
+def _dcgm(node: str, output: ProbeOutput, probe: DcgmiDiag) -> list[Finding]:
+    """DCGM's verdicts, and `gpu.dcgm-incomplete` for a run that did not finish what it was
+    asked: one killed by its timeout is never read as a pass, whatever it printed first."""
+    if output.rc not in _KILLED_BY_TIMEOUT:
+        problems: list[Finding] = []
+        diag = _read(node, {probe.name: output}, probe, problems)
+        if diag is None:
+            return problems
+        return check_dcgm(node, diag, level=probe.level)
+    killed = f"killed by its {probe.timeout_s} s timeout (exit {output.rc})"
+    if not output.stdout.strip():
+        return [dcgm_incomplete(node, probe.level, f"exit {output.rc}", f"{killed}, no table")]
+    try:
+        diag = probe.process(lines(output.stdout))
+    except ParseError as exc:
+        why = f"{killed}; what it printed is not its table: {exc}"
+        return [dcgm_incomplete(node, probe.level, f"exit {output.rc}", why)]
+    # Its Fail rows are real; whatever it said of the rest, the run did not end.
+    found = [f for f in check_dcgm(node, diag, level=probe.level) if f.check == "gpu.dcgm"]
+    return [*found, dcgm_incomplete(node, probe.level, f"exit {output.rc}", killed)]
+
+
+def check_node(
+    expect: NodeExpectations,
+    outputs: Mapping[str, ProbeOutput],
+    *,
+    dcgm: DcgmiDiag | None = None,
+) -> list[Finding]:
     """Every node check over one node's probe outputs (HEALTH_PROBES); a probe that failed
-    or printed something unreadable is itself a finding, never a crash."""
+    or printed something unreadable is itself a finding, never a crash. `dcgm` is the DCGM
+    probe that ran (its level and timeout: the burn-in's `-r 3`), `-r 1`'s when not given."""
     node, profile, t = expect.node, expect.profile, expect.thresholds
     findings: list[Finding] = []
 
@@ -247,9 +286,7 @@ def check_node(expect: NodeExpectations, outputs: Mapping[str, ProbeOutput]) -> 
         findings.append(_probe_problem(node, KernelLog(), log))
 
     if DcgmiDiag.name in outputs:
-        diag = _read(node, outputs, DcgmiDiag(), findings)
-        if diag is not None:
-            findings += check_dcgm(node, diag)
+        findings += _dcgm(node, outputs[DcgmiDiag.name], dcgm or DcgmiDiag())
 
     # Link quality and PCIe links. Judged when collected: a run saved before these probes
     # existed has none of them.

@@ -54,7 +54,12 @@ def bringup(
     check: Annotated[bool, typer.Option("--check", help="Dry run: what would change.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Show file diffs (with --check).")] = False,
     retry_failed: Annotated[
-        bool, typer.Option("--retry-failed", help="Only the hosts that failed last time.")
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="Only the hosts that failed in the last bringup of this spec (exit 2 when "
+            "that run has no summary: it crashed, was killed or still runs).",
+        ),
     ] = False,
     gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Run the NCCL gate.")] = True,
     burn_in: BurnInOpt = None,

@@ -137,9 +137,10 @@ class DcgmiDiag(Probe):
     what = "dcgmi diag"
     timeout_s = 600
     reads_failed_runs = True
+    level = 1
 
     def command(self) -> str:
-        return "dcgmi diag -r 1"
+        return f"dcgmi diag -r {self.level}"
 
     def process(self, output: list[str]) -> DcgmDiag:
         return parse_dcgmi_diag("\n".join(output))

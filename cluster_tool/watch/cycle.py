@@ -19,11 +19,13 @@ from typing import Any, Literal
 from cluster_tool.admission import Breaker, Door
 from cluster_tool.checks.counters import (
     CounterSnapshot,
+    LinkWait,
     check_counter_deltas,
     check_kernel_link_flaps,
+    link_waits,
     snapshot,
 )
-from cluster_tool.checks.health import check_gpus, check_xids
+from cluster_tool.checks.health import check_gpus, check_xids, driver_unreachable
 from cluster_tool.drains import Owner, owner, watch_check, watch_reason
 from cluster_tool.errors import ParseError
 from cluster_tool.fabric.plan import cabling_plan
@@ -160,6 +162,13 @@ def _output(result: HostResult, probe: Probe) -> tuple[ProbeOutput | None, str |
     return out, None
 
 
+def _driver_lost(node: str, result: HostResult) -> Finding | None:
+    """`gpu.driver` when the node answered and its nvidia-smi said it cannot reach the driver or
+    a GPU: positive evidence of a broken node, unlike a host that did not answer."""
+    out = result.outputs.get(NvidiaSmiQ.name)
+    return None if out is None else driver_unreachable(node, out.rc, out.stdout, out.stderr)
+
+
 def _fingerprint(event: XidEvent | LinkEvent) -> str:
     when = event.uptime_s if event.uptime_s is not None else event.timestamp
     if isinstance(event, XidEvent):
@@ -232,21 +241,75 @@ def _straggler_signals(
         where = f"{hca.device} rail {hca.rail}"
         if "PortXmitData" in got:
             out.append(Signal("PortXmitData", where, got["PortXmitData"], "B/s", "low"))
-        if "PortXmitWait" in got:
-            out.append(Signal("PortXmitWait", where, got["PortXmitWait"], "ticks/s", "high"))
+        # Not the node's own PortXmitWait: a port that waits is held up by the far end of its
+        # cable and beyond (the receivers of what it sends), never by itself. The waits that
+        # point at the node are the leaf ports' sending to it (`_waits_toward`).
+    return out
+
+
+def _waits_toward(profile: NodeProfile, waits: Sequence[LinkWait]) -> list[Signal]:
+    """The credit waits of the leaf ports sending to the node's compute HCAs: high on several of
+    its links at once, the node is slow to take what its job sends it."""
+    rail = {hca.device: hca.rail for hca in profile.compute_hcas}
+    return [
+        Signal(
+            "PortXmitWait toward",
+            f"{w.hca} rail {rail[w.hca]}",
+            w.to_host,
+            "ticks/s",
+            "high",
+            link=f"at {w.leaf_port}",
+            corroborate=2,
+        )
+        for w in waits
+        if w.to_host is not None and w.hca in rail
+    ]
+
+
+# A reboot of Slurm's own (`scontrol reboot`): requested (REBOOT_REQUESTED, while the jobs end),
+# under way (REBOOT_ISSUED: `DOWN+REBOOT_ISSUED` with reason `Reboot ASAP : reboot issued`, as
+# `scontrol show node` prints it; aws-parallelcluster-node tests/common/schedulers/
+# test_slurm_commands.py), or REBOOT before Slurm 20.11 split it in two.
+_SLURM_REBOOT = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
+
+
+def _reboots(states: Mapping[str, NodeState], state: WatchState) -> dict[str, str]:
+    """The nodes rebooted since the last cycle, and how that is known: Slurm showed a reboot of
+    its own requested or under way, now or at the last cycle, or the node's BootTime moved.
+    Remembers this cycle's flags and boot times in `state`."""
+    out: dict[str, str] = {}
+    for name, s in sorted(states.items()):
+        memory = state.node(name)
+        flags = sorted(s.flags & _SLURM_REBOOT)
+        moved = bool(s.boot_time) and memory.boot_time not in (None, s.boot_time)
+        if flags:
+            out[name] = f"Slurm's reboot, {'+'.join(flags)}"
+        elif memory.slurm_reboot:
+            out[name] = "Slurm's reboot" + (f", booted {s.boot_time}" if moved else "")
+        elif moved:
+            out[name] = f"booted {s.boot_time}, BootTime was {memory.boot_time}; no Slurm reboot"
+        memory.slurm_reboot = bool(flags)
+        memory.boot_time = s.boot_time or memory.boot_time
     return out
 
 
 def _fabric(
-    cluster: Cluster, result: HostResult | None, state: WatchState, nodes: Sequence[str], now: float
-) -> list[Finding]:
+    cluster: Cluster,
+    result: HostResult | None,
+    state: WatchState,
+    nodes: Sequence[str],
+    now: float,
+    rebooted: Mapping[str, str],
+) -> tuple[list[Finding], list[LinkWait]]:
     """Port counter deltas of both ends of every cable since the last cycle (`link.flap`,
-    `link.errors`, `link.congestion`), from ibqueryerrors on the subnet-manager host."""
+    `link.errors`, `link.congestion`), from ibqueryerrors on the subnet-manager host; on the
+    cables of `rebooted` nodes a LinkDowned climb is the reboot's (`link.downed-reboot`).
+    Also each host cable's credit waits, both directions (for the straggler check)."""
     if result is None:
-        return []
+        return [], []
     host = result.host
     if not result.reachable:
-        return [_unread(host, Ibqueryerrors(), f"unreachable: {result.error}")]
+        return [_unread(host, Ibqueryerrors(), f"unreachable: {result.error}")], []
     found: list[Finding] = []
     read: dict[str, Any] = {}
     for probe in (Ibnetdiscover(), Ibqueryerrors()):
@@ -259,17 +322,21 @@ def _fabric(
         except ParseError as exc:
             found.append(_unread(host, probe, str(exc)))
     if "ibqueryerrors" not in read:
-        return found
+        return found, []
     after = snapshot(read["ibqueryerrors"], now)
     before = state.fabric_counters
     state.fabric_counters = after.to_json()
     if before is None or "ibnetdiscover" not in read:
-        return found
+        return found, []
     try:
         earlier = CounterSnapshot.from_json(before)
     except ValueError:
-        return found
-    return found + check_counter_deltas(cluster, read["ibnetdiscover"], earlier, after, nodes=nodes)
+        return found, []
+    discovered = read["ibnetdiscover"]
+    found += check_counter_deltas(
+        cluster, discovered, earlier, after, nodes=nodes, rebooted=rebooted
+    )
+    return found, link_waits(cluster, discovered, earlier, after)
 
 
 def _slurm_finding(what: str, exc: Exception) -> Finding:
@@ -316,7 +383,10 @@ def run_cycle(
             continue
         gpu_pci: list[str | None] = []
         smi_out, why = _output(result, NvidiaSmiQ())
-        if smi_out is None:
+        lost = _driver_lost(node, result) if smi_out is None else None
+        if lost is not None:
+            findings.append(lost)  # the node answered: its driver did not, an error to act on
+        elif smi_out is None:
             findings.append(_unread(node, NvidiaSmiQ(), why or ""))
         else:
             try:
@@ -347,7 +417,8 @@ def run_cycle(
                 signals.setdefault(node, []).extend(_straggler_signals(profile, rates[node]))
         clocks_out, why = _output(result, GpuClocks())
         if clocks_out is None:
-            findings.append(_unread(node, GpuClocks(), why or ""))
+            if lost is None:  # with the driver gone, the same nvidia-smi failing: said once
+                findings.append(_unread(node, GpuClocks(), why or ""))
         else:
             try:
                 clocks = [c for _, c, _ in GpuClocks().process(lines(clocks_out.stdout)) if c]
@@ -358,8 +429,6 @@ def run_cycle(
                     slowest = Signal("SM clock", "slowest GPU", min(clocks), "MHz", "low")
                     signals.setdefault(node, []).append(slowest)
 
-    findings += _fabric(cluster, sources.fabric_outputs(), state, nodes, now)
-
     jobs: list[RunningJob] = []
     states: dict[str, NodeState] = {}
     slurm_ok = True
@@ -369,6 +438,15 @@ def run_cycle(
     except SlurmError as exc:
         slurm_ok = False
         findings.append(_slurm_finding("read the jobs and node states", exc))
+
+    # Slurm first: a link that went down because Slurm rebooted its node is no flap.
+    rebooted = _reboots(states, state)
+    found, waits = _fabric(cluster, sources.fabric_outputs(), state, nodes, now, rebooted)
+    findings += found
+    for node, host in hosts.items():
+        assert host.profile is not None  # a GPU node has a profile
+        mine = [w for w in waits if w.node == node and w.node not in rebooted]
+        signals.setdefault(node, []).extend(_waits_toward(host.profile, mine))
 
     probed: list[tuple[str, str]] = []
     its_turn = state.cycles % policy.probe_every == 0

@@ -42,12 +42,17 @@ EVENTS_MAX_BYTES = 8 * 1024 * 1024  # the event log rotates past this (one old f
 @dataclass
 class NodeMemory:
     """One node as the last cycle left it: its HCA port counters (per device, per counter) and
-    when they were read, and the fingerprints of the kernel-log lines already judged."""
+    when they were read, the fingerprints of the kernel-log lines already judged, and its boot
+    as Slurm saw it."""
 
     counters_at: float | None = None
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     seen_lines: list[str] = field(default_factory=list)
     log_read: bool = False  # the first read of a node's log is its baseline, not judged
+    # Slurm's view at the last cycle: the node's BootTime, and whether a reboot of Slurm's
+    # (`scontrol reboot`) was requested or under way.
+    boot_time: str | None = None
+    slurm_reboot: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +60,8 @@ class NodeMemory:
             "counters": self.counters,
             "seen_lines": self.seen_lines[-SEEN_LINES_MAX:],
             "log_read": self.log_read,
+            "boot_time": self.boot_time,
+            "slurm_reboot": self.slurm_reboot,
         }
 
     @classmethod
@@ -68,6 +75,8 @@ class NodeMemory:
             },
             seen_lines=[str(s) for s in data.get("seen_lines", [])][-SEEN_LINES_MAX:],
             log_read=bool(data.get("log_read", False)),
+            boot_time=None if data.get("boot_time") is None else str(data["boot_time"]),
+            slurm_reboot=bool(data.get("slurm_reboot", False)),
         )
 
 

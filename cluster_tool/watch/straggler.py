@@ -1,9 +1,16 @@
 """Stragglers found from outside the job: per node of a running job, the rates the watcher
-reads anyway (data sent per rail, transmit wait per rail, its slowest GPU's SM clock), each compared
-with the same rate on the job's other nodes. A node whose rate is far from theirs (robust
-z-score, and by a share of their median) is the slow one this cycle; named only when it is the
-slow one `straggler_cycles` cycles running, so a one-off blip (a checkpoint write, a data
-loader stall) is not.
+reads anyway (data sent per rail, the credit waits of the leaf ports sending to it, its slowest
+GPU's SM clock), each compared with the same rate on the job's other nodes. A node whose rate
+is far from theirs (robust z-score, and by a share of their median) is the slow one this cycle;
+named only when it is the slow one `straggler_cycles` cycles running, so a one-off blip (a
+checkpoint write, a data loader stall) is not.
+
+A port's PortXmitWait says it had data and no credits from the far end of its cable: it points
+past the port that counted it. So a node's own HCA waiting is never evidence against the node
+(its receivers, or the fabric, held it up). The leaf ports sending to the node waiting is
+evidence against the node, counted only when it shows on several of the node's links at once:
+one slow link is the link's (its cable, its HCA), named as `link.congestion` on that cable, and
+not reason enough to drain the node and requeue its job.
 """
 
 from __future__ import annotations
@@ -26,13 +33,18 @@ _MAD_SCALE = 0.6745
 @dataclass(frozen=True)
 class Signal:
     """One rate of one node: what it is (`PortXmitData`), where (`mlx5_0 rail 0`), its value,
-    its unit, and which way is bad (`low`: less data, a slower clock; `high`: more waiting)."""
+    its unit, and which way is bad (`low`: less data, a slower clock; `high`: more waiting).
+    `link` names the port it was read at when that is not the node's own (the leaf's end of
+    its cable); `corroborate`: on how many of the node's links (keys of this name) it must be
+    the odd one out before it speaks against the node (all of them when it has fewer)."""
 
     name: str
     where: str
     value: float
     unit: str
     bad: str = "low"
+    link: str = ""
+    corroborate: int = 1
 
     @property
     def key(self) -> tuple[str, str]:
@@ -79,7 +91,8 @@ def find_slow(
         for node in job.nodes:
             for s in signals.get(node, ()):
                 by_key.setdefault(s.key, {})[node] = s
-        evidence: dict[str, list[str]] = {}
+        # node -> signal name -> (signal, its figures) where the node is the odd one out
+        odd: dict[str, dict[str, list[tuple[Signal, str]]]] = {}
         for (name, where), per_node in sorted(by_key.items()):
             if len(per_node) < 3:
                 continue
@@ -92,10 +105,20 @@ def find_slow(
                 scale = abs(median) if median else max(abs(s.value), 1e-12)
                 if worse > watch.straggler_z and gap >= watch.straggler_min_drop * scale:
                     zs = "inf" if abs(z) == float("inf") else f"{z:+.1f}"
-                    evidence.setdefault(node, []).append(
-                        f"{name} {where} {_fmt(s.value, s.unit)} against the job's other "
-                        f"nodes' median {_fmt(median, s.unit)} (z {zs})"
+                    at = f" {s.link}" if s.link else ""
+                    odd.setdefault(node, {}).setdefault(name, []).append(
+                        (
+                            s,
+                            f"{name} {where}{at} {_fmt(s.value, s.unit)} against the job's "
+                            f"other nodes' median {_fmt(median, s.unit)} (z {zs})",
+                        )
                     )
+        evidence: dict[str, list[str]] = {}
+        for node, by_name in odd.items():
+            for name, hits in by_name.items():
+                links = sum(1 for s in signals.get(node, ()) if s.name == name)
+                if len(hits) >= min(hits[0][0].corroborate, links):
+                    evidence.setdefault(node, []).extend(text for _, text in hits)
         found += [Slow(job.job_id, n, tuple(e)) for n, e in sorted(evidence.items())]
     return found
 

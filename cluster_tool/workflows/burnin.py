@@ -51,9 +51,6 @@ class DcgmiDiagLevel(DcgmiDiag):
         self.level = level
         self.timeout_s = 3600 if level >= 3 else 600  # -r 3 runs ~30 min on 8 GPUs, -r 4 longer
 
-    def command(self) -> str:
-        return f"dcgmi diag -r {self.level}"
-
 
 def burn_in_probes(level: int) -> tuple[Probe, ...]:
     return tuple(DcgmiDiagLevel(level) if p.name == DcgmiDiag.name else p for p in HEALTH_PROBES)
@@ -153,7 +150,7 @@ class BurnInLive(Live):
                 )
                 continue
             expect = expectations_for(self.cluster, n, nccl_conf=nccl_conf)
-            findings += check_node(expect, result.outputs)
+            findings += check_node(expect, result.outputs, dcgm=DcgmiDiagLevel(level))
         return findings
 
 

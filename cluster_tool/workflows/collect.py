@@ -23,6 +23,7 @@ from cluster_tool.probes.fabric import FABRIC_PROBES
 from cluster_tool.probes.node import HEALTH_PROBES
 from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
 from cluster_tool.registry import (
+    CHECKS,
     FABRIC_CHECKS,
     NEEDS,
     NODE_CHECKS,
@@ -310,8 +311,8 @@ def skipped_checks(
     collected: Mapping[str, Collection[str]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """The checks that did not run, per suite, and why: everything on a host that did not
-    answer, `gpu.dcgm` without --dcgm, the checks whose probe's output is not among the node's
-    `collected` probes, and the checks whose probe failed (`NEEDS`;
+    answer, the DCGM checks without --dcgm, the checks whose probe's output is not among the
+    node's `collected` probes, and the checks whose probe failed (`NEEDS`;
     `registry.node_checks_not_run`)."""
     skipped: dict[str, dict[str, str]] = {}
     for node in nodes:
@@ -324,7 +325,7 @@ def skipped_checks(
         seen = None if collected is None else collected.get(node)
         mine.update(node_checks_not_run(node, findings, seen))
         if not dcgm:
-            mine["gpu.dcgm"] = "--no-dcgm"
+            mine.update({c: "--no-dcgm" for c in NODE_CHECKS if CHECKS[c].probe == "dcgmi-diag"})
     if fabric_host is not None:
         fab: dict[str, str] = {}
         if fabric_host in unreachable:

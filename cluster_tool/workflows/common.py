@@ -345,16 +345,58 @@ def _slurm_text(st: NodeState | None) -> str | None:
     return f"{text} ({st.reason})" if st.reason else text
 
 
-def pick_partner(slurm: SlurmAdmin, outside: Sequence[str]) -> str | None:
-    """A known-good node for a lone node's pair job: the first of `outside` (GPU nodes this run
-    does not judge) that Slurm has in service; None when there is none or Slurm cannot say."""
+# A known-good partner lends a judged node the proven other end of its pair job, inside the
+# gate's maintenance reservation: it must be in service and unused, so that no user's job
+# shares it or is held off it. IDLE, and no flag but CLOUD (a cloud site's nodes): never
+# MIXED or ALLOCATED (a user's job runs there), COMPLETING (an epilog still runs), PLANNED
+# (the scheduler's next job is for it), RESERVED or MAINT (someone else's reservation holds
+# it), drained, down or rebooting.
+_PARTNER_FLAGS = frozenset({"CLOUD"})
+
+
+def known_good_partners(slurm: SlurmAdmin, outside: Sequence[str]) -> list[str]:
+    """The nodes of `outside` (GPU nodes this run does not judge) that may be a judged node's
+    partner: IDLE in service with no job on them (`squeue -w` says none), in `outside`'s order.
+    SlurmError when Slurm cannot say."""
     if not outside:
-        return None
+        return []
+    idle = {
+        s.name
+        for s in slurm.node_states(list(outside))
+        if s.state == "IDLE" and s.flags <= _PARTNER_FLAGS and s.usable
+    }
+    if not idle:
+        return []
+    busy = {n for n, jobs in slurm.jobs_on(sorted(idle)).items() if jobs}
+    return [n for n in outside if n in idle and n not in busy]
+
+
+def pick_partner(slurm: SlurmAdmin, outside: Sequence[str]) -> str | None:
+    """A known-good node for a lone node's pair job (`known_good_partners`); None when there
+    is none or Slurm cannot say."""
     try:
-        states = {s.name: s for s in slurm.node_states(list(outside))}
+        partners = known_good_partners(slurm, outside)
     except SlurmError:
         return None
-    return next((n for n in outside if n in states and states[n].usable), None)
+    return partners[0] if partners else None
+
+
+def _holding_jobs(slurm: SlurmAdmin, nodes: Sequence[str]) -> dict[str, list[str]]:
+    """The nodes of `nodes` a job runs (or completes) on now, with the job ids."""
+    return {n: jobs for n, jobs in slurm.jobs_on(list(nodes)).items() if jobs and n in nodes}
+
+
+def _busy(node: str, jobs: Sequence[str]) -> Finding:
+    ids = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+    return Finding(
+        check="slurm.unavailable",
+        node=node,
+        component="gate",
+        expected="no job on the node while the gate reserves it",
+        observed=f"job(s) {ids}",
+        message=f"{node}: job(s) {ids} run there: the gate's maintenance reservation does not "
+        "take a node a job holds, so it was not gated; not admitted without passing the gate",
+    )
 
 
 def pin_on(node: str, partner: str, findings: Sequence[Finding]) -> list[Finding]:
@@ -409,6 +451,7 @@ def gate_in_reservation(
     reservation: str,
     lift: Sequence[str],
     hold_again: str,
+    partner: str | None = None,
 ) -> GateOutcome:
     """The gate phase's Slurm steps, in the one order every workflow needs, through the door's
     gate window: reserve `nodes` so that only the gate's jobs reach them, open those of `lift`
@@ -416,9 +459,22 @@ def gate_in_reservation(
     hold and the release happen whatever the gate did, so an interrupted gate leaves no node in
     service unproven and no reservation behind. Whose drains open is the door's rule: its own,
     and with the operator's word (validate --admit, reimage --admit) the drains the nodes had
-    when the run began."""
-    with door.gate_window(reservation, nodes, lift=lift, hold_again=hold_again):
-        return guarded_gate(gate, nodes)
+    when the run began.
+
+    The reservation (`Flags=maint,ignore_jobs`) never takes a node a job holds: such a node is
+    left out of it and of the gate, `slurm.unavailable` when it is one the run judges, and
+    simply not a partner when it is the known-good `partner` (which a user's job took since it
+    was picked): the judged node then has no multi-node proof from it."""
+    busy = _holding_jobs(door.admin, nodes)
+    free = [n for n in nodes if n not in busy]
+    left_out = [_busy(n, jobs) for n, jobs in busy.items() if n != partner]
+    if not free:
+        return GateOutcome(left_out)
+    opening = [n for n in lift if n in free]
+    with door.gate_window(reservation, free, lift=opening, hold_again=hold_again):
+        outcome = guarded_gate(gate, free)
+    outcome.findings = [*outcome.findings, *left_out]
+    return outcome
 
 
 @dataclass(frozen=True)
@@ -457,6 +513,7 @@ def gate_phase(
             reservation=hold.reservation,
             lift=hold.lift,
             hold_again=hold.hold_again,
+            partner=partner,
         )
     if partner is not None:
         proof.trusted.add(partner)

@@ -441,9 +441,12 @@ def _reimage_record(
 def _partners(
     slurm: SlurmAdmin, outside: list[str], record: RunRecord, progress: Progress
 ) -> list[str]:
-    """Known-good partners for the ladder's pair rung: GPU nodes outside the run in service."""
+    """Known-good partners for the ladder's pair rung: GPU nodes outside the run in service,
+    idle and unused (`common.known_good_partners`)."""
+    from cluster_tool.workflows.common import known_good_partners
+
     try:
-        return [s.name for s in slurm.node_states(outside) if s.usable]
+        return known_good_partners(slurm, outside)
     except SlurmError as exc:
         # No known-good partner: the ladder can run the single rung only, which proves no
         # multi-node path, so each node ends `gate.unproven` and stays drained.

@@ -292,6 +292,7 @@ class Live:
                 reservation=name,
                 lift=[node],
                 hold_again=REIMAGE_REASON,
+                partner=partner,
             )
             self.proof.merge_gate(outcome.summary.get("proof") or {})
             # The partner is known good: a failing pair names the re-imaged node.

@@ -461,30 +461,52 @@ def elapsed_since(started: float) -> float:
     return round(time.monotonic() - started, 2)
 
 
+# A journal step name as the tool writes it (`converge`, `gate`, `ladder`): shown to the operator
+# only when it is one, since an earlier record is read as data.
+_STEP_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,39}$")
+
+
 def last_failed(runs_dir: Path, spec: Path) -> list[str]:
     """Hosts that did not pass in the last bringup of this spec (`--retry-failed`): GPU nodes
     whose verdict is not pass, and any other host an error finding names (a head that failed to
-    converge). UsageError when there is no such run or nothing in it failed."""
-    for record in reversed(find_runs(runs_dir, "bringup")):
-        if record.inputs().get("spec") != str(spec.resolve()):
-            continue
-        path = record.path / SUMMARY
-        if not path.is_file():
-            continue
+    converge). UsageError when there is no such run, when nothing in it failed, and when the
+    last one has no summary (it crashed, was killed or still runs): its failures are unknown,
+    and an older run's are not the ones to retry."""
+    wanted = str(spec.resolve())
+    mine = [r for r in find_runs(runs_dir, "bringup") if r.inputs().get("spec") == wanted]
+    if not mine:
+        raise UsageError(f"--retry-failed: no earlier bringup of {spec} under {runs_dir}")
+    # The newest by when it started; the folder name (seconds, a random suffix) breaks ties.
+    record = max(mine, key=lambda r: (str(r.inputs().get("started") or ""), r.run_id))
+    path = record.path / SUMMARY
+    if not path.is_file():
+        entries = record.journal()
+        last = entries[-1] if entries else None
+        reached = (
+            f"; its journal ends at `{last.step} {last.status}`"
+            if last is not None
+            and all(isinstance(w, str) and _STEP_NAME.match(w) for w in (last.step, last.status))
+            else ""
+        )
+        raise UsageError(
+            f"--retry-failed: the last bringup of {spec} ({record.run_id}) has no summary "
+            f"(crashed, killed, or still running){reached}, so which hosts failed is unknown; "
+            "run `bringup` again, or name the hosts with --limit"
+        )
+    try:
         summary = RunSummary.from_json(json.loads(read_input_text(path)))
-        failed = [n for n, v in summary.nodes.items() if v.get("verdict") != "pass"]
-        findings_path = record.path / FINDINGS
-        if findings_path.is_file():
-            # An earlier run's record: read as data, as any record from elsewhere.
-            findings = json.loads(read_input_text(findings_path)).get("findings", [])
-            failed += [
-                str(f["node"])
-                for f in findings
-                if f.get("severity") == "error" and f.get("node") and f["node"] not in failed
-            ]
-        if not failed:
-            raise UsageError(
-                f"--retry-failed: nothing failed in the last bringup ({record.run_id})"
-            )
-        return list(dict.fromkeys(failed))
-    raise UsageError(f"--retry-failed: no earlier bringup of {spec} under {runs_dir}")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise UsageError(f"--retry-failed: {path}: not a run summary: {exc}") from None
+    failed = [n for n, v in summary.nodes.items() if v.get("verdict") != "pass"]
+    findings_path = record.path / FINDINGS
+    if findings_path.is_file():
+        # An earlier run's record: read as data, as any record from elsewhere.
+        findings = json.loads(read_input_text(findings_path)).get("findings", [])
+        failed += [
+            str(f["node"])
+            for f in findings
+            if f.get("severity") == "error" and f.get("node") and f["node"] not in failed
+        ]
+    if not failed:
+        raise UsageError(f"--retry-failed: nothing failed in the last bringup ({record.run_id})")
+    return list(dict.fromkeys(failed))

@@ -4,6 +4,7 @@ node, a kernel log (the lab's HCAs, in the real line format) and HCA port counte
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -68,6 +69,9 @@ class NodeReading:
     smi: str = NVIDIA_SMI_Q
     clocks: str = field(default_factory=gpu_clocks)
     reachable: bool = True
+    # How nvidia-smi ended (both of its probes, `-q` and `--query-gpu`, run the same tool).
+    smi_rc: int = 0
+    smi_stderr: str = ""
 
 
 @dataclass
@@ -89,10 +93,12 @@ class CapturedSources:
             out[node] = HostResult(
                 node,
                 outputs={
-                    "nvidia-smi-q": ProbeOutput(0, r.smi),
+                    "nvidia-smi-q": ProbeOutput(r.smi_rc, r.smi, r.smi_stderr),
                     "kernel-log": ProbeOutput(0, r.kernel_log),
                     "port-counters": ProbeOutput(0, r.counters),
-                    "gpu-clocks": ProbeOutput(0, r.clocks),
+                    "gpu-clocks": ProbeOutput(
+                        r.smi_rc, r.clocks if r.smi_rc == 0 else r.smi, r.smi_stderr
+                    ),
                 },
             )
         return out
@@ -111,6 +117,10 @@ class WatchSlurm(SlurmCluster):
     # previous run's epilog runs, then PENDING for BeginTime (a test moves it on).
     queued: dict[str, tuple[str, str]] = field(default_factory=dict)
     started: list[str] = field(default_factory=list)
+    # What `scontrol show node` adds for a node: its State= as Slurm would print it (a reboot:
+    # `DOWN+REBOOT_ISSUED Reason=Reboot ASAP : reboot issued`) and its BootTime.
+    shown: dict[str, str] = field(default_factory=dict)
+    boot: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, argv: Sequence[str]) -> str:
         argv = list(argv)
@@ -139,6 +149,14 @@ class WatchSlurm(SlurmCluster):
             self.started.append(argv[2].split("=", 1)[1])
             return ""
         return super().__call__(argv)
+
+    def _line(self, node: str) -> str:
+        line = super()._line(node).rstrip("\n")
+        if node in self.shown:
+            line = re.sub(r"State=\S+", lambda _: f"State={self.shown[node]}", line)
+        if node in self.boot:
+            line = line.replace(" State=", f" BootTime={self.boot[node]} State=", 1)
+        return line + "\n"
 
     def drains(self) -> list[list[str]]:
         return [c for c in self.calls if c[:2] == ["scontrol", "update"] and "state=drain" in c]
