@@ -548,9 +548,22 @@ CHECKS: dict[str, CheckInfo] = _table(
         "error",
         "a dcgmi diag run that did not diagnose the node",
         section="gpu",
-        what="`dcgmi diag -r N` (the node checks' `-r 1`, the burn-in's `-r 3`) did not diagnose the node: killed by its timeout (exit 124/137, whatever it printed first), its table cut off before the closing border, no test listed, every test `Skip`, every GPU test `Skip` (only the deployment checks ran), only the deployment checks at `-r 2` and above, or a GPU that every GPU test skipped. The DCGM check did not run, so the node is `unknown`, never `pass`; a `Fail` row it did print is still `gpu.dcgm`",
-        shows="`a complete dcgmi diag -r N table with its tests run` / `cut off`, `every test Skip`, `exit 124`; component `dcgmi-diag`, or the skipped GPUs",
-        action="run `dcgmi diag -r N` by hand and read why DCGM skipped (its Info rows, `nv-hostengine` running, GPUs busy); raise the probe timeout if the run is just long",
+        what=(
+            "`dcgmi diag -r N` (the node checks' `-r 1`, the burn-in's `-r 3`) did not diagnose the"
+            " node: killed by its timeout (exit 124/137, whatever it printed first), its table cut "
+            "off before the closing border, no test listed, every test `Skip`, every GPU test "
+            "`Skip` (only the deployment checks ran), only the deployment checks at `-r 2` and "
+            "above, or a GPU that every GPU test skipped. The DCGM check did not run, so the node "
+            "is `unknown`, never `pass`; a `Fail` row it did print is still `gpu.dcgm`"
+        ),
+        shows=(
+            "`a complete dcgmi diag -r N table with its tests run` / `cut off`, `every test Skip`, "
+            "`exit 124`; component `dcgmi-diag`, or the skipped GPUs"
+        ),
+        action=(
+            "run `dcgmi diag -r N` by hand and read why DCGM skipped (its Info rows, "
+            "`nv-hostengine` running, GPUs busy); raise the probe timeout if the run is just long"
+        ),
         not_run=True,
         needs=("gpu.driver",),
         probe="dcgmi-diag",
