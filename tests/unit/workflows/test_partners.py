@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster_tool.admission import Door
+from cluster_tool.drains import REIMAGE_REASON, Owner
 from cluster_tool.spec import load_spec
 from cluster_tool.workflows.bringup import BringupOptions, run_bringup
 from cluster_tool.workflows.jobs import _partners
@@ -96,8 +98,8 @@ def test_validate_after_never_reserves_a_judged_node_a_job_still_holds() -> None
     slurm = SlurmCluster(NODES, drained=maintenance, jobs={"4711": ("gpu003", LONG)})
     gate = Gate(slurm)
     deps = AfterMaintenanceDeps(
-        fabric=lambda: Validation([]),
-        health=lambda nodes: Validation([]),
+        fabric=lambda: Validation.of([], health=False),
+        health=lambda nodes: Validation.of(nodes),
         gate=gate,
         slurm=admin_slurm(slurm),
     )
@@ -114,7 +116,7 @@ def test_a_ladder_partner_a_users_job_took_since_it_was_picked_is_left_out(
     tmp_path: Path,
 ) -> None:
     # gpu003 was idle when the re-image began; a user's job runs there by the ladder's turn.
-    slurm = SlurmCluster(NODES, drained={"gpu002": "reimage"}, jobs={"4711": ("gpu003", LONG)})
+    slurm = SlurmCluster(NODES, drained={"gpu002": REIMAGE_REASON}, jobs={"4711": ("gpu003", LONG)})
     ran: list[Sequence[str]] = []
 
     class Watching(LadderOnly):
@@ -129,7 +131,7 @@ def test_a_ladder_partner_a_users_job_took_since_it_was_picked_is_left_out(
         slurm=admin_slurm(slurm),
     )
     live.gate_answer = []
-    findings = live.node_ladder("gpu002", "gpu003")
+    findings = live.node_ladder("gpu002", "gpu003", Door(live.slurm, Owner.REIMAGE)).findings
     assert ran == [["gpu002"]] and reserved(slurm) == ["gpu002"]
     # Nothing is said against the partner; the re-imaged node has no multi-node proof.
     assert [(f.check, f.node) for f in findings if f.fails] == [("gate.unproven", "gpu002")]
