@@ -21,7 +21,7 @@ from cluster_tool.drains import REIMAGE_REASON, Owner, step_reason, workflow_rea
 from cluster_tool.errors import UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import SlurmAdmin, SlurmError
-from cluster_tool.workflows.common import drain_and_wait, refusal_findings
+from cluster_tool.workflows.common import drain_and_wait, known_good_partners, refusal_findings
 from cluster_tool.workflows.runs import RunRecord
 
 # The steps of one node, in order; the journal names them so.
@@ -370,12 +370,19 @@ class _Machine:
         return [n for n in nodes if self.outcomes[n].status == "pending"]
 
     def partner_for(self, node: str) -> str | None:
-        """A known-good node: one re-imaged and passed in this run, else a usable node that is
-        not in this re-image at all."""
+        """A known-good node: one re-imaged and passed in this run, else one of the run's
+        partners (nodes outside it) that is still idle in service with no job now: the list was
+        made when the run began, hours of batches ago, and a user's job may hold any of them
+        by this node's turn."""
         passed = [n for n, o in self.outcomes.items() if o.status == "passed" and n != node]
-        if passed:
-            return passed[0]
-        return self.partners[0] if self.partners else None
+        candidates = [*passed, *self.partners]
+        if not candidates:
+            return None
+        try:
+            free = known_good_partners(self.door.admin, candidates)
+        except SlurmError:
+            return None  # no word from Slurm: no partner, the node stays unproven
+        return free[0] if free else None
 
     def ladder(self, node: str, batch: int) -> NodeProof | None:
         """The node's proof: from the ladder now, or, on a resumed run, the one journaled before
