@@ -12,6 +12,9 @@ from functools import cached_property
 
 from cluster_tool.errors import UsageError
 
+# How a source counts training FLOPs per token (`ModelSpec.model_flops_per_token`).
+FLOPS_CONVENTIONS = ("full", "causal", "full-mha")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -105,12 +108,28 @@ class ModelSpec:
         """Published over counted parameters: 1 unless --params overrides the count."""
         return self.params / self.counted_params
 
-    def model_flops_per_token(self, seq: int | None = None) -> float:
+    def model_flops_per_token(self, seq: int | None = None, convention: str = "full") -> float:
         """Training FLOPs per token, `6·P + 12·L·H·Q·T` (forward 2, backward 4 per weight;
         attention scores and their use on values: 2·2·T·H·Q per layer forward, ×3 with backward).
-        Recomputation is not counted: this is the numerator of MFU."""
+        Recomputation is not counted: this is the numerator of MFU.
+
+        `convention` says how the attention is counted, as sources differ (see FLOPS_CONVENTIONS):
+        `full` over the whole sequence (PaLM's MFU, Megatron-LM's and NeMo's FLOP counters),
+        `causal` only the lower triangle the causal mask keeps (half the attention term),
+        `full-mha` as `full` with K and V projections counted as if every query head had its
+        own (some NeMo benchmark READMEs count grouped-query models this way)."""
         t = self.seq if seq is None else seq
-        return 6.0 * self.matmul_params + 12.0 * self.layers * self.hidden * t
+        if convention not in FLOPS_CONVENTIONS:
+            raise UsageError(
+                f"FLOP convention {convention!r}: one of {', '.join(FLOPS_CONVENTIONS)}"
+            )
+        attention = 12.0 * self.layers * self.hidden * t
+        if convention == "causal":
+            attention /= 2.0
+        matmul = self.matmul_params
+        if convention == "full-mha":
+            matmul += self.layers * 2.0 * self.hidden * (self.hidden - self.kv_dim) * self.scale
+        return 6.0 * matmul + attention
 
     def with_seq(self, seq: int) -> ModelSpec:
         return replace(self, seq=seq)
