@@ -14,7 +14,7 @@ from cluster_tool.plan.estimate import KERNEL_EFFICIENCY
 from cluster_tool.plan.model import PRESETS
 
 if TYPE_CHECKING:
-    from cluster_tool.plan import ClusterShape, ModelSpec
+    from cluster_tool.plan import Assumptions, ClusterShape, Layout, ModelSpec, Training
 
 # The default global batch: about 4M tokens, Llama 3's starting batch (Dubey et al. 2024, 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
@@ -170,6 +170,13 @@ def plan_command(
     peak_tflops: Annotated[
         float | None, typer.Option("--peak-tflops", help="Override the GPU's peak TFLOP/s.")
     ] = None,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help="Estimate this layout instead of searching: TP,PP,CP,DP[,VP][,MBS].",
+        ),
+    ] = None,
     top: Annotated[int, typer.Option("--top", help="How many layouts to show.")] = 5,
     hostfile: Annotated[
         Path | None,
@@ -180,6 +187,7 @@ def plan_command(
     """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
     from cluster_tool.plan import (
         Assumptions,
+        Layout,
         Training,
         parse_hostlist,
         plan,
@@ -210,6 +218,7 @@ def plan_command(
             "--kernel-efficiency": kernel_efficiency,
         },
     )
+    given = Layout.parse(layout) if layout is not None else None
     model = _model(model_name, params, layers, hidden, heads, kv_heads, ffn, vocab, seq)
     cluster = _cluster(spec, nodes, gpu, nodes_per_su)
     if gate_results is not None:
@@ -221,9 +230,13 @@ def plan_command(
         cluster = cluster.with_drained(n for n in gate.drained if n in known)
     if drained:
         cluster = cluster.with_drained(parse_hostlist(drained, "--drained"))
+    if given is not None and micro_batch is not None and given.micro_batch != micro_batch:
+        raise UsageError(
+            f"--micro-batch {micro_batch} and --layout's MBS {given.micro_batch} differ"
+        )
     training = Training(
         global_batch=global_batch or max(1, DEFAULT_BATCH_TOKENS // model.seq),
-        micro_batch=micro_batch,
+        micro_batch=given.micro_batch if given is not None else micro_batch,
         precision=precision,
         zero=zero,
         recompute=recompute,
@@ -234,6 +247,8 @@ def plan_command(
         tp_overlap=tp_overlap,
         peak_tflops=peak_tflops,
     )
+    if given is not None:
+        return _layout_mode(model, cluster, training, assumptions, given, hostfile, json_out)
     result = plan(model, cluster, training, assumptions)
     doc = plan_json(model, cluster, training, assumptions, result, top=top)
     if hostfile is not None and doc["layouts"]:
@@ -244,6 +259,34 @@ def plan_command(
         _print(doc)
     if not result.layouts:
         output.error_line(_nothing_fits(doc))
+        return EXIT_CHECKS_FAILED
+    return 0
+
+
+def _layout_mode(
+    model: "ModelSpec",
+    cluster: "ClusterShape",
+    training: "Training",
+    assumptions: "Assumptions",
+    given: "Layout",
+    hostfile: Path | None,
+    json_out: bool,
+) -> int:
+    """`--layout`: estimate the given layout; exit 1 (and say by how much) when it does not fit."""
+    from cluster_tool.plan.report import layout_doc
+    from cluster_tool.plan.search import estimate_layout
+
+    est = estimate_layout(model, cluster, training, given, assumptions)
+    doc = layout_doc(model, cluster, training, assumptions, est)
+    if hostfile is not None and doc["fits"]:
+        _write_hostfile(hostfile, doc["layout"]["placement"]["hostfile"])
+    if json_out:
+        output.emit_json(doc)
+    else:
+        _print_header(doc)
+        _print_one_layout(doc)
+    if not doc["fits"]:
+        output.error_line(f"the layout does not fit in memory: {doc['why_not']}")
         return EXIT_CHECKS_FAILED
     return 0
 
@@ -267,9 +310,7 @@ def _nothing_fits(doc: dict) -> str:
     )
 
 
-def _print(doc: dict) -> None:
-    from rich import box
-    from rich.table import Table
+def _print_header(doc: dict) -> None:
     from rich.text import Text
 
     console = output.stdout
@@ -288,6 +329,14 @@ def _print(doc: dict) -> None:
         f"({c['hbm_gib']:.0f} GiB){drained}; fabric busbw {c['fabric_busbw_gbs']:.0f} GB/s, "
         f"NVLink {c['nvlink_busbw_gbs']:.0f} GB/s ({c['busbw_source']})"
     )
+
+
+def _print(doc: dict) -> None:
+    from rich import box
+    from rich.table import Table
+
+    console = output.stdout
+    _print_header(doc)
     if not doc["layouts"]:
         return
     table = Table(
@@ -322,13 +371,60 @@ def _print(doc: dict) -> None:
             str(lay["placement"]["nodes"]),
         )
     console.print(table)
-    best = doc["layouts"][0]
-    pl = best["placement"]
+    _print_launch(doc, doc["layouts"][0], "Best:")
+
+
+def _print_one_layout(doc: dict) -> None:
+    """`--layout`: where the memory and the step time of the one layout go."""
+    console = output.stdout
+    lay = doc["layout"]
+    mem = lay["memory"]
+    verdict = (
+        f"fits, {mem['margin_gib']:.1f} GiB to spare"
+        if doc["fits"]
+        else f"does NOT fit: {doc['why_not']}"
+    )
+    console.print(
+        f"Layout TP {lay['tp']} × CP {lay['cp']} × PP {lay['pp']} × DP {lay['dp']}, VP "
+        f"{lay['vp']}, micro-batch {lay['micro_batch']} ({lay['microbatches']} per step), "
+        f"stages {'/'.join(str(n) for n in lay['stage_layers'])}",
+        markup=False,
+    )
+    console.print(
+        f"Memory per GPU: weights {mem['weights_gib']:.1f} + gradients "
+        f"{mem['gradients_gib']:.1f} + optimizer {mem['optimizer_gib']:.1f} + activations "
+        f"{mem['activations_gib']:.1f} = {lay['memory_per_gpu_gib']:.1f} GiB of "
+        f"{mem['usable_gib']:.1f} usable: {verdict}",
+        markup=False,
+    )
+    t = lay["time_s"]
+    console.print(
+        f"Step {lay['step_time_s']:.3f} s: compute {t['compute']:.3f}, TP {t['tp_comm']:.3f}, "
+        f"PP {t['pp_comm_exposed']:.3f}, CP {t['cp_comm_exposed']:.3f}, DP "
+        f"{t['dp_comm_exposed']:.3f} (exposed), bubble {lay['bubble']:.1%} of the pipeline",
+        markup=False,
+    )
+    console.print(
+        f"MFU {lay['mfu']:.1%}, {lay['achieved_tflops_per_gpu']:.0f} TFLOP/s per GPU, "
+        f"{lay['tokens_per_s']:.0f} tokens/s",
+        markup=False,
+    )
+    for note in lay["notes"]:
+        console.print(f"note: {note}", markup=False)
+    if doc["fits"]:
+        _print_launch(doc, lay, "Launch:")
+
+
+def _print_launch(doc: dict, lay: dict, title: str) -> None:
+    from rich.text import Text
+
+    console = output.stdout
+    pl = lay["placement"]
     console.print(
         Text.assemble(
-            ("Best:", "bold"),
-            f" TP {best['tp']} (in a node) × CP {best['cp']} × PP {best['pp']} "
-            f"(stages {'/'.join(str(n) for n in best['stage_layers'])}) × DP {best['dp']}"
+            (title, "bold"),
+            f" TP {lay['tp']} (in a node) × CP {lay['cp']} × PP {lay['pp']} "
+            f"(stages {'/'.join(str(n) for n in lay['stage_layers'])}) × DP {lay['dp']}"
             f" on {pl['nodes']} nodes; pipelines whole in one SU: "
             + _whole(pl)
             + (f"; idle {pl['idle_nodes']}" if pl["idle_nodes"] else ""),

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
         torchrun_args,
     )
     from cluster_tool.plan.placement import Placement, RankSlot, place, placeable
-    from cluster_tool.plan.report import layout_json, plan_json
-    from cluster_tool.plan.search import PlanResult, plan
+    from cluster_tool.plan.report import layout_doc, layout_json, plan_json
+    from cluster_tool.plan.search import PlanResult, check_layout, estimate_layout, plan
 
 # The rest of the planner (the cluster model with ClusterShell, search, placement, launch)
 # loads on first use: `cluster-tool plan` declares its options without it.
@@ -66,10 +66,13 @@ __all__ = [
     "PlanResult",
     "RankSlot",
     "Training",
+    "check_layout",
     "estimate",
+    "estimate_layout",
     "gpu_spec",
     "hostfile_text",
     "layer_activation_bytes",
+    "layout_doc",
     "layout_json",
     "megatron_args",
     "megatron_gpt",

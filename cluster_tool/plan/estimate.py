@@ -143,6 +143,22 @@ class Layout:
     def microbatches(self, global_batch: int) -> int:
         return global_batch // (self.dp * self.micro_batch)
 
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        """`TP,PP,CP,DP[,VP][,MBS]`, as `plan --layout` takes it (VP and MBS default to 1)."""
+        parts = text.split(",")
+        if not 4 <= len(parts) <= 6:
+            raise UsageError(f"--layout {text!r}: give TP,PP,CP,DP[,VP][,MBS]")
+        names = ("TP", "PP", "CP", "DP", "VP", "MBS")
+        values = []
+        for name, part in zip(names, parts, strict=False):
+            if not part.strip().isdigit() or not 1 <= int(part) <= 1 << 20:
+                raise UsageError(f"--layout {text!r}: {name} must be a whole number from 1")
+            values.append(int(part))
+        values += [1] * (6 - len(values))
+        tp, pp, cp, dp, vp, mbs = values
+        return cls(tp=tp, pp=pp, dp=dp, cp=cp, vp=vp, micro_batch=mbs)
+
 
 @dataclass(frozen=True)
 class Memory:
@@ -161,6 +177,22 @@ class Memory:
     @property
     def fits(self) -> bool:
         return self.total <= self.usable
+
+    @property
+    def margin(self) -> float:
+        """Bytes left free (negative: how far over)."""
+        return self.usable - self.total
+
+    def largest(self) -> tuple[str, float]:
+        """The kind that takes the most, and its bytes."""
+        parts = {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer state": self.optimizer,
+            "activations": self.activations,
+        }
+        kind = max(parts, key=lambda k: parts[k])
+        return kind, parts[kind]
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,44 @@ def _largest_dp(
         if placeable(Layout(tp, pp, dp, cp, 1, micro_batch), g):
             return dp
     return None
+
+
+def check_layout(model: ModelSpec, cluster: ClusterShape, training: Training, lay: Layout) -> None:
+    """A usage error naming the first thing that makes `lay` impossible to run as given: what
+    Megatron-LM would refuse at start-up, or what the usable nodes cannot hold. Memory is not
+    checked here: a layout that does not fit is still estimated, to say by how much."""
+    g = cluster.gpus_per_node
+    name = f"TP {lay.tp} PP {lay.pp} CP {lay.cp} DP {lay.dp}"
+    if model.heads % lay.tp:
+        raise UsageError(f"{name}: TP {lay.tp} does not divide {model.heads} attention heads")
+    if lay.tp > cluster.nvlink_domain:
+        raise UsageError(
+            f"{name}: TP {lay.tp} is wider than the NVLink domain of {cluster.nvlink_domain}"
+        )
+    if lay.pp > model.layers:
+        raise UsageError(f"{name}: {lay.pp} pipeline stages for {model.layers} layers")
+    if model.seq % (2 * lay.cp):
+        raise UsageError(f"{name}: CP {lay.cp} needs a sequence divisible by {2 * lay.cp}")
+    if lay.vp > 1 and lay.pp == 1:
+        raise UsageError(f"{name}: virtual stages need PP > 1")
+    if training.global_batch % (lay.dp * lay.micro_batch):
+        raise UsageError(
+            f"{name}: global batch {training.global_batch} is not a multiple of DP {lay.dp} × "
+            f"micro-batch {lay.micro_batch}"
+        )
+    if lay.gpus > cluster.usable_gpus:
+        raise UsageError(f"{name}: {lay.gpus} GPUs, {cluster.usable_gpus} are usable")
+    if not placeable(lay, g):
+        raise UsageError(f"{name}: does not line up with {g}-GPU nodes")
+
+
+def estimate_layout(
+    model: ModelSpec,
+    cluster: ClusterShape,
+    training: Training,
+    lay: Layout,
+    assumptions: Assumptions | None = None,
+) -> Estimate:
+    """`plan --layout`: the estimate of one given layout, the same the search computes for it."""
+    check_layout(model, cluster, training, lay)
+    return estimate(model, cluster, training, lay, assumptions or Assumptions())
