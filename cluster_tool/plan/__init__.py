@@ -8,16 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 # The cost model loads with the package; `estimate` is bound here so the function, not the
 # submodule, is what `from cluster_tool.plan import estimate` gives.
+from cluster_tool.plan.calibration import FITTED, Calibration
 from cluster_tool.plan.estimate import (
-    KERNEL_EFFICIENCY,
-    MODEL_ERROR,
     Assumptions,
     Estimate,
     Layout,
     Memory,
+    Overlap,
     Training,
     estimate,
     layer_activation_bytes,
+    pipeline_split,
     stage_layers,
 )
 from cluster_tool.plan.model import PRESETS, ModelSpec, megatron_gpt, preset
@@ -49,11 +50,11 @@ if TYPE_CHECKING:
 _LAZY_MODULES = ("cluster", "launch", "placement", "report", "search")
 
 __all__ = [
+    "FITTED",
     "GPUS",
-    "KERNEL_EFFICIENCY",
-    "MODEL_ERROR",
     "PRESETS",
     "Assumptions",
+    "Calibration",
     "ClusterShape",
     "Estimate",
     "GateResults",
@@ -61,6 +62,7 @@ __all__ = [
     "Layout",
     "Memory",
     "ModelSpec",
+    "Overlap",
     "Placement",
     "PlanNode",
     "PlanResult",
@@ -78,6 +80,7 @@ __all__ = [
     "megatron_gpt",
     "parse_hostlist",
     "pipeline_layout",
+    "pipeline_split",
     "place",
     "placeable",
     "plan",

@@ -17,8 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cluster_tool.errors import ParseError
-from cluster_tool.plan.estimate import Layout, Training
+from cluster_tool.errors import ParseError, UsageError
+from cluster_tool.plan.estimate import Assumptions, Estimate, Layout, Training
 from cluster_tool.plan.model import FLOPS_CONVENTIONS, ModelSpec
 
 if TYPE_CHECKING:
@@ -57,6 +57,8 @@ class PublishedRun:
     recompute: str | None
     tp_overlap: bool | None
     zero: str | None
+    grad_dtype: str | None
+    optimizer_dtype: str | None
     metric: str
     value: float
     convention: str
@@ -225,6 +227,8 @@ def load_runs(path: Path = RUNS_CSV, models_path: Path = MODELS_CSV) -> tuple[Pu
             recompute=row.maybe_choice("recompute", RECOMPUTE),
             tp_overlap=None if overlap is None else overlap == "yes",
             zero=row.maybe_choice("zero", ("1", "2")),
+            grad_dtype=row.maybe_choice("grad_dtype", ("fp32", "bf16")),
+            optimizer_dtype=row.maybe_choice("optimizer_dtype", ("fp32", "bf16")),
             metric=row.choice("metric", METRICS),
             value=value,
             convention=row.choice("convention", FLOPS_CONVENTIONS),
@@ -257,7 +261,15 @@ def run_training(run: PublishedRun) -> Training:
         precision=run.precision,
         zero=run.zero or defaults.zero,
         recompute=run.recompute or defaults.recompute,
+        grad_dtype=run.grad_dtype or defaults.grad_dtype,
+        optimizer_dtype=run.optimizer_dtype or defaults.optimizer_dtype,
     )
+
+
+def run_assumptions(run: PublishedRun) -> Assumptions:
+    """The planner's assumptions for the run: TP communication overlapped unless the source
+    says it was not (the planner's own default, and what Megatron-LM's and NeMo's recipes set)."""
+    return Assumptions(tp_overlap=run.tp_overlap is not False)
 
 
 def run_cluster(run: PublishedRun) -> ClusterShape:
@@ -269,19 +281,36 @@ def run_cluster(run: PublishedRun) -> ClusterShape:
 
 def published_layouts(run: PublishedRun) -> list[Layout]:
     """The run's layout; where the source leaves the virtual stages or the micro-batch unsaid,
-    every value the planner would consider for them (the caller keeps the best)."""
-    vps = (
-        [run.vp]
-        if run.vp
-        else [1, *(v for v in range(2, 33) if run.model.layers % (v * run.pp) == 0)]
-    )
-    if run.pp == 1:
-        vps = [1]
-    micro = [run.micro_batch] if run.micro_batch else [1, 2, 4, 8]
+    every value the planner's search would consider for them (the caller keeps the best: those
+    are the planner's to choose, as they would be for that layout in its search)."""
+    from cluster_tool.plan.search import MICRO_BATCHES, virtual_stage_sizes
+
     layouts = []
-    for b in micro:
+    for b in [run.micro_batch] if run.micro_batch else MICRO_BATCHES:
         if run.global_batch % (run.dp * b):
             continue
-        for v in vps:
+        m = run.global_batch // (run.dp * b)
+        for v in [run.vp] if run.vp else virtual_stage_sizes(run.model, run.pp, m):
             layouts.append(Layout(run.tp, run.pp, run.dp, run.cp, v, b))
     return layouts
+
+
+def published_estimate(
+    run: PublishedRun, assumptions: Assumptions | None = None
+) -> tuple[Estimate, bool]:
+    """The planner's estimate of the run's own layout (the best over what the source left
+    unsaid), and whether the layout fits in memory."""
+    from cluster_tool.plan.estimate import estimate
+
+    cluster, training = run_cluster(run), run_training(run)
+    a = assumptions or run_assumptions(run)
+    estimates = []
+    for lay in published_layouts(run):
+        try:
+            estimates.append(estimate(run.model, cluster, training, lay, a))
+        except UsageError:
+            continue  # a VP no split of these layers can give
+    if not estimates:
+        raise UsageError(f"{run.id}: no virtual-stage count splits its layers")
+    fitting = [e for e in estimates if e.fits]
+    return max(fitting or estimates, key=lambda e: e.mfu), bool(fitting)

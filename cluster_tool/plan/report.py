@@ -38,6 +38,7 @@ def layout_json(est: Estimate, placement: Placement | None = None) -> dict[str, 
         "cp": lay.cp,
         "vp": lay.vp,
         "micro_batch": lay.micro_batch,
+        "ep": lay.ep,
         "microbatches": est.microbatches,
         "gpus": lay.gpus,
         "stage_layers": list(est.stage_layers),
@@ -56,13 +57,26 @@ def layout_json(est: Estimate, placement: Placement | None = None) -> dict[str, 
             "usable_gib": _gib(est.memory.usable),
             "margin_gib": _gib(est.memory.margin),
         },
+        "pipeline_split": est.split.kind,
         "time_s": {
             "compute": round(est.compute_s, 4),
-            "tp_comm": round(est.tp_comm_s, 4),
-            "pp_comm_exposed": round(est.pp_comm_s, 4),
+            "tp_comm_exposed": round(est.tp_comm_s, 4),
             "cp_comm_exposed": round(est.cp_comm_s, 4),
+            "ep_comm_exposed": round(est.ep_comm_s, 4),
+            "pp_comm_exposed": round(est.pp_comm_s, 4),
+            "bubble": round(est.bubble_s, 4),
             "dp_comm_exposed": round(est.dp_comm_s, 4),
+            "optimizer": round(est.optimizer_s, 4),
         },
+        "overlap": [
+            {
+                "kind": o.kind,
+                "total_s": round(o.total_s, 4),
+                "exposed_s": round(o.exposed_s, 4),
+                "reason": o.reason,
+            }
+            for o in est.overlaps
+        ],
         "notes": list(est.notes),
     }
     if placement is not None:
@@ -85,7 +99,13 @@ def _context_json(
             "ffn": model.ffn,
             "vocab": model.vocab,
             "seq": model.seq,
-            "model_flops_per_token": model.model_flops_per_token(),
+            "mlp": "gated" if model.gated_mlp else "plain",
+            "experts": model.experts,
+            "top_k": model.top_k,
+            "flops_convention": assumptions.flops_convention,
+            "model_flops_per_token": model.model_flops_per_token(
+                convention=assumptions.flops_convention
+            ),
         },
         "training": asdict(training),
         "cluster": {

@@ -54,7 +54,7 @@ def test_layout_that_does_not_fit_says_by_how_much_and_exits_1(
     ("layout", "message"),
     [
         ("8,2,1", "TP,PP,CP,DP"),
-        ("8,2,1,4,1,1,1", "TP,PP,CP,DP"),
+        ("8,2,1,4,1,1,1,1", "TP,PP,CP,DP"),
         ("3,2,1,4", "does not divide 64 attention heads"),
         ("16,1,1,8", "NVLink domain"),
         ("8,2,1,32", "512 GPUs, 128 are usable"),
@@ -74,3 +74,30 @@ def test_impossible_layouts_are_usage_errors(
 def test_layout_and_a_different_micro_batch_conflict(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--layout", "8,2,1,8,1,2", "--micro-batch", "1"]) == 2
     assert "differ" in capsys.readouterr().err
+
+
+def test_flops_convention_changes_mfu_not_the_step(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*BASE, "--seq", "32768", "--global-batch", "64", "--layout", "8,2,2,4"]
+    full = _json(capsys, args)["layout"]
+    causal = _json(capsys, [*args, "--flops-convention", "causal"])["layout"]
+    assert causal["step_time_s"] == full["step_time_s"]
+    assert causal["mfu"] < full["mfu"]
+    assert main([*args, "--flops-convention", "halfish"]) == 2
+
+
+def test_custom_plain_mlp_and_moe_models(capsys: pytest.CaptureFixture[str]) -> None:
+    # Nemotron-4 15B described by its shape: squared-ReLU (plain) MLP of 4h; its report
+    # states 12.5B non-embedding and 3.2B embedding parameters.
+    nemotron = [
+        "plan", "--nodes", "8", "--layers", "32", "--hidden", "6144", "--heads", "48",
+        "--kv-heads", "8", "--vocab", "256000", "--seq", "4096", "--mlp", "plain",
+    ]  # fmt: skip
+    doc = _json(capsys, nemotron)
+    assert doc["model"]["mlp"] == "plain" and doc["model"]["ffn"] == 4 * 6144
+    assert doc["model"]["params"] == pytest.approx(15.7e9, rel=0.01)
+    moe = [*nemotron, "--experts", "8", "--top-k", "2", "--moe-ffn", "8192"]
+    doc = _json(capsys, moe)
+    assert doc["model"]["experts"] == 8 and doc["model"]["top_k"] == 2
+    assert "--num-experts 8" in doc["launch"]["megatron_args"]
+    assert main([*nemotron, "--top-k", "2"]) == 2
+    assert main(["plan", "--nodes", "8", "--model", "llama3-8b", "--mlp", "plain"]) == 2
