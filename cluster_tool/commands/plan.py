@@ -10,11 +10,13 @@ import typer
 from cluster_tool import output
 from cluster_tool.bounds import MAX_HOSTS, check_count
 from cluster_tool.errors import EXIT_CHECKS_FAILED, UsageError
-from cluster_tool.plan.estimate import KERNEL_EFFICIENCY
-from cluster_tool.plan.model import PRESETS
+from cluster_tool.plan.model import FLOPS_CONVENTIONS, PRESETS
 
 if TYPE_CHECKING:
-    from cluster_tool.plan import ClusterShape, ModelSpec
+    from cluster_tool.plan import Assumptions, ClusterShape, Layout, ModelSpec, Training
+
+# The stated error, printed with every plan (benchmarks/planner_fit.py on the held-out rows).
+MODEL_ERROR_TEXT = "held-out MFU error 6.6 % mean, 31 % worst"
 
 # The default global batch: about 4M tokens, Llama 3's starting batch (Dubey et al. 2024, 3.4.1).
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
@@ -35,12 +37,15 @@ _COUNT_LIMITS = {
     "--nodes": MAX_HOSTS,
     "--nodes-per-su": MAX_HOSTS,
     "--top": 1000,
+    "--experts": 4096,
+    "--top-k": 4096,
+    "--moe-ffn": 1 << 22,
 }
 
 
 def _check_arguments(counts: dict[str, int | None], fractions: dict[str, float | None]) -> None:
-    """Every count at least 1 and under its limit, every fraction in (0, 1] ([0, 1] for the
-    overlaps), --params and --peak-tflops positive: a one-line UsageError naming the option,
+    """Every count at least 1 and under its limit, every fraction in (0, 1], --params and
+    --peak-tflops positive: a one-line UsageError naming the option,
     where a zero would have been taken as "not given" or a huge value would never finish."""
     for flag, value in counts.items():
         if value is not None:
@@ -48,7 +53,7 @@ def _check_arguments(counts: dict[str, int | None], fractions: dict[str, float |
     for flag, number in fractions.items():
         if number is None:
             continue
-        low_ok = number >= 0 if flag in ("--overlap", "--tp-overlap") else number > 0
+        low_ok = number > 0
         if flag in ("--params", "--peak-tflops"):
             if not (number > 0 and math.isfinite(number)):
                 raise UsageError(f"{flag} {number}: must be a positive number")
@@ -66,10 +71,19 @@ def _model(
     ffn: int | None,
     vocab: int | None,
     seq: int | None,
+    mlp: str | None = None,
+    experts: int | None = None,
+    top_k: int | None = None,
+    moe_ffn: int | None = None,
 ) -> "ModelSpec":
     from cluster_tool.plan import ModelSpec, preset
 
+    if mlp is not None and mlp not in ("gated", "plain"):
+        raise UsageError(f"--mlp {mlp!r}: gated (SwiGLU) or plain (GeLU, squared ReLU)")
     if name:
+        shape = [f for f, v in (("--mlp", mlp), ("--experts", experts)) if v is not None]
+        if shape:
+            raise UsageError(f"{', '.join(shape)} describe a custom model, not --model {name}")
         model = preset(name)
         if seq:
             model = model.with_seq(seq)
@@ -90,10 +104,15 @@ def _model(
         hidden=hidden,
         heads=heads,
         kv_heads=kv_heads or heads,
-        ffn=ffn or -(-8 * hidden // (3 * 256)) * 256,  # Llama: 8h/3 rounded up to 256
+        # Llama's SwiGLU: 8h/3 rounded up to 256 (the same weights as a plain MLP of 4h).
+        ffn=ffn or (4 * hidden if mlp == "plain" else -(-8 * hidden // (3 * 256)) * 256),
         vocab=vocab or 128256,
         seq=seq or 8192,
         params_override=params * 1e9 if params else None,
+        gated_mlp=mlp != "plain",
+        experts=experts or 0,
+        top_k=(top_k or (2 if experts else 0)),
+        moe_ffn=moe_ffn or 0,
     )
 
 
@@ -132,6 +151,19 @@ def plan_command(
         int | None, typer.Option("--ffn", help="FFN size (SwiGLU); default 8h/3 up to 256.")
     ] = None,
     vocab: Annotated[int | None, typer.Option("--vocab", help="Vocabulary size.")] = None,
+    mlp: Annotated[
+        str | None,
+        typer.Option("--mlp", help="Custom model's MLP: gated (SwiGLU) or plain (GeLU)."),
+    ] = None,
+    experts: Annotated[
+        int | None, typer.Option("--experts", help="Custom MoE: experts per layer.")
+    ] = None,
+    top_k: Annotated[
+        int | None, typer.Option("--top-k", help="Custom MoE: experts per token (default 2).")
+    ] = None,
+    moe_ffn: Annotated[
+        int | None, typer.Option("--moe-ffn", help="Custom MoE: FFN size of one expert.")
+    ] = None,
     seq: Annotated[int | None, typer.Option("--seq", help="Sequence length.")] = None,
     global_batch: Annotated[
         int | None,
@@ -145,6 +177,12 @@ def plan_command(
     recompute: Annotated[
         str, typer.Option("--recompute", help="Activation recomputation: none|selective|full.")
     ] = "selective",
+    grad_dtype: Annotated[
+        str, typer.Option("--grad-dtype", help="Gradients kept and reduced in fp32 or bf16.")
+    ] = "fp32",
+    optimizer_dtype: Annotated[
+        str, typer.Option("--optimizer-dtype", help="Adam's moments in fp32 or bf16.")
+    ] = "fp32",
     gate_results: Annotated[
         Path | None,
         typer.Option("--gate-results", help="Gate results JSON: measured busbw, drained nodes."),
@@ -157,18 +195,31 @@ def plan_command(
     ] = None,
     gpu: Annotated[str, typer.Option("--gpu", help="What-if GPU: h100, h200, a100.")] = "h100",
     nodes_per_su: Annotated[int, typer.Option("--nodes-per-su", help="What-if SU size.")] = 32,
-    overlap: Annotated[
-        float, typer.Option("--overlap", help="Fraction of DP/PP/CP comm hidden by compute.")
-    ] = 0.8,
     tp_overlap: Annotated[
-        float, typer.Option("--tp-overlap", help="Fraction of TP comm hidden by compute.")
-    ] = 0.0,
-    kernel_efficiency: Annotated[
-        float,
-        typer.Option("--kernel-efficiency", help="Fraction of peak the kernels reach."),
-    ] = KERNEL_EFFICIENCY,
+        bool,
+        typer.Option(
+            "--tp-overlap/--no-tp-overlap",
+            help="Megatron --tp-comm-overlap (userbuffers) where TP > 1.",
+        ),
+    ] = True,
+    flops_convention: Annotated[
+        str,
+        typer.Option(
+            "--flops-convention",
+            help="How MFU counts FLOPs per token: "
+            + " | ".join(FLOPS_CONVENTIONS)
+            + " (full: 6P + 12·L·h·s; causal: attention halved).",
+        ),
+    ] = "full",
     peak_tflops: Annotated[
         float | None, typer.Option("--peak-tflops", help="Override the GPU's peak TFLOP/s.")
+    ] = None,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help="Estimate this layout instead of searching: TP,PP,CP,DP[,VP][,MBS].",
+        ),
     ] = None,
     top: Annotated[int, typer.Option("--top", help="How many layouts to show.")] = 5,
     hostfile: Annotated[
@@ -180,6 +231,7 @@ def plan_command(
     """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
     from cluster_tool.plan import (
         Assumptions,
+        Layout,
         Training,
         parse_hostlist,
         plan,
@@ -201,39 +253,64 @@ def plan_command(
             "--nodes": nodes,
             "--nodes-per-su": nodes_per_su,
             "--top": top,
+            "--experts": experts,
+            "--top-k": top_k,
+            "--moe-ffn": moe_ffn,
         },
         {
             "--params": params,
             "--peak-tflops": peak_tflops,
-            "--overlap": overlap,
-            "--tp-overlap": tp_overlap,
-            "--kernel-efficiency": kernel_efficiency,
         },
     )
-    model = _model(model_name, params, layers, hidden, heads, kv_heads, ffn, vocab, seq)
+    given = Layout.parse(layout) if layout is not None else None
+    model = _model(
+        model_name,
+        params,
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        ffn,
+        vocab,
+        seq,
+        mlp,
+        experts,
+        top_k,
+        moe_ffn,
+    )
     cluster = _cluster(spec, nodes, gpu, nodes_per_su)
     if gate_results is not None:
         gate = read_gate_results(gate_results, gpus_per_node=cluster.gpus_per_node)
         cluster = cluster.with_busbw(
-            fabric=gate.fabric_busbw_gbs, nvlink=gate.nvlink_busbw_gbs, source=str(gate_results)
+            fabric=gate.fabric_busbw_gbs,
+            nvlink=gate.nvlink_busbw_gbs,
+            source=str(gate_results),
+            fabric_curve=gate.fabric_curve,
+            nvlink_curve=gate.nvlink_curve,
+            fabric_curve_nodes=gate.fabric_curve_nodes,
         )
         known = {n.name for n in cluster.nodes}
         cluster = cluster.with_drained(n for n in gate.drained if n in known)
     if drained:
         cluster = cluster.with_drained(parse_hostlist(drained, "--drained"))
+    if given is not None and micro_batch is not None and given.micro_batch != micro_batch:
+        raise UsageError(
+            f"--micro-batch {micro_batch} and --layout's MBS {given.micro_batch} differ"
+        )
     training = Training(
         global_batch=global_batch or max(1, DEFAULT_BATCH_TOKENS // model.seq),
-        micro_batch=micro_batch,
+        micro_batch=given.micro_batch if given is not None else micro_batch,
         precision=precision,
         zero=zero,
         recompute=recompute,
+        grad_dtype=grad_dtype,
+        optimizer_dtype=optimizer_dtype,
     )
     assumptions = Assumptions(
-        kernel_efficiency=kernel_efficiency,
-        overlap=overlap,
-        tp_overlap=tp_overlap,
-        peak_tflops=peak_tflops,
+        tp_overlap=tp_overlap, peak_tflops=peak_tflops, flops_convention=flops_convention
     )
+    if given is not None:
+        return _layout_mode(model, cluster, training, assumptions, given, hostfile, json_out)
     result = plan(model, cluster, training, assumptions)
     doc = plan_json(model, cluster, training, assumptions, result, top=top)
     if hostfile is not None and doc["layouts"]:
@@ -244,6 +321,34 @@ def plan_command(
         _print(doc)
     if not result.layouts:
         output.error_line(_nothing_fits(doc))
+        return EXIT_CHECKS_FAILED
+    return 0
+
+
+def _layout_mode(
+    model: "ModelSpec",
+    cluster: "ClusterShape",
+    training: "Training",
+    assumptions: "Assumptions",
+    given: "Layout",
+    hostfile: Path | None,
+    json_out: bool,
+) -> int:
+    """`--layout`: estimate the given layout; exit 1 (and say by how much) when it does not fit."""
+    from cluster_tool.plan.report import layout_doc
+    from cluster_tool.plan.search import estimate_layout
+
+    est = estimate_layout(model, cluster, training, given, assumptions)
+    doc = layout_doc(model, cluster, training, assumptions, est)
+    if hostfile is not None and doc["fits"]:
+        _write_hostfile(hostfile, doc["layout"]["placement"]["hostfile"])
+    if json_out:
+        output.emit_json(doc)
+    else:
+        _print_header(doc)
+        _print_one_layout(doc)
+    if not doc["fits"]:
+        output.error_line(f"the layout does not fit in memory: {doc['why_not']}")
         return EXIT_CHECKS_FAILED
     return 0
 
@@ -267,9 +372,7 @@ def _nothing_fits(doc: dict) -> str:
     )
 
 
-def _print(doc: dict) -> None:
-    from rich import box
-    from rich.table import Table
+def _print_header(doc: dict) -> None:
     from rich.text import Text
 
     console = output.stdout
@@ -288,6 +391,14 @@ def _print(doc: dict) -> None:
         f"({c['hbm_gib']:.0f} GiB){drained}; fabric busbw {c['fabric_busbw_gbs']:.0f} GB/s, "
         f"NVLink {c['nvlink_busbw_gbs']:.0f} GB/s ({c['busbw_source']})"
     )
+
+
+def _print(doc: dict) -> None:
+    from rich import box
+    from rich.table import Table
+
+    console = output.stdout
+    _print_header(doc)
     if not doc["layouts"]:
         return
     table = Table(
@@ -295,9 +406,11 @@ def _print(doc: dict) -> None:
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
+    moe = bool(doc["model"]["experts"])
     for col in (
         "#",
         "TP×CP×PP×DP",
+        *(("EP",) if moe else ()),
         "VP",
         "mbs",
         "bubble",
@@ -312,6 +425,7 @@ def _print(doc: dict) -> None:
         table.add_row(
             str(i),
             f"{lay['tp']}×{lay['cp']}×{lay['pp']}×{lay['dp']}",
+            *((str(lay["ep"]),) if moe else ()),
             str(lay["vp"]),
             str(lay["micro_batch"]),
             f"{lay['bubble']:.1%}",
@@ -322,13 +436,69 @@ def _print(doc: dict) -> None:
             str(lay["placement"]["nodes"]),
         )
     console.print(table)
-    best = doc["layouts"][0]
-    pl = best["placement"]
+    _print_launch(doc, doc["layouts"][0], "Best:")
+
+
+def _print_one_layout(doc: dict) -> None:
+    """`--layout`: where the memory and the step time of the one layout go."""
+    console = output.stdout
+    lay = doc["layout"]
+    mem = lay["memory"]
+    verdict = (
+        f"fits, {mem['margin_gib']:.1f} GiB to spare"
+        if doc["fits"]
+        else f"does NOT fit: {doc['why_not']}"
+    )
+    console.print(
+        f"Layout TP {lay['tp']} × CP {lay['cp']} × PP {lay['pp']} × DP {lay['dp']}, EP "
+        f"{lay['ep']}, VP "
+        f"{lay['vp']}, micro-batch {lay['micro_batch']} ({lay['microbatches']} per step), "
+        f"stages {'/'.join(str(n) for n in lay['stage_layers'])}",
+        markup=False,
+    )
+    console.print(
+        f"Memory per GPU: weights {mem['weights_gib']:.1f} + gradients "
+        f"{mem['gradients_gib']:.1f} + optimizer {mem['optimizer_gib']:.1f} + activations "
+        f"{mem['activations_gib']:.1f} = {lay['memory_per_gpu_gib']:.1f} GiB of "
+        f"{mem['usable_gib']:.1f} usable: {verdict}",
+        markup=False,
+    )
+    t = lay["time_s"]
+    console.print(
+        f"Step {lay['step_time_s']:.3f} s: compute {t['compute']:.3f}, exposed TP "
+        f"{t['tp_comm_exposed']:.3f}, CP {t['cp_comm_exposed']:.3f}, EP "
+        f"{t['ep_comm_exposed']:.3f}, PP {t['pp_comm_exposed']:.3f}, pipeline fill and drain "
+        f"{t['bubble']:.3f} ({lay['bubble']:.1%}), DP {t['dp_comm_exposed']:.3f}, optimizer "
+        f"{t['optimizer']:.3f}",
+        markup=False,
+    )
+    for o in lay["overlap"]:
+        console.print(
+            f"  {o['kind'].upper()}: {o['total_s']:.3f} s, {o['exposed_s']:.3f} s exposed: "
+            f"{o['reason']}",
+            markup=False,
+        )
+    console.print(
+        f"MFU {lay['mfu']:.1%}, {lay['achieved_tflops_per_gpu']:.0f} TFLOP/s per GPU, "
+        f"{lay['tokens_per_s']:.0f} tokens/s",
+        markup=False,
+    )
+    for note in lay["notes"]:
+        console.print(f"note: {note}", markup=False)
+    if doc["fits"]:
+        _print_launch(doc, lay, "Launch:")
+
+
+def _print_launch(doc: dict, lay: dict, title: str) -> None:
+    from rich.text import Text
+
+    console = output.stdout
+    pl = lay["placement"]
     console.print(
         Text.assemble(
-            ("Best:", "bold"),
-            f" TP {best['tp']} (in a node) × CP {best['cp']} × PP {best['pp']} "
-            f"(stages {'/'.join(str(n) for n in best['stage_layers'])}) × DP {best['dp']}"
+            (title, "bold"),
+            f" TP {lay['tp']} (in a node) × CP {lay['cp']} × PP {lay['pp']} "
+            f"(stages {'/'.join(str(n) for n in lay['stage_layers'])}) × DP {lay['dp']}"
             f" on {pl['nodes']} nodes; pipelines whole in one SU: "
             + _whole(pl)
             + (f"; idle {pl['idle_nodes']}" if pl["idle_nodes"] else ""),
@@ -343,9 +513,9 @@ def _print(doc: dict) -> None:
     console.print("  torchrun " + " ".join(doc["launch"]["torchrun_args"]), markup=False)
     a = doc["assumptions"]
     console.print(
-        f"Assumptions: kernel efficiency {a['kernel_efficiency']:.3f} of peak, DP/PP/CP overlap "
-        f"{a['overlap']:.0%}, TP overlap {a['tp_overlap']:.0%}, memory margin "
-        f"{a['memory_margin']:.0%} + {a['reserved_gib']:.0f} GiB; estimates ±15 %.",
+        f"Model: fitted on published H100 runs ({MODEL_ERROR_TEXT}, docs/planner.md); TP "
+        f"overlap {'on' if a['tp_overlap'] else 'off'}; {a['reserved_gib']:.1f} GiB reserved "
+        f"per GPU; MFU by the {a['flops_convention']} FLOP convention.",
         markup=False,
     )
 

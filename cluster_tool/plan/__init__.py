@@ -8,16 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 # The cost model loads with the package; `estimate` is bound here so the function, not the
 # submodule, is what `from cluster_tool.plan import estimate` gives.
+from cluster_tool.plan.calibration import FITTED, Calibration
 from cluster_tool.plan.estimate import (
-    KERNEL_EFFICIENCY,
-    MODEL_ERROR,
     Assumptions,
     Estimate,
     Layout,
     Memory,
+    Overlap,
     Training,
     estimate,
     layer_activation_bytes,
+    pipeline_split,
     stage_layers,
 )
 from cluster_tool.plan.model import PRESETS, ModelSpec, megatron_gpt, preset
@@ -41,19 +42,19 @@ if TYPE_CHECKING:
         torchrun_args,
     )
     from cluster_tool.plan.placement import Placement, RankSlot, place, placeable
-    from cluster_tool.plan.report import layout_json, plan_json
-    from cluster_tool.plan.search import PlanResult, plan
+    from cluster_tool.plan.report import layout_doc, layout_json, plan_json
+    from cluster_tool.plan.search import PlanResult, check_layout, estimate_layout, plan
 
 # The rest of the planner (the cluster model with ClusterShell, search, placement, launch)
 # loads on first use: `cluster-tool plan` declares its options without it.
 _LAZY_MODULES = ("cluster", "launch", "placement", "report", "search")
 
 __all__ = [
+    "FITTED",
     "GPUS",
-    "KERNEL_EFFICIENCY",
-    "MODEL_ERROR",
     "PRESETS",
     "Assumptions",
+    "Calibration",
     "ClusterShape",
     "Estimate",
     "GateResults",
@@ -61,20 +62,25 @@ __all__ = [
     "Layout",
     "Memory",
     "ModelSpec",
+    "Overlap",
     "Placement",
     "PlanNode",
     "PlanResult",
     "RankSlot",
     "Training",
+    "check_layout",
     "estimate",
+    "estimate_layout",
     "gpu_spec",
     "hostfile_text",
     "layer_activation_bytes",
+    "layout_doc",
     "layout_json",
     "megatron_args",
     "megatron_gpt",
     "parse_hostlist",
     "pipeline_layout",
+    "pipeline_split",
     "place",
     "placeable",
     "plan",

@@ -6,13 +6,21 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.errors import UsageError
-from cluster_tool.gate.thresholds import Rung, Thresholds, profile_from_node_profile
+from cluster_tool.gate.thresholds import (
+    Efficiencies,
+    GateProfile,
+    Rung,
+    Thresholds,
+    profile_from_node_profile,
+)
+from cluster_tool.plan.comm import NETWORK_CAPTURE, NVLINK_CAPTURE, BusbwCurve, Fabric
 
 
 @dataclass(frozen=True)
@@ -21,7 +29,9 @@ class GpuSpec:
 
     Peaks are NVIDIA's datasheet figures without sparsity: H100 SXM 989 (bf16) and 1,979
     (fp8); H200 has the same compute as H100 with 141 GB HBM3e; A100 SXM 312 (bf16), kept
-    so the model can be checked against the A100 results of the Megatron-LM paper.
+    so the model can be checked against the A100 results of the Megatron-LM paper. HBM
+    bandwidth, also the datasheets': H100 SXM 3.35 TB/s, H200 4.8 TB/s, A100 80GB 2.04 TB/s;
+    it paces the element-wise kernels and the optimizer step.
     """
 
     name: str
@@ -29,6 +39,7 @@ class GpuSpec:
     peak_tflops: Mapping[str, float]
     # all_reduce_perf busbw within one NVLink domain at large messages (GB/s).
     nvlink_busbw_gbs: float
+    hbm_tbs: float = 3.35
 
     def peak(self, precision: str) -> float:
         try:
@@ -41,10 +52,10 @@ class GpuSpec:
 
 
 GPUS: dict[str, GpuSpec] = {
-    "h100": GpuSpec("H100 SXM 80GB", 80.0, {"bf16": 989.0, "fp8": 1979.0}, 450.0),
-    "h200": GpuSpec("H200 SXM 141GB", 141.0, {"bf16": 989.0, "fp8": 1979.0}, 450.0),
+    "h100": GpuSpec("H100 SXM 80GB", 80.0, {"bf16": 989.0, "fp8": 1979.0}, 480.0, 3.35),
+    "h200": GpuSpec("H200 SXM 141GB", 141.0, {"bf16": 989.0, "fp8": 1979.0}, 480.0, 4.8),
     # A100 SXM 80GB (DGX A100, NVLink 3): NCCL all-reduce reaches ~230 GB/s busbw in one node.
-    "a100": GpuSpec("A100 SXM 80GB", 80.0, {"bf16": 312.0}, 230.0),
+    "a100": GpuSpec("A100 SXM 80GB", 80.0, {"bf16": 312.0}, 230.0, 2.04),
 }
 
 
@@ -83,6 +94,11 @@ class ClusterShape:
     rails: int
     busbw_source: str = "profile"
     hbm_gib: float = field(default=0.0)
+    # busbw curves the gate measured, (bytes, GB/s): all_reduce across nodes with every GPU
+    # of each node, and in one node. Empty: a real capture's shape at the peaks above.
+    fabric_curve: tuple[tuple[float, float], ...] = ()
+    nvlink_curve: tuple[tuple[float, float], ...] = ()
+    fabric_curve_nodes: int = 2  # the nodes the fabric curve was measured on
 
     def __post_init__(self) -> None:
         if not self.hbm_gib:
@@ -101,6 +117,36 @@ class ClusterShape:
     @property
     def rail_busbw_gbs(self) -> float:
         return self.fabric_busbw_gbs / self.rails
+
+    @cached_property
+    def _fabric(self) -> Fabric:
+        return self._build_fabric()
+
+    def fabric(self) -> Fabric:
+        """What each parallel group's collectives get (`cluster_tool.plan.comm`)."""
+        return self._fabric
+
+    def _build_fabric(self) -> Fabric:
+        """What each parallel group's collectives get (`cluster_tool.plan.comm`). All-gathers
+        and reduce-scatters in a node run as rings, not NVLS: their peak is the all-reduce
+        peak times the gate's ring/NVLS efficiency ratio (370/480 on HGX H100)."""
+        eff = Efficiencies()
+        ring_peak = self.nvlink_busbw_gbs * eff.nvlink_ring / eff.nvls
+        g = self.gpus_per_node
+        if self.nvlink_curve:
+            nvlink = BusbwCurve.measured(list(self.nvlink_curve), self.busbw_source, g, 1)
+        else:
+            nvlink = BusbwCurve.shaped(NVLINK_CAPTURE, ring_peak, "capture shape", 8, 1)
+        nodes = max(2, self.fabric_curve_nodes)
+        if self.fabric_curve:
+            network = BusbwCurve.measured(
+                list(self.fabric_curve), self.busbw_source, nodes * g, nodes
+            )
+        else:
+            network = BusbwCurve.shaped(
+                NETWORK_CAPTURE, self.fabric_busbw_gbs, "capture shape", 16, 2
+            )
+        return Fabric(nvlink=nvlink.scaled(ring_peak), network=network, rails=self.rails)
 
     def su_sizes(self) -> dict[int, int]:
         """Usable nodes per SU."""
@@ -122,13 +168,24 @@ class ClusterShape:
         return replace(self, nodes=nodes)
 
     def with_busbw(
-        self, *, fabric: float | None = None, nvlink: float | None = None, source: str = "gate"
+        self,
+        *,
+        fabric: float | None = None,
+        nvlink: float | None = None,
+        source: str = "gate",
+        fabric_curve: Sequence[tuple[float, float]] = (),
+        nvlink_curve: Sequence[tuple[float, float]] = (),
+        fabric_curve_nodes: int = 2,
     ) -> ClusterShape:
+        measured = fabric or nvlink or fabric_curve or nvlink_curve
         return replace(
             self,
             fabric_busbw_gbs=fabric or self.fabric_busbw_gbs,
             nvlink_busbw_gbs=nvlink or self.nvlink_busbw_gbs,
-            busbw_source=source if (fabric or nvlink) else self.busbw_source,
+            busbw_source=source if measured else self.busbw_source,
+            fabric_curve=tuple(fabric_curve) or self.fabric_curve,
+            nvlink_curve=tuple(nvlink_curve) or self.nvlink_curve,
+            fabric_curve_nodes=fabric_curve_nodes if fabric_curve else self.fabric_curve_nodes,
         )
 
     @classmethod
@@ -139,13 +196,17 @@ class ClusterShape:
         nodes_per_su: int = 32,
         gpu: str | GpuSpec = "h100",
         gpus_per_node: int = 8,
-        fabric_busbw_gbs: float = 360.0,
+        fabric_busbw_gbs: float | None = None,
         drained: Iterable[str] = (),
         prefix: str = "gpu",
     ) -> ClusterShape:
-        """A uniform cluster of `nodes` nodes, `nodes_per_su` to an SU: for what-if planning
-        (`--nodes`) and for tests."""
+        """A uniform cluster of `nodes` nodes, `nodes_per_su` to an SU, one NDR rail per GPU:
+        for what-if planning (`--nodes`) and for tests. Its busbw is what the gate expects of
+        such nodes (`cluster_tool.gate.thresholds`), unless `fabric_busbw_gbs` is given."""
         spec = gpu if isinstance(gpu, GpuSpec) else gpu_spec(gpu)
+        expected = Thresholds(GateProfile(gpus_per_node=gpus_per_node))
+        if fabric_busbw_gbs is None:
+            fabric_busbw_gbs = expected.expect(Rung.FULL, nodes=max(2, nodes)).expected_gbs
         width = max(3, len(str(nodes)))
         drained_set = set(drained)
         plan_nodes = tuple(
@@ -217,6 +278,11 @@ class GateResults:
     fabric_busbw_gbs: float | None
     nvlink_busbw_gbs: float | None
     drained: tuple[str, ...]
+    # The whole busbw curves behind those figures, (bytes, GB/s), when the results carry them,
+    # and how many nodes the fabric curve was measured on.
+    fabric_curve: tuple[tuple[float, float], ...] = ()
+    nvlink_curve: tuple[tuple[float, float], ...] = ()
+    fabric_curve_nodes: int = 2
 
 
 def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
@@ -247,6 +313,8 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
     fabric: list[float] = []
     nvlink: list[float] = []
     drained: set[str] = set()
+    curves: dict[str, list[tuple[tuple[float, float], ...]]] = {"fabric": [], "nvlink": []}
+    curve_nodes: dict[tuple[tuple[float, float], ...], int] = {}
 
     def visit(obj: Any) -> None:
         if isinstance(obj, list):
@@ -270,6 +338,11 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
             if value is not None:
                 many = isinstance(count, int) and count > gpus_per_node
                 (fabric if many else nvlink).append(value)
+                curve = _rows_curve(obj["rows"])
+                if curve:
+                    curves["fabric" if many else "nvlink"].append(curve)
+                    if many and isinstance(count, int):
+                        curve_nodes[curve] = max(2, count // gpus_per_node)
         points, ran_on = obj.get("points"), obj.get("nodes")
         if isinstance(points, list) and points and isinstance(ran_on, list):
             # A workflow's summary.json (`busbw`): each gate job's curve; all_reduce only
@@ -284,6 +357,16 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
                 )
                 if largest is not None:
                     _add(fabric if multi else nvlink, largest[1])
+                    curve = tuple(
+                        (float(p[0]), float(p[1]))
+                        for p in points
+                        if isinstance(p, list)
+                        and len(p) == 2
+                        and all(isinstance(x, int | float) and x > 0 for x in p)
+                    )
+                    if curve:
+                        curves["fabric" if multi else "nvlink"].append(curve)
+                        curve_nodes[curve] = max(2, len(ran_on))
         verdicts = obj.get("nodes")
         if isinstance(verdicts, Mapping):
             # A workflow's summary.json: every node not proven stays out of the plan.
@@ -313,11 +396,34 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
                 visit(value)
 
     visit(data)
+    # Of several measured curves, the one with the lowest peak: the slowest measured path.
+    slowest = {
+        kind: min(found, key=lambda c: max(b for _, b in c)) if found else ()
+        for kind, found in curves.items()
+    }
     return GateResults(
         fabric_busbw_gbs=min(fabric) if fabric else None,
         nvlink_busbw_gbs=min(nvlink) if nvlink else None,
         drained=tuple(sorted(drained)),
+        fabric_curve=tuple(sorted(slowest["fabric"])),
+        nvlink_curve=tuple(sorted(slowest["nvlink"])),
+        fabric_curve_nodes=curve_nodes.get(slowest["fabric"], 2),
     )
+
+
+def _rows_curve(rows: Sequence[Any]) -> tuple[tuple[float, float], ...]:
+    """(size, busbw) of every well-formed row of an nccl-tests record."""
+    out = []
+    for row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("size"), int):
+            continue
+        for key in ("in_place", "out_of_place"):
+            part = row.get(key)
+            if isinstance(part, dict) and isinstance(part.get("busbw"), int | float):
+                if row["size"] > 0 and part["busbw"] > 0:
+                    out.append((float(row["size"]), float(part["busbw"])))
+                break
+    return tuple(out)
 
 
 def _add(values: list[float], value: Any) -> None:

@@ -5,47 +5,17 @@ from __future__ import annotations
 from cluster_tool.plan.estimate import Assumptions, Estimate, Training
 from cluster_tool.plan.model import ModelSpec
 from cluster_tool.plan.placement import Placement
+from cluster_tool.plan.stages import pipeline_layout as stages_layout
 
 
 def pipeline_layout(stages: tuple[int, ...], vp: int) -> str:
-    """Megatron-Core `--pipeline-model-parallel-layout` for uneven stages: `E` embedding,
-    `t` a transformer layer, `L` the loss/output layer, `|` ends a virtual stage; virtual
-    stage i runs on pipeline rank i mod PP, so the string lists chunk 0 of every rank, then
-    chunk 1, and so on."""
-    pp = len(stages)
-    chunks: list[list[int]] = []
+    """Megatron-Core `--pipeline-model-parallel-layout` for `stages` layers per rank, each
+    spread over `vp` virtual stages (see `cluster_tool.plan.stages.pipeline_layout`)."""
+    chunks = []
     for layers in stages:
         base, extra = divmod(layers, vp)
-        chunks.append([base + (1 if c < extra else 0) for c in range(vp)])
-    parts: list[str] = []
-    for c in range(vp):
-        for r in range(pp):
-            n = chunks[r][c]
-            text = "t" if n == 1 else (f"t*{n}" if n else "")
-            if c == 0 and r == 0:
-                text = "E" + text
-            if c == vp - 1 and r == pp - 1:
-                text += "L"
-            parts.append(text)
-    return _compress(parts)
-
-
-def _compress(parts: list[str]) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(parts):
-        j = i
-        while j + 1 < len(parts) and parts[j + 1] == parts[i]:
-            j += 1
-        run = j - i + 1
-        is_last = j == len(parts) - 1
-        if run >= 3 and not is_last:
-            out.append(f"({parts[i]}|)*{run}")
-        else:
-            out.extend(p + "|" for p in parts[i : j + 1])
-        i = j + 1
-    text = "".join(out)
-    return text[:-1] if text.endswith("|") else text
+        chunks.append(tuple(base + (1 if c < extra else 0) for c in range(vp)))
+    return stages_layout(tuple(chunks))
 
 
 def megatron_args(
@@ -74,20 +44,30 @@ def megatron_args(
         args.append("--untie-embeddings-and-output-weights")
     if lay.tp > 1:
         args.append("--sequence-parallel")
-    stages = est.stage_layers
-    even = len(set(stages)) == 1
-    if lay.pp > 1 and not even:
-        args.append(f"--pipeline-model-parallel-layout '{pipeline_layout(stages, lay.vp)}'")
-    elif lay.vp > 1:
-        args.append(f"--num-layers-per-virtual-pipeline-stage {stages[0] // lay.vp}")
+    args += est.split.megatron_args()
     if training.zero in ("1", "2"):
         args.append("--use-distributed-optimizer")
     elif training.zero in ("3", "fsdp"):
         args.append("--use-torch-fsdp2")
-    if lay.dp > 1 and assumptions.overlap > 0:
+    if training.grad_dtype == "bf16":
+        args.append("--grad-reduce-in-bf16")
+    if training.optimizer_dtype == "bf16":
+        args += [
+            "--use-precision-aware-optimizer",
+            "--exp-avg-dtype bf16",
+            "--exp-avg-sq-dtype bf16",
+        ]
+    if lay.dp * lay.cp > 1:
+        # The cost model counts on these (cluster_tool.plan.estimate._dp_comm).
         args += ["--overlap-grad-reduce", "--overlap-param-gather"]
-    if lay.tp > 1 and assumptions.tp_overlap > 0:
+    if lay.tp > 1 and assumptions.tp_overlap:
         args.append("--tp-comm-overlap")
+    if model.moe:
+        args += [f"--num-experts {model.experts}", f"--moe-router-topk {model.top_k}"]
+        if model.moe_ffn:
+            args.append(f"--moe-ffn-hidden-size {model.moe_ffn}")
+        if lay.ep > 1:
+            args.append(f"--expert-model-parallel-size {lay.ep}")
     if training.recompute == "full":
         args += [
             "--recompute-granularity full",

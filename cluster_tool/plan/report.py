@@ -38,6 +38,7 @@ def layout_json(est: Estimate, placement: Placement | None = None) -> dict[str, 
         "cp": lay.cp,
         "vp": lay.vp,
         "micro_batch": lay.micro_batch,
+        "ep": lay.ep,
         "microbatches": est.microbatches,
         "gpus": lay.gpus,
         "stage_layers": list(est.stage_layers),
@@ -47,20 +48,35 @@ def layout_json(est: Estimate, placement: Placement | None = None) -> dict[str, 
         "tokens_per_s": round(est.tokens_per_s, 1),
         "bubble": round(est.bubble, 4),
         "memory_per_gpu_gib": _gib(est.memory.total),
+        "fits": est.fits,
         "memory": {
             "weights_gib": _gib(est.memory.weights),
             "gradients_gib": _gib(est.memory.gradients),
             "optimizer_gib": _gib(est.memory.optimizer),
             "activations_gib": _gib(est.memory.activations),
             "usable_gib": _gib(est.memory.usable),
+            "margin_gib": _gib(est.memory.margin),
         },
+        "pipeline_split": est.split.kind,
         "time_s": {
             "compute": round(est.compute_s, 4),
-            "tp_comm": round(est.tp_comm_s, 4),
-            "pp_comm_exposed": round(est.pp_comm_s, 4),
+            "tp_comm_exposed": round(est.tp_comm_s, 4),
             "cp_comm_exposed": round(est.cp_comm_s, 4),
+            "ep_comm_exposed": round(est.ep_comm_s, 4),
+            "pp_comm_exposed": round(est.pp_comm_s, 4),
+            "bubble": round(est.bubble_s, 4),
             "dp_comm_exposed": round(est.dp_comm_s, 4),
+            "optimizer": round(est.optimizer_s, 4),
         },
+        "overlap": [
+            {
+                "kind": o.kind,
+                "total_s": round(o.total_s, 4),
+                "exposed_s": round(o.exposed_s, 4),
+                "reason": o.reason,
+            }
+            for o in est.overlaps
+        ],
         "notes": list(est.notes),
     }
     if placement is not None:
@@ -68,19 +84,11 @@ def layout_json(est: Estimate, placement: Placement | None = None) -> dict[str, 
     return out
 
 
-def plan_json(
-    model: ModelSpec,
-    cluster: ClusterShape,
-    training: Training,
-    assumptions: Assumptions,
-    result: PlanResult,
-    *,
-    top: int,
+def _context_json(
+    model: ModelSpec, cluster: ClusterShape, training: Training, assumptions: Assumptions
 ) -> dict[str, Any]:
-    """Everything the text view shows, as one JSON-able document."""
-    shown = result.layouts[:top]
-    layouts = [layout_json(est, place(est.layout, cluster)) for est in shown]
-    doc: dict[str, Any] = {
+    """What every plan document starts with: the model, the training, the cluster, the knobs."""
+    return {
         "model": {
             "name": model.name,
             "params": model.params,
@@ -91,7 +99,13 @@ def plan_json(
             "ffn": model.ffn,
             "vocab": model.vocab,
             "seq": model.seq,
-            "model_flops_per_token": model.model_flops_per_token(),
+            "mlp": "gated" if model.gated_mlp else "plain",
+            "experts": model.experts,
+            "top_k": model.top_k,
+            "flops_convention": assumptions.flops_convention,
+            "model_flops_per_token": model.model_flops_per_token(
+                convention=assumptions.flops_convention
+            ),
         },
         "training": asdict(training),
         "cluster": {
@@ -108,17 +122,66 @@ def plan_json(
             "busbw_source": cluster.busbw_source,
         },
         "assumptions": asdict(assumptions),
-        "layouts": layouts,
-        "feasible": len(result.layouts),
-        "rejected": dict(result.rejected),
     }
+
+
+def _launch_json(
+    model: ModelSpec,
+    training: Training,
+    assumptions: Assumptions,
+    est: Estimate,
+    placement: Placement,
+) -> dict[str, Any]:
+    return {
+        "megatron_args": megatron_args(model, training, est, assumptions),
+        "torchrun_args": torchrun_args(placement),
+    }
+
+
+def plan_json(
+    model: ModelSpec,
+    cluster: ClusterShape,
+    training: Training,
+    assumptions: Assumptions,
+    result: PlanResult,
+    *,
+    top: int,
+) -> dict[str, Any]:
+    """Everything the text view shows, as one JSON-able document."""
+    shown = result.layouts[:top]
+    placements = [place(est.layout, cluster) for est in shown]
+    doc = _context_json(model, cluster, training, assumptions)
+    doc["mode"] = "search"
+    doc["layouts"] = [layout_json(est, pl) for est, pl in zip(shown, placements, strict=True)]
+    doc["feasible"] = len(result.layouts)
+    doc["rejected"] = dict(result.rejected)
     if shown:
-        best = shown[0]
-        placement = place(best.layout, cluster)
-        doc["launch"] = {
-            "megatron_args": megatron_args(model, training, best, assumptions),
-            "torchrun_args": torchrun_args(placement),
-        }
+        doc["launch"] = _launch_json(model, training, assumptions, shown[0], placements[0])
     elif result.closest_misfit is not None:
         doc["closest_misfit"] = layout_json(result.closest_misfit)
+    return doc
+
+
+def layout_doc(
+    model: ModelSpec,
+    cluster: ClusterShape,
+    training: Training,
+    assumptions: Assumptions,
+    est: Estimate,
+) -> dict[str, Any]:
+    """`plan --layout`: one given layout's estimate, whether it fits and by how much, and
+    (when it fits) how to launch it; the same fields as each layout of a search."""
+    placement = place(est.layout, cluster)
+    doc = _context_json(model, cluster, training, assumptions)
+    doc["mode"] = "layout"
+    doc["layout"] = layout_json(est, placement)
+    doc["fits"] = est.fits
+    if est.fits:
+        doc["launch"] = _launch_json(model, training, assumptions, est, placement)
+    else:
+        kind, size = est.memory.largest()
+        doc["why_not"] = (
+            f"needs {_gib(est.memory.total)} GiB per GPU of {_gib(est.memory.usable)} usable, "
+            f"{_gib(-est.memory.margin)} GiB over; the largest part is {kind}, {_gib(size)} GiB"
+        )
     return doc

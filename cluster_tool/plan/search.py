@@ -13,15 +13,20 @@ from cluster_tool.plan.estimate import (
     Layout,
     Training,
     estimate,
-    stage_layers,
+    memory,
+    pipeline_split,
 )
 from cluster_tool.plan.model import ModelSpec
 from cluster_tool.plan.placement import placeable
 
-# Context parallelism pays for its K/V exchange only on long sequences; below this length
-# the planner does not try it (Llama 3 used CP only for its 128K-token stage).
-CP_MIN_SEQ = 16384
 MICRO_BATCHES = (1, 2, 4, 8)
+# Context parallelism splits the sequence into 2·CP chunks (Megatron-Core's load-balanced
+# causal split); CP groups larger than this are not tried (Llama 3's 128K stage used 16).
+CP_MAX = 32
+# Every PP up to this is tried, whatever the split; past it only PPs that divide the layers
+# (or the layers plus the embedding and loss slots) evenly, as production recipes use them
+# (Megatron-LM's 462B: PP 16; its 1T: PP 64 of 128 layers).
+PP_ANY_UP_TO = 16
 
 
 @dataclass(frozen=True)
@@ -41,15 +46,56 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
+def tensor_parallel_sizes(model: ModelSpec, cluster: ClusterShape) -> list[int]:
+    """TP sizes: powers of two that divide the heads, up to the NVLink domain."""
+    return [t for t in _powers_of_two(cluster.nvlink_domain) if model.heads % t == 0]
+
+
+def context_parallel_sizes(model: ModelSpec) -> list[int]:
+    """CP sizes at any sequence length: powers of two that divide the heads and split the
+    sequence into 2·CP equal chunks."""
+    return [c for c in _powers_of_two(CP_MAX) if model.heads % c == 0 and model.seq % (2 * c) == 0]
+
+
+def pipeline_sizes(model: ModelSpec) -> list[int]:
+    layers = model.layers
+    return [
+        p
+        for p in range(1, layers + 1)
+        if p <= PP_ANY_UP_TO or layers % p == 0 or (layers + 2) % p == 0
+    ]
+
+
+def virtual_stage_sizes(model: ModelSpec, pp: int, microbatches: int) -> list[int]:
+    """VP sizes for `pp` ranks: 1, and every VP that divides a rank's layers (or its layer
+    slots with the embedding and the loss counted) when the micro-batches fill the
+    interleaved schedule (a multiple of PP, as Megatron-Core's interleaving requires)."""
+    if pp == 1 or microbatches % pp:
+        return [1]
+    per = model.layers / pp
+    bases = {model.layers // pp, -(-model.layers // pp), (model.layers + 2) // pp}
+    return sorted({1} | {v for n in bases for v in range(2, n + 1) if n % v == 0 and v <= per})
+
+
+def expert_parallel_sizes(model: ModelSpec, dp: int, cp: int) -> list[int]:
+    """EP sizes for a MoE model: powers of two dividing the experts and the DP × CP ranks the
+    experts are spread over (Megatron-Core carves EP out of the data-parallel group)."""
+    if not model.moe:
+        return [1]
+    return [
+        e for e in _powers_of_two(model.experts) if model.experts % e == 0 and (dp * cp) % e == 0
+    ]
+
+
 def plan(
     model: ModelSpec,
     cluster: ClusterShape,
     training: Training,
     assumptions: Assumptions | None = None,
 ) -> PlanResult:
-    """Every placeable layout on the usable nodes, one per (TP, CP, PP) with its best micro-batch
-    and virtual-stage count, that fits in memory; sorted by step time (the global batch is
-    fixed, so that is throughput)."""
+    """Every placeable layout on the usable nodes, one per (TP, CP, PP, and EP for a MoE model)
+    with its best micro-batch and virtual-stage count, that fits in memory; sorted by step time
+    (the global batch is fixed, so that is throughput)."""
     a = assumptions or Assumptions()
     g = cluster.gpus_per_node
     usable = cluster.usable_gpus
@@ -59,46 +105,47 @@ def plan(
     results: list[Estimate] = []
     closest: Estimate | None = None
 
-    tps = [t for t in _powers_of_two(min(cluster.nvlink_domain, g)) if model.heads % t == 0]
-    cps = [1]
-    if model.seq >= CP_MIN_SEQ:
-        cps += [c for c in _powers_of_two(32)[1:] if model.seq % (2 * c) == 0]
     micro = [training.micro_batch] if training.micro_batch else list(MICRO_BATCHES)
-
-    for tp in tps:
-        for cp in cps:
-            for pp in range(1, model.layers + 1):
+    for tp in tensor_parallel_sizes(model, cluster):
+        for cp in context_parallel_sizes(model):
+            for pp in pipeline_sizes(model):
                 mp = tp * cp * pp
                 if mp > usable:
                     break
-                stages = stage_layers(model, pp)
-                best: Estimate | None = None
+                best_by_ep: dict[int, Estimate] = {}
                 for b in micro:
                     dp = _largest_dp(usable // mp, training.global_batch, b, tp, cp, pp, g)
                     if dp is None:
                         rejected["batch or node boundaries"] += 1
                         continue
                     m = training.global_batch // (dp * b)
-                    vps = [1]
-                    if pp > 1 and m % pp == 0:
-                        vps += [v for v in range(2, min(stages) + 1) if max(stages) % v == 0]
                     fitted = False
-                    for vp in vps:
-                        est = estimate(model, cluster, training, Layout(tp, pp, dp, cp, vp, b), a)
-                        if not est.fits:
-                            rejected["memory"] += 1
-                            if closest is None or est.memory.total < closest.memory.total:
-                                closest = est
+                    for vp in virtual_stage_sizes(model, pp, m):
+                        try:
+                            split = pipeline_split(model, pp, vp, m)
+                        except UsageError:
+                            rejected["no stage split"] += 1
                             continue
-                        fitted = True
-                        if best is None or est.step_time_s < best.step_time_s:
-                            best = est
+                        for ep in expert_parallel_sizes(model, dp, cp):
+                            lay = Layout(tp, pp, dp, cp, vp, b, ep)
+                            # Memory first: it is cheap, and most layouts of a large search
+                            # fail it.
+                            need = memory(model, cluster, training, lay, a, split)
+                            if not need.fits:
+                                rejected["memory"] += 1
+                                if closest is None or need.total < closest.memory.total:
+                                    closest = estimate(model, cluster, training, lay, a)
+                                continue
+                            est = estimate(model, cluster, training, lay, a)
+                            fitted = True
+                            held = best_by_ep.get(ep)
+                            if held is None or est.step_time_s < held.step_time_s:
+                                best_by_ep[ep] = est
                     if not fitted:
                         # A bigger micro-batch keeps more activations, on no more DP ranks:
                         # if none of these fit, none of those will.
                         break
-                if best is not None:
-                    results.append(best)
+                results.extend(best_by_ep.values())
     results.sort(key=lambda e: (e.step_time_s, e.layout.tp, e.layout.pp))
     return PlanResult(layouts=tuple(results), rejected=rejected, closest_misfit=closest)
 
@@ -112,3 +159,55 @@ def _largest_dp(
         if placeable(Layout(tp, pp, dp, cp, 1, micro_batch), g):
             return dp
     return None
+
+
+def check_layout(model: ModelSpec, cluster: ClusterShape, training: Training, lay: Layout) -> None:
+    """A usage error naming the first thing that makes `lay` impossible to run as given: what
+    Megatron-LM would refuse at start-up, or what the usable nodes cannot hold. Memory is not
+    checked here: a layout that does not fit is still estimated, to say by how much."""
+    g = cluster.gpus_per_node
+    name = f"TP {lay.tp} PP {lay.pp} CP {lay.cp} DP {lay.dp}"
+    if model.heads % lay.tp:
+        raise UsageError(f"{name}: TP {lay.tp} does not divide {model.heads} attention heads")
+    if lay.tp > cluster.nvlink_domain:
+        raise UsageError(
+            f"{name}: TP {lay.tp} is wider than the NVLink domain of {cluster.nvlink_domain}"
+        )
+    if lay.pp > model.layers:
+        raise UsageError(f"{name}: {lay.pp} pipeline stages for {model.layers} layers")
+    if model.seq % (2 * lay.cp):
+        raise UsageError(f"{name}: CP {lay.cp} needs a sequence divisible by {2 * lay.cp}")
+    if lay.vp > 1 and lay.pp == 1:
+        raise UsageError(f"{name}: virtual stages need PP > 1")
+    if model.heads % lay.cp:
+        raise UsageError(f"{name}: CP {lay.cp} does not divide {model.heads} attention heads")
+    if training.global_batch % (lay.dp * lay.micro_batch):
+        raise UsageError(
+            f"{name}: global batch {training.global_batch} is not a multiple of DP {lay.dp} × "
+            f"micro-batch {lay.micro_batch}"
+        )
+    if lay.ep > 1 and (not model.moe or model.experts % lay.ep or (lay.dp * lay.cp) % lay.ep):
+        raise UsageError(
+            f"{name}: EP {lay.ep} must divide the model's experts and DP × CP "
+            f"({model.experts} experts)"
+        )
+    if lay.gpus > cluster.usable_gpus:
+        raise UsageError(f"{name}: {lay.gpus} GPUs, {cluster.usable_gpus} are usable")
+    if not placeable(lay, g):
+        raise UsageError(f"{name}: does not line up with {g}-GPU nodes")
+    try:
+        pipeline_split(model, lay.pp, lay.vp, lay.microbatches(training.global_batch))
+    except UsageError as exc:
+        raise UsageError(f"{name}: VP {lay.vp}: {exc}") from None
+
+
+def estimate_layout(
+    model: ModelSpec,
+    cluster: ClusterShape,
+    training: Training,
+    lay: Layout,
+    assumptions: Assumptions | None = None,
+) -> Estimate:
+    """`plan --layout`: the estimate of one given layout, the same the search computes for it."""
+    check_layout(model, cluster, training, lay)
+    return estimate(model, cluster, training, lay, assumptions or Assumptions())

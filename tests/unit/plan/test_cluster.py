@@ -129,3 +129,30 @@ def test_gate_results_from_a_bringup_summary(tmp_path: Path) -> None:
     gate = read_gate_results(path)
     assert (gate.fabric_busbw_gbs, gate.nvlink_busbw_gbs) == (190.44, 471.12)
     assert gate.drained == ("gpu004",)
+
+
+def test_gate_results_carry_the_whole_curves_the_model_uses(tmp_path: Path) -> None:
+    """The busbw of every message size the gate measured, not only the largest: the slowest
+    pair's all_reduce curve (with the nodes it ran on) and the slowest node's NVLS curve."""
+    points = [[8, 0.0], [1048576, 27.33], [134217728, 336.29], [1073741824, 448.9]]
+    slow = [[8, 0.0], [1048576, 20.0], [134217728, 250.0], [1073741824, 300.0]]
+    summary = {
+        "busbw": [
+            {"label": "gpu001+gpu002 all_reduce", "nodes": ["gpu001", "gpu002"], "points": points},
+            {"label": "gpu003+gpu004 all_reduce", "nodes": ["gpu003", "gpu004"], "points": slow},
+            {"label": "gpu001 nvls-all_reduce", "nodes": ["gpu001"], "points": points},
+        ],
+    }
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    gate = read_gate_results(path)
+    assert gate.fabric_curve == ((1048576.0, 20.0), (134217728.0, 250.0), (1073741824.0, 300.0))
+    assert gate.fabric_curve_nodes == 2 and len(gate.nvlink_curve) == 3
+    shape = ClusterShape.synthetic(nodes=4).with_busbw(
+        fabric=gate.fabric_busbw_gbs,
+        fabric_curve=gate.fabric_curve,
+        fabric_curve_nodes=gate.fabric_curve_nodes,
+        source=str(path),
+    )
+    network = shape.fabric().network
+    assert network.peak == 300.0 and network.fraction(134217728) == pytest.approx(250 / 300)

@@ -54,13 +54,33 @@ def test_megatron_args_for_llama3_405b() -> None:
         "--swiglu",
     ):
         assert flag in args
-    layout_flags = [a for a in args if a.startswith("--pipeline-model-parallel-layout")]
-    chunks = _expand(layout_flags[0].split("'")[1])
-    assert len(chunks) == 16 * 4
-    assert sum(c.count("t") for c in chunks) == 126
+    # 126 layers + the embedding and the loss = 128 slots = 16 ranks × 4 virtual stages × 2:
+    # Megatron-Core's account-for-embedding/loss split (NVIDIA's Llama 3.1 405B recipes), the
+    # first and last ranks one layer short, as the Llama 3 paper's 405B run (3.3.2).
+    assert est.split.kind == "account"
+    assert "--account-for-embedding-in-pipeline-split" in args
+    assert "--account-for-loss-in-pipeline-split" in args
+    assert "--num-layers-per-virtual-pipeline-stage 2" in args
+    assert est.stage_layers == (7, *[8] * 14, 7)
+    assert not any(a.startswith("--pipeline-model-parallel-layout") for a in args)
+
+
+def test_a_split_no_flag_pair_can_say_is_given_as_a_layout_string() -> None:
+    # 80 layers on 3 ranks × 2 virtual stages: not even (80 = 3 × 26 + 2), not the account
+    # split (82 slots), and the first/last form is slower than 27/27/26: the counts go in
+    # Megatron-Core's layout string.
+    cluster = ClusterShape.synthetic(nodes=6)
+    model = PRESETS["llama3-70b"]
+    training = Training(global_batch=48, micro_batch=1)
+    est = estimate(model, cluster, training, Layout(tp=8, pp=3, dp=2, vp=2))
+    args = megatron_args(model, training, est, Assumptions())
+    flags = [a for a in args if a.startswith("--pipeline-model-parallel-layout")]
+    assert est.split.kind == "layout" and est.stage_layers == (27, 27, 26)
+    chunks = _expand(flags[0].split("'")[1])
+    assert len(chunks) == 3 * 2
+    assert sum(c.count("t") for c in chunks) == 80
     assert chunks[0].startswith("E") and chunks[-1].endswith("L")
-    # Rank r holds chunks r, r+16, r+32, r+48: its stage's layers.
-    per_rank = [sum(chunks[c * 16 + r].count("t") for c in range(4)) for r in range(16)]
+    per_rank = [sum(chunks[c * 3 + r].count("t") for c in range(2)) for r in range(3)]
     assert per_rank == list(est.stage_layers)
 
 

@@ -127,15 +127,16 @@ def test_stage_partition_balances_the_output_layer() -> None:
         assert sum(split) == 80 and min(split) >= 1 and len(split) == pp
 
 
-def test_context_parallel_only_for_long_sequences_where_it_wins() -> None:
+def test_context_parallel_is_searched_at_every_length_and_wins_long_ones() -> None:
     """At 128K tokens (the Llama 3 long-context stage) the best layouts split the sequence
-    (CP > 1); at 8K the planner does not try CP at all."""
+    (CP > 1); at 8K CP is tried too (NVIDIA's Llama 3.1 recipes run CP 2 at 8K) and the search
+    keeps the best layout of every CP it can place."""
     cluster = ClusterShape.synthetic(nodes=2048)
     training = Training(global_batch=128, micro_batch=1, zero="1", recompute="selective")
     long = plan(PRESETS["llama3-405b"].with_seq(131072), cluster, training)
     assert all(e.layout.cp > 1 for e in long.layouts[:3])
     short = plan(PRESETS["llama3-405b"], cluster, Training(global_batch=2048, micro_batch=1))
-    assert all(e.layout.cp == 1 for e in short.layouts)
+    assert {1, 2, 4} <= {e.layout.cp for e in short.layouts}
 
 
 @settings(max_examples=200, deadline=None)

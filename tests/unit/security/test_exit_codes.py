@@ -46,7 +46,10 @@ def _exit_2_one_line(
         (["--model", "llama3-8b", "--nodes", "64", "--nodes-per-su", "-4"], "--nodes-per-su -4"),
         (["--layers", "8", "--hidden", "512", "--heads", "0", "--nodes", "4"], "--heads 0"),
         (["--model", "llama3-8b", "--nodes", "1000000000"], "--nodes 1000000000"),
-        (["--model", "llama3-8b", "--nodes", "64", "--overlap", "1.5"], "--overlap 1.5"),
+        (
+            ["--layers", "8", "--hidden", "512", "--heads", "8", "--nodes", "8", "--experts", "0"],
+            "--experts 0",
+        ),
     ],
 )
 def test_plan_refuses_zero_negative_and_unbounded_arguments(
