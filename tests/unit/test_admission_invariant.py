@@ -40,7 +40,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from cluster_tool.admission import Door
 from cluster_tool.ansible.runner import PlaybookResult
 from cluster_tool.findings import Finding
-from cluster_tool.registry import FABRIC_CHECKS, GATE_CHECKS, NODE_CHECKS, VERSION_CHECKS
+from cluster_tool.registry import (
+    FABRIC_CHECKS,
+    GATE_CHECKS,
+    NEEDS,
+    NODE_CHECKS,
+    VERSION_CHECKS,
+)
 from cluster_tool.report import render_html
 from cluster_tool.spec import load_spec
 from cluster_tool.watch.cycle import run_cycle
@@ -67,9 +73,28 @@ REIMAGE = "cluster-tool reimage: in progress"
 
 # What each fault is, in the world's own terms: who can see it, and whether a clean reading
 # later proves it gone (a state) or not (an event that leaves a log line that may rotate away).
-NODE_FAULTS = ("ecc", "xid", "dcgm", "pair", "soak", "unreachable", "versions")
-STATE = {"ecc", "dcgm"}
-HEALTH_SEES = {"ecc", "xid", "dcgm", "unreachable", "versions"}
+NODE_FAULTS = (
+    "ecc",
+    "xid",
+    "dcgm",
+    "dcgm-timeout",
+    "driver",
+    "pair",
+    "soak",
+    "unreachable",
+    "versions",
+)
+STATE = {"ecc", "dcgm", "dcgm-timeout", "driver"}
+HEALTH_SEES = {"ecc", "xid", "dcgm", "dcgm-timeout", "driver", "unreachable", "versions"}
+DCGM_SEES = {"dcgm", "dcgm-timeout"}
+# The id each fault's finding carries, where it has one.
+FAULT_CHECK = {
+    "ecc": "gpu.ecc",
+    "xid": "gpu.xid",
+    "dcgm": "gpu.dcgm",
+    "dcgm-timeout": "gpu.dcgm-incomplete",
+    "driver": "gpu.driver",
+}
 XID_LINE = (
     "[ 1502.118311] NVRM: Xid (PCI:0000:1b:00): 79, pid=2211, name=python, "
     "GPU has fallen off the bus.\n"
@@ -173,7 +198,7 @@ class World:
 
     def visible(self, node: str, *, dcgm: bool) -> set[str]:
         seen = self.faults[node] & HEALTH_SEES
-        return seen if dcgm else seen - {"dcgm"}
+        return seen if dcgm else seen - DCGM_SEES
 
     def validation(
         self, nodes: Sequence[str], *, health: bool, fabric: bool, dcgm: bool
@@ -193,9 +218,14 @@ class World:
                     c: why for c in (*NODE_CHECKS, *VERSION_CHECKS) if c != "os.unreachable"
                 }
                 continue
-            for kind, check in (("ecc", "gpu.ecc"), ("xid", "gpu.xid"), ("dcgm", "gpu.dcgm")):
-                if kind in seen:
-                    findings.append(_finding(check, node, f"{kind} on GPU3", "GPU3"))
+            for kind in sorted(seen & set(FAULT_CHECK)):
+                findings.append(_finding(FAULT_CHECK[kind], node, f"{kind} on GPU3", "GPU3"))
+            if "driver" in seen:
+                # nvidia-smi cannot reach the driver: every check that reads it did not run.
+                why = "gpu.driver: nvidia-smi failed (exit 9)"
+                skipped.setdefault(node, {}).update(dict.fromkeys(NEEDS["gpu.driver"], why))
+            if "dcgm-timeout" in seen:
+                skipped.setdefault(node, {})["gpu.dcgm"] = "gpu.dcgm-incomplete: exit 124"
             if "versions" in seen:
                 skipped.setdefault(node, {}).update(
                     dict.fromkeys(VERSION_CHECKS, "the version probe did not answer (exit 124)")
@@ -417,12 +447,13 @@ class AdmissionMachine(RuleBasedStateMachine):
         if "unreachable" in seen or node in self.slurm.down:
             return  # node-check runs on the node: nothing runs there
         findings = [
-            _finding(check, node, kind, "GPU3")
-            for kind, check in (("ecc", "gpu.ecc"), ("xid", "gpu.xid"), ("dcgm", "gpu.dcgm"))
-            if kind in seen
+            _finding(FAULT_CHECK[kind], node, kind, "GPU3")
+            for kind in sorted(seen & set(FAULT_CHECK))
         ]
-        not_run = {} if dcgm else {"gpu.dcgm": "dcgmi-diag not collected"}
-        ran = {"ecc", "xid"} | ({"dcgm"} if dcgm else set())
+        not_run = {} if dcgm else dict.fromkeys(("gpu.dcgm", "gpu.dcgm-incomplete"), "no --dcgm")
+        if "driver" in seen:
+            not_run.update(dict.fromkeys(NEEDS["gpu.driver"], "gpu.driver failed"))
+        ran = {"ecc", "xid", "driver"} | (DCGM_SEES if dcgm else set())
         was = self.nc_drained_for.get(node, set())
         self.slurm.lift_ok = (
             {node}
