@@ -7,10 +7,9 @@ converge does not stop the others (the playbook tolerates failures, the recap na
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -26,11 +25,7 @@ from cluster_tool.verdicts import (
     GATE_MULTI,
     GATE_SINGLE,
     HEALTH,
-    NodeVerdict,
-    Proof,
-    RunVerdict,
     judge_nodes,
-    judge_run,
     may_admit,
     only_unproven,
     settle,
@@ -38,12 +33,16 @@ from cluster_tool.verdicts import (
 from cluster_tool.workflows.common import (
     GateOutcome,
     Hold,
-    Phase,
+    PhaseResult,
+    RunPhase,
+    RunResult,
     Validation,
     admit_proven,
     gate_phase,
     keeping_out,
     node_verdicts,
+    run_phase,
+    skip_phase,
 )
 
 # What bring-up must prove of a node before it enters service (and, check by check, the
@@ -91,28 +90,8 @@ class BringupOptions:
     admit_unproven: bool = False
 
 
-@dataclass
-class BringupResult:
-    phases: list[Phase]
-    findings: list[Finding]
-    nodes: dict[str, dict[str, Any]]
-    busbw: list[dict[str, Any]] = field(default_factory=list)
-    fabric_checked: bool = False
-    converge: PlaybookResult | None = None
-    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
-    admitted_unproven: list[str] = field(default_factory=list)
-    validated: list[str] = field(default_factory=list)
-    gated: list[str] = field(default_factory=list)
-
-    @property
-    def run(self) -> RunVerdict:
-        return judge_run(
-            self.phases, self.findings, self.verdicts, admitted_unproven=self.admitted_unproven
-        )
-
-    @property
-    def exit_code(self) -> int:
-        return self.run.exit_code
+# Bring-up's result is the workflows' one result type.
+BringupResult = RunResult
 
 
 class PhaseProgress:
@@ -194,10 +173,11 @@ def run_bringup(
     *,
     on_event: Callable[[PlaybookEvent], None] | None = None,
     reservation: str = "cluster-tool-bringup",
-) -> BringupResult:
-    """Converge, validate, gate and admit; partial failure leaves the healthy nodes admitted."""
-    phases: list[Phase] = []
-    findings: list[Finding] = []
+) -> RunResult:
+    """Converge, validate, gate and admit, each a phase over the run's one result (the runner
+    times and records each and adds what it proved); partial failure leaves the healthy nodes
+    admitted."""
+    run = RunResult()
     door = Door(deps.slurm, Owner.WORKFLOW)
     scope = list(gpu_nodes)
     if options.limit:
@@ -218,32 +198,34 @@ def run_bringup(
         # Already in slurm.conf (a re-run, a re-imaged node): drained before slurmd can come up.
         _try_hold(door, known_new, PENDING_REASON)
 
-    started = time.monotonic()
-    result = deps.converge(
-        limit=options.limit,
-        tags=options.phase,
-        check=options.check,
-        diff=options.diff,
-        on_event=on_event,
-    )
-    converge_bad = converge_findings(result)
-    findings += converge_bad
-    failed_hosts = {f.node for f in converge_bad}
-    phases.append(
-        Phase(
-            "converge",
+    failed_hosts: set[str] = set()
+
+    def converge(run: RunResult) -> PhaseResult:
+        result = deps.converge(
+            limit=options.limit,
+            tags=options.phase,
+            check=options.check,
+            diff=options.diff,
+            on_event=on_event,
+        )
+        run.converge = result
+        bad = converge_findings(result)
+        run.findings += bad
+        failed_hosts.update(f.node for f in bad if f.node)
+        if not (options.check or options.phase):
+            # A node that failed to converge stays out of service with the reason, even when
+            # its slurmd came up (the slurm phase runs before the phase that failed it).
+            for node in (n for n in scope if n in failed_hosts):
+                _try_hold(door, [node], workflow_reason([f for f in bad if f.node == node]))
+        return PhaseResult(
             "failed" if failed_hosts or (result.rc != 0 and not result.hosts) else "passed",
-            round(time.monotonic() - started, 1),
             f"{len(result.hosts)} host(s), {result.changed_total} change(s), "
             f"{len(failed_hosts)} failed",
+            proven={CONVERGE: [n for n in scope if n in result.hosts and n not in failed_hosts]},
         )
-    )
-    if not (options.check or options.phase):
-        # A node that failed to converge stays out of service with the reason, even when its
-        # slurmd came up (the slurm phase runs before the phase that failed it).
-        for node in (n for n in scope if n in failed_hosts):
-            _try_hold(door, [node], workflow_reason([f for f in converge_bad if f.node == node]))
-    reached = [n for n in scope if n in result.hosts and n not in failed_hosts]
+
+    run_phase(run, RunPhase("converge", (CONVERGE,), converge))
+    reached = [n for n in scope if CONVERGE in run.proof.passed.get(n, set())]
     if options.check or options.phase or not reached:
         # A dry run or a single phase converges only, and validating a half-built node (or
         # none, when the preflight stopped the play) says nothing.
@@ -254,57 +236,44 @@ def run_bringup(
             if options.phase
             else "the converge reached no GPU node"
         )
-        phases.append(Phase("validate", "skipped", detail=why))
+        skip_phase(run, "validate", (HEALTH, FABRIC, GATE_SINGLE, GATE_MULTI), why)
         states = {} if options.check or options.phase else _states(door, scope)
-        proof = Proof(not_run={HEALTH: why, FABRIC: why, GATE_SINGLE: why, GATE_MULTI: why})
-        proof.add(CONVERGE, [n for n in scope if n in result.hosts and n not in failed_hosts])
         # --check and --phase set out to prove the converge only (and admit nothing); a
         # converge that reached no node leaves the full proof owed.
         owed = (CONVERGE,) if options.check or options.phase else BRINGUP_PROOF
-        judged = judge_nodes(scope, findings, proof, owed)
-        return BringupResult(
-            phases,
-            findings,
-            node_verdicts(judged, states),
-            converge=result,
-            verdicts=judged,
-        )
+        run.verdicts = judge_nodes(scope, run.findings, run.proof, owed)
+        run.nodes = node_verdicts(run.verdicts, states)
+        return run
 
     # Admission starts drained: nodes not yet in service wait for validation.
     candidates = [n for n in scope if n not in failed_hosts]
     pending = [n for n in new if n in candidates]
     if pending:
         door.hold(pending, PENDING_REASON)
+    health_bad: set[str] = set()
 
-    started = time.monotonic()
-    validation = deps.validate(candidates)
-    findings += validation.findings
-    health_bad = {f.node for f in validation.findings if f.fails and f.node}
-    phases.append(
-        Phase(
-            "validate",
+    def validate(run: RunResult) -> PhaseResult:
+        validation = deps.validate(candidates)
+        run.take(validation)
+        run.fabric_checked = validation.fabric_checked
+        health_bad.update(f.node for f in validation.findings if f.fails and f.node)
+        out = set(validation.unreachable)
+        return PhaseResult(
             "failed" if health_bad or validation.unreachable else "passed",
-            round(time.monotonic() - started, 1),
             f"{len(candidates)} node(s) checked, {len(health_bad)} failed",
+            proven={
+                HEALTH: [n for n in candidates if n not in out],
+                FABRIC: candidates if validation.fabric_checked else [],
+            },
+            not_run={} if validation.fabric_checked else {FABRIC: "the fabric was not checked"},
         )
-    )
 
-    proof = Proof()
-    proof.add(CONVERGE, reached)
-    proof.add(HEALTH, [n for n in candidates if n not in set(validation.unreachable)])
-    if validation.fabric_checked:
-        proof.add(FABRIC, candidates)
-    else:
-        proof.not_run[FABRIC] = "the fabric was not checked"
+    run_phase(run, RunPhase("validate", (HEALTH, FABRIC), validate))
+    run.validated = candidates
 
-    busbw: list[dict[str, Any]] = []
     # Slurm starts no gate job on a node an operator holds drained: it is checked, not gated.
     held = {n for n in candidates if n in before and door.held_by_others(before[n])}
     gate_nodes = [n for n in candidates if n not in health_bad and n not in held]
-    planned = dict(validation.planned)
-    skipped = {k: dict(v) for k, v in validation.skipped.items()}
-    for n in candidates:
-        planned[n] = (*planned.get(n, ()), *GATE_CHECKS)
     if options.gate and gate_nodes:
         # Only the tool's own holds are lifted: an operator's drain is theirs (the nodes they
         # hold are not gated at all). Held again until admission, below, resumes the proven.
@@ -314,96 +283,102 @@ def run_bringup(
             hold_again=PENDING_REASON,
         )
         outside = [n for n in gpu_nodes if n not in set(scope)]
-        outcome, phase = gate_phase(door, deps.gate, gate_nodes, proof, outside=outside, hold=hold)
-        findings += outcome.findings
-        busbw = outcome.busbw
-        phases.append(phase)
-        if deps.counters is not None and validation.fabric_checked:
-            phases.append(_counters_phase(deps.counters, scope, findings))
+        run_phase(run, gate_phase(door, deps.gate, gate_nodes, outside=outside, hold=hold))
+        if deps.counters is not None and run.fabric_checked:
+            run_phase(run, _counters_phase(deps.counters, scope))
+        run.gated = gate_nodes
     else:
         why = "--no-gate" if not options.gate else "no node passed validation"
-        proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
-        phases.append(Phase("gate", "skipped", detail=why))
-    gated = set(gate_nodes) if options.gate else set()
-    for n in candidates:
-        if n not in gated:
-            skipped.setdefault(n, {}).update(
-                dict.fromkeys(GATE_CHECKS, "the node was not gated in this run")
-            )
-
-    # Admission: only on proof (cluster_tool.verdicts); everything else stays drained with the
-    # finding that keeps it out.
-    started = time.monotonic()
-    verdicts, unproven = settle(scope, findings, proof, BRINGUP_PROOF)
-    findings += unproven
-    admit = [n for n in candidates if may_admit(verdicts[n], admit_unproven=options.admit_unproven)]
-    waived = [n for n in admit if verdicts[n].verdict != "pass"]
-    out = [n for n in scope if n not in admit]
-    for node in out:
-        if node in failed_hosts or node in held:
-            continue  # drained already: by the converge's verdict, or by an operator
-        if node not in new and only_unproven(verdicts[node]):
-            continue  # in service before this run and nothing against it: not ours to pull
-        door.hold([node], workflow_reason(keeping_out(node, findings, scope)))
-    # Through the door: only a complete proof from this run, and only the nodes held back by
-    # cluster-tool (pending validation, an earlier run's verdict) come back; one already in
-    # service, drained by an operator or drained again during the run is left as it is.
-    proofs = prove(
-        scope,
-        verdicts,
-        findings,
-        planned=planned,
-        skipped=skipped,
-        suites=WORKFLOW_SUITES,
-        waived=waived,
+        skip_phase(run, "gate", (GATE_SINGLE, GATE_MULTI), why)
+    gated = set(run.gated)
+    run.plan([n for n in candidates if n in gated], GATE_CHECKS, unrun=None)
+    run.plan(
+        [n for n in candidates if n not in gated],
+        GATE_CHECKS,
+        unrun="the node was not gated in this run",
     )
-    admit, refused = admit_proven(door, admit, proofs)
-    if refused:
-        findings += refused
-        waived = [n for n in waived if n in admit]
+    admitted: list[str] = []
+    run_phase(
+        run, _admit_phase(door, scope, candidates, new, failed_hosts, held, options, admitted)
+    )
+    run.nodes = node_verdicts(run.verdicts, _states(door, scope), admitted=admitted)
+    return run
+
+
+def _admit_phase(
+    door: Door,
+    scope: Sequence[str],
+    candidates: Sequence[str],
+    new: Sequence[str],
+    failed_hosts: set[str],
+    held: set[str],
+    options: BringupOptions,
+    admitted: list[str],
+) -> RunPhase:
+    """Admission: only on proof (cluster_tool.verdicts) and through the door; everything else
+    stays drained with the finding that keeps it out."""
+
+    def admit(run: RunResult) -> PhaseResult:
+        verdicts, unproven = settle(scope, run.findings, run.proof, BRINGUP_PROOF)
+        run.findings += unproven
+        admit = [
+            n for n in candidates if may_admit(verdicts[n], admit_unproven=options.admit_unproven)
+        ]
+        waived = [n for n in admit if verdicts[n].verdict != "pass"]
         out = [n for n in scope if n not in admit]
-        # A gap the door found in a proof leaves the node unknown, as a check that did not run.
-        verdicts = judge_nodes(scope, findings, proof, BRINGUP_PROOF)
-    phases.append(
-        Phase(
-            "admit",
+        for node in out:
+            if node in failed_hosts or node in held:
+                continue  # drained already: by the converge's verdict, or by an operator
+            if node not in new and only_unproven(verdicts[node]):
+                continue  # in service before this run and nothing against it: not ours to pull
+            door.hold([node], workflow_reason(keeping_out(node, run.findings, scope)))
+        # Through the door: only a complete proof from this run, and only the nodes held back
+        # by cluster-tool (pending validation, an earlier run's verdict) come back; one already
+        # in service, drained by an operator or drained again during the run is left as it is.
+        proofs = prove(
+            scope,
+            verdicts,
+            run.findings,
+            planned=run.planned,
+            skipped=run.skipped,
+            suites=WORKFLOW_SUITES,
+            waived=waived,
+        )
+        admit, refused = admit_proven(door, admit, proofs)
+        if refused:
+            run.findings += refused
+            waived = [n for n in waived if n in admit]
+            out = [n for n in scope if n not in admit]
+            # A gap the door found in a proof leaves the node unknown, as a check that did not
+            # run.
+            verdicts = judge_nodes(scope, run.findings, run.proof, BRINGUP_PROOF)
+        run.verdicts = verdicts
+        run.admitted_unproven = waived
+        admitted[:] = admit
+        return PhaseResult(
             "failed" if out else "passed",
-            round(time.monotonic() - started, 1),
             f"{len(admit)} resumed, {len(out)} left drained"
             + (f", {len(waived)} admitted unproven" if waived else ""),
         )
-    )
-    states = _states(door, scope)
-    return BringupResult(
-        phases,
-        findings,
-        node_verdicts(verdicts, states, admitted=admit),
-        busbw,
-        validation.fabric_checked,
-        converge=result,
-        verdicts=verdicts,
-        admitted_unproven=waived,
-        validated=candidates,
-        gated=gate_nodes if options.gate else [],
-    )
+
+    return RunPhase("admit", (), admit)
 
 
-def _counters_phase(
-    read: Callable[[], Validation], scope: Sequence[str], findings: list[Finding]
-) -> Phase:
+def _counters_phase(read: Callable[[], Validation], scope: Sequence[str]) -> RunPhase:
     """The port counters after the gate's traffic, as deltas over it: their findings on this
-    run's nodes join `findings` (a link of a node outside the run is its own business and the
+    run's nodes join the run (a link of a node outside the run is its own business and the
     next validation's)."""
-    started = time.monotonic()
-    after = read()
-    mine = [f for f in after.findings if f.node is None or f.node in set(scope)]
-    findings += mine
-    return Phase(
-        "counters",
-        "failed" if any(f.fails for f in mine) else "passed",
-        round(time.monotonic() - started, 1),
-        "port counters as deltas over the gate",
-    )
+
+    def counters(run: RunResult) -> PhaseResult:
+        after = read()
+        mine = [f for f in after.findings if f.node is None or f.node in set(scope)]
+        run.take(Validation(mine, after.unreachable, after.fabric_checked, after.planned))
+        return PhaseResult(
+            "failed" if any(f.fails for f in mine) else "passed",
+            "port counters as deltas over the gate",
+        )
+
+    return RunPhase("counters", (), counters)
 
 
 def _try_hold(door: Door, nodes: Sequence[str], reason: str) -> None:

@@ -25,7 +25,14 @@ from cluster_tool.polling import poll_delays
 from cluster_tool.registry import FABRIC_CHECKS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
-from cluster_tool.verdicts import NodeVerdict, Proof
+from cluster_tool.verdicts import (
+    GATE_MULTI,
+    GATE_SINGLE,
+    NodeVerdict,
+    Proof,
+    RunVerdict,
+    judge_run,
+)
 
 
 @dataclass
@@ -42,6 +49,106 @@ class Phase:
             "elapsed_s": self.elapsed_s,
             "detail": self.detail,
         }
+
+
+@dataclass
+class RunResult:
+    """What a workflow run found and proved, phase after phase: the one result type of
+    bring-up, validation after maintenance and the re-image ladder. `nodes` are summary.json's
+    per-node entries, `verdicts` the verdicts they come from (cluster_tool.verdicts); `planned`
+    and `skipped` the checks the run planned per suite and those that did not run, and why (the
+    admission door's proof and the summary read them)."""
+
+    phases: list[Phase] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    proof: Proof = field(default_factory=Proof)
+    planned: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
+    busbw: list[dict[str, Any]] = field(default_factory=list)
+    fabric_checked: bool = False
+    converge: Any = None  # the converge's PlaybookResult, for a bring-up
+    admitted_unproven: list[str] = field(default_factory=list)
+    validated: list[str] = field(default_factory=list)
+    gated: list[str] = field(default_factory=list)
+
+    @property
+    def run(self) -> RunVerdict:
+        return judge_run(
+            self.phases, self.findings, self.verdicts, admitted_unproven=self.admitted_unproven
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return self.run.exit_code
+
+    def take(self, validation: Validation) -> None:
+        """A collection's findings, and the checks it planned and skipped, into the run."""
+        self.findings += validation.findings
+        for suite, checks in validation.planned.items():
+            self.planned[suite] = tuple(dict.fromkeys((*self.planned.get(suite, ()), *checks)))
+        for suite, why in validation.skipped.items():
+            self.skipped.setdefault(suite, {}).update(why)
+
+    def plan(self, nodes: Sequence[str], checks: Sequence[str], *, unrun: str | None) -> None:
+        """Plan `checks` for each of `nodes`; `unrun` says why they did not run, when not."""
+        for n in nodes:
+            self.planned[n] = tuple(dict.fromkeys((*self.planned.get(n, ()), *checks)))
+            if unrun is not None:
+                self.skipped.setdefault(n, {}).update(dict.fromkeys(checks, unrun))
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """What one phase did: its status and detail for the record, the nodes each verdict stage
+    it proves was proven for, and why a stage it owes did not run at all."""
+
+    status: str  # passed, failed, skipped
+    detail: str | None = None
+    proven: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    not_run: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunPhase:
+    """One phase of a workflow: its name, the verdict stages it may prove (`verdicts.HEALTH`,
+    ...), and what it does to the run."""
+
+    name: str
+    proves: tuple[str, ...]
+    run: Callable[[RunResult], PhaseResult]
+
+
+def run_phase(result: RunResult, phase: RunPhase) -> PhaseResult:
+    """The one runner of the workflows' phases: run it, time it, record it, add what it proved
+    to the run's proof and why a stage did not run. A phase proves only the stages it says it
+    proves: anything else is a bug, not proof."""
+    started = time.monotonic()
+    out = phase.run(result)
+    stray = (set(out.proven) | set(out.not_run)) - set(phase.proves)
+    if stray:
+        raise ValueError(f"phase {phase.name} proves {sorted(phase.proves)}, not {sorted(stray)}")
+    for stage, nodes in out.proven.items():
+        result.proof.add(stage, nodes)
+    for stage, why in out.not_run.items():
+        result.proof.not_run[stage] = why
+    result.phases.append(
+        Phase(phase.name, out.status, round(time.monotonic() - started, 1), out.detail)
+    )
+    return out
+
+
+def skip_phase(result: RunResult, name: str, proves: Sequence[str], why: str) -> None:
+    """A phase that does not run: recorded as skipped, each stage it owes as not run, why."""
+    run_phase(
+        result,
+        RunPhase(
+            name,
+            tuple(proves),
+            lambda _: PhaseResult("skipped", why, not_run=dict.fromkeys(proves, why)),
+        ),
+    )
 
 
 @dataclass
@@ -491,39 +598,44 @@ def gate_phase(
     door: Door,
     gate: Callable[[Sequence[str]], GateOutcome],
     nodes: Sequence[str],
-    proof: Proof,
     *,
     outside: Sequence[str],
     hold: Hold | None,
-) -> tuple[GateOutcome, Phase]:
+) -> RunPhase:
     """The gate phase of bring-up and validate after maintenance: a lone node gets a partner in
     service from `outside` (a multi-node path needs two), the gate runs (in a reservation with
     `hold`, else only guarded), what fails in a job with the partner is pinned on the node,
-    and the gate's proof lands in `proof`. Returns the outcome and the run's "gate" phase."""
-    started = time.monotonic()
-    partner = pick_partner(door.admin, outside) if len(nodes) == 1 else None
-    ran = [*nodes, partner] if partner else list(nodes)
-    if hold is None:
-        outcome = guarded_gate(gate, ran)
-    else:
-        outcome = gate_in_reservation(
-            door,
-            gate,
-            ran,
-            reservation=hold.reservation,
-            lift=hold.lift,
-            hold_again=hold.hold_again,
-            partner=partner,
+    and the single-node jobs that passed and the multi-node jobs (with their partners) join the
+    run's proof."""
+
+    def run(result: RunResult) -> PhaseResult:
+        partner = pick_partner(door.admin, outside) if len(nodes) == 1 else None
+        ran = [*nodes, partner] if partner else list(nodes)
+        if hold is None:
+            outcome = guarded_gate(gate, ran)
+        else:
+            outcome = gate_in_reservation(
+                door,
+                gate,
+                ran,
+                reservation=hold.reservation,
+                lift=hold.lift,
+                hold_again=hold.hold_again,
+                partner=partner,
+            )
+        if partner is not None:
+            result.proof.trusted.add(partner)
+            outcome.findings = pin_on(nodes[0], partner, outcome.findings)
+        proven = outcome.summary.get("proof") or {}
+        for job in proven.get("jobs", ()):
+            result.proof.add_job(list(job))
+        result.findings += outcome.findings
+        result.busbw += outcome.busbw
+        named = {f.node for f in outcome.findings if f.fails and f.node}
+        return PhaseResult(
+            "failed" if any(f.fails for f in outcome.findings) else "passed",
+            f"{len(nodes)} node(s), {len(named)} named",
+            proven={GATE_SINGLE: list(proven.get("single", ()))},
         )
-    if partner is not None:
-        proof.trusted.add(partner)
-        outcome.findings = pin_on(nodes[0], partner, outcome.findings)
-    proof.merge_gate(outcome.summary.get("proof") or {})
-    named = {f.node for f in outcome.findings if f.fails and f.node}
-    phase = Phase(
-        "gate",
-        "failed" if any(f.fails for f in outcome.findings) else "passed",
-        round(time.monotonic() - started, 1),
-        f"{len(nodes)} node(s), {len(named)} named",
-    )
-    return outcome, phase
+
+    return RunPhase("gate", (GATE_SINGLE, GATE_MULTI), run)

@@ -620,14 +620,14 @@ def run_validate_after(
         inputs=inputs,
         phases=result.phases,
         findings=result.findings,
-        verdicts=result.verdicts,
+        verdicts=result.nodes,
         run=result.run,
         cluster=cluster,
         health_nodes=selected,
         fabric_checked=result.fabric_checked,
         busbw=result.busbw,
         gate_nodes=result.gated,
-        skipped=live.skipped,
+        skipped=result.skipped,
         admitted_unproven=result.admitted_unproven,
     )
     outcome = _finish_measured(cluster, record, summary, result.findings)

@@ -55,10 +55,15 @@ from cluster_tool.workflows.collect import run_validate
 from cluster_tool.workflows.common import (
     GateOutcome,
     Phase,
+    PhaseResult,
     RecordingRunner,
+    RunPhase,
+    RunResult,
     Validation,
     gate_in_reservation,
     pin_on,
+    run_phase,
+    skip_phase,
 )
 from cluster_tool.workflows.reimage import LadderResult
 from cluster_tool.workflows.runs import RunRecord, RunSummary
@@ -258,51 +263,69 @@ class Live:
         return GateOutcome(list(result.report.findings), runner.busbw, result.to_json()["summary"])
 
     def node_ladder(self, node: str, partner: str | None, door: Door) -> LadderResult:
-        """Re-image's ladder: health and the node's cables, then single and a pair with a
-        known-good node, inside a maintenance reservation opened through the run's door. The
-        node is held again before the reservation ends, whatever the gate said: admission alone
-        puts it back in service, on the proof this returns. A node the ladder could not prove
-        (no partner, no gate) gets `gate.unproven`, an error unless the operator passed
-        --admit-unproven (then a warning, shown in the record)."""
+        """Re-image's ladder, as phases over one result: health and the node's cables, then
+        single and a pair with a known-good node, inside a maintenance reservation opened
+        through the run's door. The node is held again before the reservation ends, whatever the
+        gate said: admission alone puts it back in service, on the proof this returns. A node
+        the ladder could not prove (no partner, no gate) gets `gate.unproven`, an error unless
+        the operator passed --admit-unproven (then a warning, shown in the record)."""
         # Re-imaged: the node's power cycle took its links down; not held against it.
         self.rebooted = tuple(dict.fromkeys((*self.rebooted, node)))
-        found = self.validate([node])
-        self.proof.add(HEALTH, [] if found.unreachable else [node])
-        if found.fabric_checked:
-            self.proof.add(FABRIC, [node])
-        if partner is not None:
-            self.proof.trusted.add(partner)
-        if any(f.fails for f in found.findings):
-            return LadderResult(found.findings)
-        planned = {**found.planned, node: (*found.planned.get(node, ()), *GATE_CHECKS)}
-        skipped = {k: dict(v) for k, v in found.skipped.items()}
-        pinned: list[Finding] = []
-        if self.gate_on:
+        run = RunResult(proof=self.proof)  # the re-image's proof, across its nodes
+
+        def validate(run: RunResult) -> PhaseResult:
+            found = self.validate([node])
+            run.take(found)
+            return PhaseResult(
+                "failed" if any(f.fails for f in found.findings) else "passed",
+                f"{node}: health and its cables",
+                proven={
+                    HEALTH: [] if found.unreachable else [node],
+                    FABRIC: [node] if found.fabric_checked else [],
+                },
+            )
+
+        def gate(run: RunResult) -> PhaseResult:
             nodes = [node] if partner is None else [node, partner]
-            name = f"cluster-tool-reimage-{node}"
             rungs = ("single", "pairs") if partner else ("single",)
             # As in bring-up: a Slurm that would not run the ladder's jobs fails the node
             # (slurm.error / slurm.unavailable as errors); it is not admitted unproven. The
-            # door opens the node only from the re-image's own hold (or, with --admit, the drain
-            # it had when the run began), and holds it again whatever the gate did.
+            # door opens the node only from the re-image's own hold (or, with --admit, the
+            # drain it had when the run began), and holds it again whatever the gate did.
             outcome = gate_in_reservation(
                 door,
                 lambda ns: self.gate(ns, rungs),
                 nodes,
-                reservation=name,
+                reservation=f"cluster-tool-reimage-{node}",
                 lift=[node],
                 hold_again=REIMAGE_REASON,
                 partner=partner,
             )
-            self.proof.merge_gate(outcome.summary.get("proof") or {})
+            proven = outcome.summary.get("proof") or {}
+            for job in proven.get("jobs", ()):
+                run.proof.add_job(list(job))
             # The partner is known good: a failing pair names the re-imaged node.
             pinned = pin_on(node, partner, outcome.findings) if partner else outcome.findings
+            run.findings += pinned
             self.busbw += outcome.busbw
+            return PhaseResult(
+                "failed" if any(f.fails for f in pinned) else "passed",
+                f"{node}: " + ("single and a pair with " + partner if partner else "single"),
+                proven={GATE_SINGLE: list(proven.get("single", ()))},
+            )
+
+        run_phase(run, RunPhase("validate", (HEALTH, FABRIC), validate))
+        if partner is not None:
+            self.proof.trusted.add(partner)
+        if any(f.fails for f in run.findings):
+            return LadderResult(run.findings)
+        if self.gate_on:
+            run_phase(run, RunPhase("gate", (GATE_SINGLE, GATE_MULTI), gate))
+            run.plan([node], GATE_CHECKS, unrun=None)
         else:
-            self.proof.not_run[GATE_SINGLE] = self.proof.not_run[GATE_MULTI] = "--no-gate"
-            skipped.setdefault(node, {}).update(dict.fromkeys(GATE_CHECKS, "--no-gate"))
-        findings = found.findings + pinned
-        verdicts, unproven = settle([node], findings, self.proof)
+            skip_phase(run, "gate", (GATE_SINGLE, GATE_MULTI), "--no-gate")
+            run.plan([node], GATE_CHECKS, unrun="--no-gate")
+        verdicts, unproven = settle([node], run.findings, self.proof)
         waived = bool(unproven) and may_admit(verdicts[node], admit_unproven=self.admit_unproven)
         if waived:
             # The operator's --admit-unproven: said in the record, not holding the node out.
@@ -315,17 +338,17 @@ class Live:
                 )
                 for f in unproven
             ]
-        findings = findings + unproven
+        run.findings += unproven
         proof = prove(
             [node],
             verdicts,
-            findings,
-            planned=planned,
-            skipped=skipped,
+            run.findings,
+            planned=run.planned,
+            skipped=run.skipped,
             suites=WORKFLOW_SUITES,
             waived=[node] if waived else (),
         )[node]
-        return LadderResult(findings, proof)
+        return LadderResult(run.findings, proof)
 
 
 # The fabric checks that judge the cabling itself, from ibnetdiscover.

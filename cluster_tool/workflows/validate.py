@@ -4,17 +4,14 @@ given nodes; with `admit`, resume what passes and leave what fails drained with 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from cluster_tool.admission import WORKFLOW_SUITES, Door, prove
 from cluster_tool.drains import PENDING_REASON, Owner, workflow_reason
 from cluster_tool.errors import UsageError
 from cluster_tool.fabric.plan import nodes_on_switch as fabric_nodes_on_switch
 from cluster_tool.fabric.plan import plan_for
-from cluster_tool.findings import Finding
 from cluster_tool.nodes import select_gpu_nodes
 from cluster_tool.registry import GATE_CHECKS
 from cluster_tool.slurm import SlurmAdmin, SlurmError
@@ -24,23 +21,23 @@ from cluster_tool.verdicts import (
     GATE_MULTI,
     GATE_SINGLE,
     HEALTH,
-    NodeVerdict,
-    Proof,
-    RunVerdict,
     judge_nodes,
-    judge_run,
     may_admit,
     settle,
 )
 from cluster_tool.workflows.common import (
     GateOutcome,
     Hold,
-    Phase,
+    PhaseResult,
+    RunPhase,
+    RunResult,
     Validation,
     admit_proven,
     gate_phase,
     keeping_out,
     node_verdicts,
+    run_phase,
+    skip_phase,
 )
 
 
@@ -77,27 +74,9 @@ class AfterMaintenanceDeps:
     counters: Callable[[], Validation] | None = None
 
 
-@dataclass
-class AfterMaintenanceResult:
-    nodes: list[str]
-    phases: list[Phase]
-    findings: list[Finding]
-    verdicts: dict[str, dict[str, Any]]
-    busbw: list[dict[str, Any]] = field(default_factory=list)
-    fabric_checked: bool = True
-    judged: dict[str, NodeVerdict] = field(default_factory=dict)
-    admitted_unproven: list[str] = field(default_factory=list)
-    gated: list[str] = field(default_factory=list)
-
-    @property
-    def run(self) -> RunVerdict:
-        return judge_run(
-            self.phases, self.findings, self.judged, admitted_unproven=self.admitted_unproven
-        )
-
-    @property
-    def exit_code(self) -> int:
-        return self.run.exit_code
+# Validation after maintenance gives the workflows' one result type; `validated` are the nodes
+# it checked, `nodes` their summary entries, `verdicts` the verdicts those come from.
+AfterMaintenanceResult = RunResult
 
 
 def run_after_maintenance(
@@ -109,123 +88,116 @@ def run_after_maintenance(
     admit_unproven: bool = False,
     others: Sequence[str] = (),
     reservation: str = "cluster-tool-validate",
-) -> AfterMaintenanceResult:
-    """Fabric (all of it), then health and the gate on `nodes`; admit what is proven if asked.
-    `others` are the cluster's other GPU nodes: a lone node's pair partner comes from them.
-    With `admit`, the operator's word lifts the drains the nodes had when the run began, never
-    one set during it (the admission door's rule)."""
-    phases: list[Phase] = []
+) -> RunResult:
+    """Fabric (all of it), then health and the gate on `nodes`, each a phase over the run's one
+    result; admit what is proven if asked. `others` are the cluster's other GPU nodes: a lone
+    node's pair partner comes from them. With `admit`, the operator's word lifts the drains the
+    nodes had when the run began, never one set during it (the admission door's rule)."""
+    run = RunResult(validated=list(nodes))
     door = Door(deps.slurm, Owner.WORKFLOW, operator_says=admit)
     if admit:
         door.look(list(nodes))  # what the operator's word covers: the drains of now
-    started = time.monotonic()
-    fabric = deps.fabric()
-    findings = list(fabric.findings)
-    phases.append(
-        Phase(
-            "fabric",
-            "failed" if any(f.fails for f in fabric.findings) else "passed",
-            round(time.monotonic() - started, 1),
-            f"{sum(1 for f in fabric.findings if f.fails)} error(s)",
+
+    def fabric(run: RunResult) -> PhaseResult:
+        read = deps.fabric()
+        run.take(read)
+        run.fabric_checked = read.fabric_checked
+        return PhaseResult(
+            "failed" if any(f.fails for f in read.findings) else "passed",
+            f"{sum(1 for f in read.findings if f.fails)} error(s)",
+            proven={FABRIC: list(nodes) if read.fabric_checked else []},
+            not_run={} if read.fabric_checked else {FABRIC: "the fabric was not checked"},
         )
-    )
-    started = time.monotonic()
-    health = deps.health(nodes)
-    findings += health.findings
-    planned = {**fabric.planned, **health.planned}
-    skipped = {**fabric.skipped, **health.skipped}
-    bad = {f.node for f in findings if f.fails and f.node in set(nodes)}
-    phases.append(
-        Phase(
-            "health",
-            "failed" if any(f.fails for f in health.findings) else "passed",
-            round(time.monotonic() - started, 1),
+
+    def health(run: RunResult) -> PhaseResult:
+        read = deps.health(nodes)
+        run.take(read)
+        return PhaseResult(
+            "failed" if any(f.fails for f in read.findings) else "passed",
             f"{len(nodes)} node(s)",
+            proven={HEALTH: [n for n in nodes if n not in set(read.unreachable)]},
         )
-    )
-    proof = Proof()
-    proof.add(HEALTH, [n for n in nodes if n not in set(health.unreachable)])
-    if fabric.fabric_checked:
-        proof.add(FABRIC, nodes)
-    else:
-        proof.not_run[FABRIC] = "the fabric was not checked"
-    busbw: list[dict[str, Any]] = []
+
+    run_phase(run, RunPhase("fabric", (FABRIC,), fabric))
+    run_phase(run, RunPhase("health", (HEALTH,), health))
+    bad = {f.node for f in run.findings if f.fails and f.node in set(nodes)}
     gate_nodes = [n for n in nodes if n not in bad]
     if gate and gate_nodes:
         # With --admit the nodes may still be drained from the maintenance, by anyone: --admit
         # is the operator's word to lift it for the gate. Out of service again until the
         # verdict: admission below resumes the proven.
         hold = Hold(reservation, gate_nodes, hold_again=PENDING_REASON) if admit else None
-        outcome, phase = gate_phase(door, deps.gate, gate_nodes, proof, outside=others, hold=hold)
-        findings += outcome.findings
-        busbw = outcome.busbw
-        phases.append(phase)
+        run_phase(run, gate_phase(door, deps.gate, gate_nodes, outside=others, hold=hold))
         if deps.counters is not None:
-            started = time.monotonic()
-            after = deps.counters()
-            findings += after.findings
-            phases.append(
-                Phase(
-                    "counters",
-                    "failed" if any(f.fails for f in after.findings) else "passed",
-                    round(time.monotonic() - started, 1),
-                    "port counters as deltas over the gate",
-                )
-            )
+            run_phase(run, _counters(deps.counters))
+        run.gated = gate_nodes
     else:
-        why = "--no-gate" if not gate else "no node left"
-        proof.not_run[GATE_SINGLE] = proof.not_run[GATE_MULTI] = why
-        phases.append(Phase("gate", "skipped", detail=why))
-    gated = set(gate_nodes) if gate else set()
-    for n in nodes:
-        planned[n] = (*planned.get(n, ()), *GATE_CHECKS)
-        if n not in gated:
-            skipped.setdefault(n, {}).update(
-                dict.fromkeys(GATE_CHECKS, "the node was not gated in this run")
-            )
-    judged, unproven = settle(nodes, findings, proof)
-    findings += unproven
+        skip_phase(
+            run, "gate", (GATE_SINGLE, GATE_MULTI), "--no-gate" if not gate else "no node left"
+        )
+    gated = set(run.gated)
+    run.plan([n for n in nodes if n in gated], GATE_CHECKS, unrun=None)
+    run.plan(
+        [n for n in nodes if n not in gated],
+        GATE_CHECKS,
+        unrun="the node was not gated in this run",
+    )
+    run.verdicts, unproven = settle(nodes, run.findings, run.proof)
+    run.findings += unproven
     admitted: list[str] | None = None
-    waived: list[str] = []
     if admit:
-        admitted = [n for n in nodes if may_admit(judged[n], admit_unproven=admit_unproven)]
-        waived = [n for n in admitted if judged[n].verdict != "pass"]
-        kept = [n for n in nodes if n not in admitted]
-        for node in kept:
-            door.hold([node], workflow_reason(keeping_out(node, findings, nodes)))
-        # --admit is the operator's word: what is proven comes back, whoever had drained it
-        # when the run began; a drain set during the run is its owner's to lift.
-        proofs = prove(
-            nodes,
-            judged,
-            findings,
-            planned=planned,
-            skipped=skipped,
-            suites=WORKFLOW_SUITES,
-            waived=waived,
-        )
-        admitted, refused = admit_proven(door, admitted, proofs)
-        if refused:
-            findings += refused
-            waived = [n for n in waived if n in admitted]
-            kept = [n for n in nodes if n not in admitted]
-            judged = judge_nodes(nodes, findings, proof)
-        phases.append(
-            Phase("admit", "failed" if kept else "passed", 0.0, f"{len(admitted)} resumed")
-        )
-    states = None
+        admitted = []
+        run_phase(run, _admit(door, nodes, admit_unproven, admitted))
     try:
         states = {s.name: s for s in deps.slurm.node_states(list(nodes))}
     except SlurmError:  # the verdicts stand without Slurm's view; the findings say why
         states = None
-    return AfterMaintenanceResult(
-        list(nodes),
-        phases,
-        findings,
-        node_verdicts(judged, states, admitted=admitted),
-        busbw,
-        fabric.fabric_checked,
-        judged,
-        waived,
-        gate_nodes if gate else [],
-    )
+    run.nodes = node_verdicts(run.verdicts, states, admitted=admitted)
+    return run
+
+
+def _counters(read: Callable[[], Validation]) -> RunPhase:
+    """The port counters read again after the gate, judged as deltas against the fabric read."""
+
+    def counters(run: RunResult) -> PhaseResult:
+        after = read()
+        run.take(Validation(after.findings, after.unreachable, after.fabric_checked, after.planned))
+        return PhaseResult(
+            "failed" if any(f.fails for f in after.findings) else "passed",
+            "port counters as deltas over the gate",
+        )
+
+    return RunPhase("counters", (), counters)
+
+
+def _admit(door: Door, nodes: Sequence[str], admit_unproven: bool, admitted: list[str]) -> RunPhase:
+    """--admit: what is proven comes back through the door, whoever had drained it when the run
+    began (the operator's word); a drain set during the run is its owner's to lift; what is not
+    proven stays drained with the finding that keeps it out."""
+
+    def admit(run: RunResult) -> PhaseResult:
+        judged = run.verdicts
+        chosen = [n for n in nodes if may_admit(judged[n], admit_unproven=admit_unproven)]
+        waived = [n for n in chosen if judged[n].verdict != "pass"]
+        for node in (n for n in nodes if n not in chosen):
+            door.hold([node], workflow_reason(keeping_out(node, run.findings, nodes)))
+        proofs = prove(
+            nodes,
+            judged,
+            run.findings,
+            planned=run.planned,
+            skipped=run.skipped,
+            suites=WORKFLOW_SUITES,
+            waived=waived,
+        )
+        chosen, refused = admit_proven(door, chosen, proofs)
+        if refused:
+            run.findings += refused
+            waived = [n for n in waived if n in chosen]
+            run.verdicts = judge_nodes(nodes, run.findings, run.proof)
+        run.admitted_unproven = waived
+        admitted[:] = chosen
+        kept = [n for n in nodes if n not in chosen]
+        return PhaseResult("failed" if kept else "passed", f"{len(chosen)} resumed")
+
+    return RunPhase("admit", (), admit)

@@ -406,7 +406,7 @@ class AdmissionMachine(RuleBasedStateMachine):
             "validate-after",
             result.phases,
             result.findings,
-            result.verdicts,
+            result.nodes,
             result.run,
             result.fabric_checked,
             nodes,

@@ -82,7 +82,7 @@ def after_maintenance(tmp_path: Path, reads: list[str]) -> tuple[dict[str, str],
     )
     result = run_after_maintenance(["gpu003"], deps, others=["gpu004"])
     checks = {f.check: f.severity for f in result.findings if f.node == "gpu003"}
-    checks["verdict"] = result.verdicts["gpu003"]["verdict"]
+    checks["verdict"] = result.nodes["gpu003"]["verdict"]
     return checks, record
 
 

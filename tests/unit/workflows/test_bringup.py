@@ -378,8 +378,8 @@ def test_after_maintenance_checks_the_whole_fabric_then_only_the_leaf_nodes_and_
     assert set(slurm.drained) == {"gpu002"} and "nccl.single" in slurm.drained["gpu002"]
     assert result.exit_code == 1
     # gpu001 and gpu003 proved themselves together (single, and the pair between them).
-    assert result.verdicts["gpu001"]["verdict"] == "pass"
-    assert result.verdicts["gpu003"]["verdict"] == "pass"
+    assert result.nodes["gpu001"]["verdict"] == "pass"
+    assert result.nodes["gpu003"]["verdict"] == "pass"
 
 
 def test_a_slurm_that_cannot_be_reached_fails_the_gate_as_findings_not_a_crash() -> None:
@@ -400,7 +400,7 @@ def test_a_slurm_that_cannot_be_reached_fails_the_gate_as_findings_not_a_crash()
     assert result.exit_code == 1
     assert [f.check for f in result.findings] == ["slurm.error"]
     # The gate could not run: nothing was judged, so nothing is proven (not a fault found).
-    assert result.verdicts["gpu001"]["verdict"] == "unknown"
+    assert result.nodes["gpu001"]["verdict"] == "unknown"
 
 
 def test_a_cable_whose_errors_climb_during_the_gate_keeps_its_node_out() -> None:

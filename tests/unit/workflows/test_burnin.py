@@ -144,8 +144,8 @@ def test_admission_keeps_the_node_whose_busbw_sagged_and_resumes_the_others(
     sags = [f for f in result.findings if f.check == "burnin.sag"]
     assert [f.node for f in sags] == ["gpu003"]
     assert set(slurm.drained) == {"gpu003"} and "burnin.sag" in slurm.drained["gpu003"]
-    assert result.verdicts["gpu003"]["verdict"] == "fail"
-    assert all(result.verdicts[n]["verdict"] == "pass" for n in ("gpu001", "gpu002", "gpu004"))
+    assert result.nodes["gpu003"]["verdict"] == "fail"
+    assert all(result.nodes[n]["verdict"] == "pass" for n in ("gpu001", "gpu002", "gpu004"))
     assert result.exit_code == 1
     # The soak is one job on the four nodes; its samples are kept in the run record.
     assert (
@@ -268,7 +268,7 @@ def test_a_pair_whose_soak_steps_failed_is_held_not_proven(
     assert failed["gpu003"].observed == "1 of 3 step(s) with gpu004 failed"
     assert "no output" in failed["gpu003"].message
     assert set(slurm.drained) == set(NODES)  # none admitted on a soak it did not run through
-    assert {result.verdicts[n]["verdict"] for n in NODES} == {"fail"}
+    assert {result.nodes[n]["verdict"] for n in NODES} == {"fail"}
     assert result.exit_code == 1
 
 
@@ -289,4 +289,4 @@ def test_a_node_whose_steps_fail_with_every_partner_is_the_one_held(
     named = {f.node for f in result.findings if f.check == "burnin.step-failed"}
     assert named == {"gpu003"}
     assert set(slurm.drained) == {"gpu003"}
-    assert result.verdicts["gpu003"]["verdict"] == "fail"
+    assert result.nodes["gpu003"]["verdict"] == "fail"

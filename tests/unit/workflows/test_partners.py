@@ -108,7 +108,7 @@ def test_validate_after_never_reserves_a_judged_node_a_job_still_holds() -> None
     assert gate.ran_on == ["gpu001", "gpu002"]
     busy = [f for f in result.findings if f.node == "gpu003" and f.fails]
     assert [(f.check, f.observed) for f in busy] == [("slurm.unavailable", "job(s) 4711")]
-    assert result.verdicts["gpu003"]["verdict"] != "pass" and "gpu003" in slurm.drained
+    assert result.nodes["gpu003"]["verdict"] != "pass" and "gpu003" in slurm.drained
     assert slurm.reservations == {}
 
 

@@ -75,7 +75,7 @@ def test_validate_after_admit_holds_the_nodes_a_fleet_stop_covers() -> None:
     )
     result = run_after_maintenance(NODES[:3], deps, admit=True)
     assert result.exit_code == 1
-    assert {v["verdict"] for v in result.verdicts.values()} == {"held"}
+    assert {v["verdict"] for v in result.nodes.values()} == {"held"}
     assert all("nccl.fleet" in slurm.drained[n] for n in NODES[:3])
 
 
