@@ -657,6 +657,7 @@ CHECKS: dict[str, CheckInfo] = _table(
         needs=("gpu.driver", "gpu.dcgm-incomplete"),
         probe="dcgmi-diag",
         plan="node",
+        optional=True,
     ),
     _check(
         "gpu.dcgm-incomplete",
