@@ -320,6 +320,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.killed: RunRecord | None = None
         self.killed_node: str | None = None
         self.killed_consent: dict[str, str] = {}
+        self.killed_proven: set[str] = set()
         self.runs = 0
 
     # --- the world ------------------------------------------------------------------------
@@ -439,7 +440,14 @@ class AdmissionMachine(RuleBasedStateMachine):
         assert record is not None and node is not None
         self.killed = None
         consent = self.killed_consent
-        self._reimage(RunRecord.open(record.path), node, bool(consent), consent)
+        # A proof the killed run journaled stands while the node's drain is the one it was
+        # proven under: what that run could prove then counts, as well as what can be now.
+        then = (
+            self.killed_proven
+            if ("proof", "done") in {(e.step, e.status) for e in record.journal() if e.node == node}
+            else set()
+        )
+        self._reimage(RunRecord.open(record.path), node, bool(consent), consent, then)
 
     @rule(node=st.sampled_from(NODES), dcgm=st.booleans())
     def node_check(self, node: str, dcgm: bool) -> None:
@@ -455,7 +463,7 @@ class AdmissionMachine(RuleBasedStateMachine):
             not_run.update(dict.fromkeys(NEEDS["gpu.driver"], "gpu.driver failed"))
         ran = {"ecc", "xid", "driver"} | (DCGM_SEES if dcgm else set())
         was = self.nc_drained_for.get(node, set())
-        self.slurm.lift_ok = (
+        self.slurm.lift_ok = lift_ok = (
             {node}
             if self.slurm.writer.get(node) == "node-check"
             and not findings
@@ -469,6 +477,18 @@ class AdmissionMachine(RuleBasedStateMachine):
         )
         if action.action == "drain":
             self.nc_drained_for[node] = {f.observed or "" for f in findings}
+        # Liveness beside the safety rules: a drain node-check may lift, it does lift.
+        if node in lift_ok and action.action != "resume":
+            self.slurm.violations.append(f"node-check kept its re-proven drain: {action}")
+
+    @rule(node=st.sampled_from(NODES), kind=st.sampled_from(sorted(STATE)), dcgm=st.booleans())
+    def health_check_cycle(self, node: str, kind: str, dcgm: bool) -> None:
+        """A fault the periodic check sees comes and goes: node-check drains for it, the fault
+        is repaired, the next periodic check runs (with or without DCGM)."""
+        self.inject(node, kind)
+        self.node_check(node, True)
+        self.heal(node)
+        self.node_check(node, dcgm)
 
     @rule()
     def watch(self) -> None:
@@ -547,7 +567,14 @@ class AdmissionMachine(RuleBasedStateMachine):
         live._after_soak = lambda nodes: []  # type: ignore[method-assign]
         return live
 
-    def _reimage(self, record: RunRecord, node: str, admit: bool, consent: dict[str, str]) -> None:
+    def _reimage(
+        self,
+        record: RunRecord,
+        node: str,
+        admit: bool,
+        consent: dict[str, str],
+        proven_before: set[str] | None = None,
+    ) -> None:
         world, slurm = self.world, self.slurm
         bmcs = EmulatedBmcs(NODES, lag=1)
         clock = Clock()
@@ -603,7 +630,8 @@ class AdmissionMachine(RuleBasedStateMachine):
         # (it answers and its HCAs work) whatever else it has; the node itself must be clean.
         carries = partner is not None and not world.faults[partner] & {"pair", "unreachable"}
         alone = world.provable([node, node], dcgm=True, gate=True, soak=False)
-        self.slurm.proven = {node} & alone if carries else set()
+        self.slurm.proven = ({node} & alone if carries else set()) | (proven_before or set())
+        proven_now = set(self.slurm.proven)
         # The operator's word of a resumed run is what the first run was given.
         self.slurm.consent = dict(consent)
         self.slurm.actor = "reimage"
@@ -611,6 +639,7 @@ class AdmissionMachine(RuleBasedStateMachine):
             run_reimage(record, [[node]], deps, opts, partners=[partner] if partner else [])
         except Killed:
             self.killed, self.killed_node, self.killed_consent = record, node, dict(consent)
+            self.killed_proven = proven_now
         finally:
             self.slurm.actor = "operator"
             self.slurm.proven = set()
