@@ -108,7 +108,7 @@ CHECKS: dict[str, CheckInfo] = _table(
     ("os.kernel-log", "health", "error", "the kernel log could not be read"),
     ("os.<name>", "health", "error", "a probe without an id of its own failed"),
     ("link.fec", "health", "error", "errors got past FEC on a compute HCA's link"),
-    ("link.ber", "health", "warning", "raw BER above the warning threshold"),
+    ("link.ber", "health", "warning", "raw BER above a limit the spec sets for the speed"),
     ("link.module-temp", "health", "warning", "the cable module runs hot"),
     # --- port counters as deltas and link flaps (checks/counters.py) --------------------------
     ("link.flap", "fabric", "error", "a link went down while traffic ran, or again and again"),
