@@ -523,6 +523,7 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "slurm_health_check_interval": slurm.health_check_interval,
         "slurm_health_check_node_state": ",".join(slurm.health_check_node_state),
         "dcgm_version": software.dcgm_version,
+        "dcgm_exporter_version": software.dcgm_exporter_version,
         "nccl_tests_version": software.nccl_tests_version,
         "nccl_tests_repo_url": repos.nccl_tests,
         "nccl_tests_binary_dir": cluster.nccl.tests.binary_dir,
@@ -530,6 +531,11 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "enroot_download_url": repos.enroot,
         "pyxis_repo_url": repos.pyxis,
     }
+    # The dcgm role installs the packages of the pinned release's major (4:
+    # datacenter-gpu-manager-4-*); its own check refuses a version that is not 3.x or 4.x.
+    dcgm_major = software.dcgm_version.split(".")[0]
+    if dcgm_major.isdigit():
+        group_vars["dcgm_major"] = int(dcgm_major)
     # Per-OS repositories reach the roles only when the spec names a mirror: otherwise every
     # node gets its own OS release's repository from the role defaults.
     for name, url in (

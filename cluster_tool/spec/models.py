@@ -635,17 +635,27 @@ class Repositories(StrictModel):
 
 
 class Software(StrictModel):
-    """Pinned versions of the node stack (defaults: a tested 2024 H100/H200 stack)."""
+    """Pinned versions of the node stack. The defaults are a 2025 H100/H200 stack, each from
+    its release notes (docs/compat.md, "The default stack")."""
 
-    nvidia_driver_branch: Version = Field("550", description="Driver branch (default 550).")
-    nvidia_driver_version: Version = Field("550.127.08", description="Driver version.")
-    cuda_version: Version = Field("12.4", description="CUDA toolkit (default 12.4).")
-    doca_ofed_version: Version = Field("2.9.1", description="DOCA-OFED (default 2.9.1 LTS).")
-    nccl_version: Version = Field("2.21.5-1+cuda12.4", description="NCCL package version.")
+    nvidia_driver_branch: Version = Field("570", description="Driver branch (default 570).")
+    nvidia_driver_version: Version = Field(
+        "570.172.08", description="Driver version, open kernel modules (default 570.172.08)."
+    )
+    cuda_version: Version = Field("12.8", description="CUDA toolkit (default 12.8).")
+    doca_ofed_version: Version = Field("3.1.0", description="DOCA-OFED (default 3.1.0).")
+    nccl_version: Version = Field("2.26.2-1+cuda12.8", description="NCCL package version.")
     hpcx_version: Version = Field("2.20", description="HPC-X, which carries the SHARP plugin.")
-    sharp_plugin_version: Version = Field("3.9.0", description="NCCL RDMA SHARP plugin version.")
+    sharp_plugin_version: Version = Field(
+        "3.12.0", description="SHARP release behind the NCCL plugin (default 3.12.0, DOCA 3.1.0's)."
+    )
     slurm_version: Version = Field("24.05.5", description="Slurm (default 24.05.5).")
-    dcgm_version: Version = Field("3.3.9", description="DCGM (default 3.3.9).")
+    dcgm_version: Version = Field("4.2.3", description="DCGM (default 4.2.3).")
+    dcgm_exporter_version: Version = Field(
+        "4.2.3-4.1.3",
+        description="dcgm-exporter release as NVIDIA tags it, <DCGM it was built for>-<exporter> "
+        "(default 4.2.3-4.1.3).",
+    )
     nccl_tests_version: Version = Field("v2.13.11", description="nccl-tests git tag.")
     repositories: Repositories = Field(default_factory=lambda: Repositories.model_validate({}))
 
