@@ -394,6 +394,26 @@ def _gres_lines(profile: NodeProfile) -> list[dict[str, str]]:
     return lines
 
 
+def _gpu_defaults(cluster: Cluster, names: list[str]) -> dict[str, int]:
+    """`DefMemPerGPU` / `DefCpuPerGPU` of a partition: the spec's, else a GPU's share of the
+    smallest node profile in it (so a job that names no --mem or CPUs gets its GPUs' share of
+    the node, never the whole node); nothing for a partition without GPU nodes."""
+    profiles = []
+    for name in names:
+        try:
+            host = cluster.host(name)
+        except KeyError:
+            continue
+        if host.profile is not None and host.profile.gpu_count > 0:
+            profiles.append(host.profile)
+    slurm = cluster.slurm
+    if not profiles:
+        return {}
+    mem = slurm.def_mem_per_gpu_mib or min(p.slurm_real_memory_mib // p.gpu_count for p in profiles)
+    cpu = slurm.def_cpu_per_gpu or min(max(1, p.cpus // p.gpu_count) for p in profiles)
+    return {"def_mem_per_gpu": mem, "def_cpu_per_gpu": cpu}
+
+
 def _first_gpu_profile(cluster: Cluster) -> NodeProfile | None:
     profiles = cluster.gpu_profiles()
     return next(iter(profiles.values())) if profiles else None
@@ -459,6 +479,7 @@ def _context(cluster: Cluster) -> dict[str, Any]:
                 "nodes": _fold(names),
                 "default": part.default,
                 "max_time": part.max_time,
+                **_gpu_defaults(cluster, names),
             }
         )
     group_vars: dict[str, Any] = {
@@ -522,6 +543,7 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "slurm_health_check_enabled": slurm.health_check_interval > 0,
         "slurm_health_check_interval": slurm.health_check_interval,
         "slurm_health_check_node_state": ",".join(slurm.health_check_node_state),
+        "slurm_unkillable_step_timeout": slurm.unkillable_step_timeout,
         "dcgm_version": software.dcgm_version,
         "dcgm_exporter_version": software.dcgm_exporter_version,
         "nccl_tests_version": software.nccl_tests_version,

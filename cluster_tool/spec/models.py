@@ -612,6 +612,28 @@ class Slurm(StrictModel):
         description="`HealthCheckNodeState`: in which node states it runs (default ANY; CYCLE "
         "spreads the runs over the interval instead of all nodes at once).",
     )
+    # With SelectTypeParameters=CR_Core_Memory and no default per GPU, a job that asks for GPUs
+    # but no --mem is given the whole node's memory (DefMemPerNode is UNLIMITED): one 1-GPU job
+    # blocks the other seven. Unset, these come from the partition's node profiles.
+    def_mem_per_gpu_mib: int | None = Field(
+        None,
+        ge=1,
+        description="`DefMemPerGPU` on every partition, in MiB; default: each partition's "
+        "smallest profile `slurm_real_memory_mib / gpu_count` (a GPU's share of the node).",
+    )
+    def_cpu_per_gpu: int | None = Field(
+        None,
+        ge=1,
+        description="`DefCpuPerGPU` on every partition; default: each partition's smallest "
+        "profile `cpus / gpu_count` (a GPU's share of the node's CPUs).",
+    )
+    unkillable_step_timeout: int = Field(
+        300,
+        ge=60,
+        le=3600,
+        description="`UnkillableStepTimeout` in seconds (default 300; Slurm's own 60 drains GPU "
+        "nodes with 'Kill task failed' while a CUDA process is still releasing its GPU).",
+    )
 
 
 class Repositories(StrictModel):
