@@ -175,6 +175,14 @@ def plan_command(
         Path | None,
         typer.Option("--hostfile", help="Write the best layout's hostfile (node-rank order)."),
     ] = None,
+    sharp: Annotated[
+        bool | None,
+        typer.Option(
+            "--sharp/--no-sharp",
+            help="The run wants SHARP: its launch exports NCCL_COLLNET_ENABLE=1 (default: the "
+            "spec's fabric.sharp; nccl.conf leaves CollNet off for every job).",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
     """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
@@ -235,7 +243,13 @@ def plan_command(
         peak_tflops=peak_tflops,
     )
     result = plan(model, cluster, training, assumptions)
-    doc = plan_json(model, cluster, training, assumptions, result, top=top)
+    if sharp is None:
+        sharp = False
+        if spec is not None:
+            from cluster_tool.spec import load_spec
+
+            sharp = load_spec(spec).fabric.sharp
+    doc = plan_json(model, cluster, training, assumptions, result, top=top, sharp=sharp)
     if hostfile is not None and doc["layouts"]:
         _write_hostfile(hostfile, doc["layouts"][0]["placement"]["hostfile"])
     if json_out:
@@ -340,7 +354,11 @@ def _print(doc: dict) -> None:
     console.print("Megatron-LM:", markup=False)
     console.print("  " + " \\\n  ".join(doc["launch"]["megatron_args"]), markup=False)
     console.print("torchrun (NODE_RANK = the node's line in the hostfile, from 0):", markup=False)
-    console.print("  torchrun " + " ".join(doc["launch"]["torchrun_args"]), markup=False)
+    env = " ".join(doc["launch"].get("env") or [])
+    console.print(
+        "  " + (f"{env} " if env else "") + "torchrun " + " ".join(doc["launch"]["torchrun_args"]),
+        markup=False,
+    )
     a = doc["assumptions"]
     console.print(
         f"Assumptions: kernel efficiency {a['kernel_efficiency']:.3f} of peak, DP/PP/CP overlap "

@@ -9,7 +9,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.plan.cluster import ClusterShape
 from cluster_tool.plan.estimate import GIB, Assumptions, Estimate, Training
-from cluster_tool.plan.launch import megatron_args, torchrun_args
+from cluster_tool.plan.launch import launch_env, megatron_args, torchrun_args
 from cluster_tool.plan.model import ModelSpec
 from cluster_tool.plan.placement import Placement, place
 from cluster_tool.plan.search import PlanResult
@@ -76,6 +76,7 @@ def plan_json(
     result: PlanResult,
     *,
     top: int,
+    sharp: bool = False,
 ) -> dict[str, Any]:
     """Everything the text view shows, as one JSON-able document."""
     shown = result.layouts[:top]
@@ -118,6 +119,7 @@ def plan_json(
         doc["launch"] = {
             "megatron_args": megatron_args(model, training, best, assumptions),
             "torchrun_args": torchrun_args(placement),
+            "env": launch_env(sharp=sharp),
         }
     elif result.closest_misfit is not None:
         doc["closest_misfit"] = layout_json(result.closest_misfit)

@@ -420,7 +420,8 @@ def _first_gpu_profile(cluster: Cluster) -> NodeProfile | None:
 
 
 def _nccl_env(cluster: Cluster) -> dict[str, str]:
-    """nccl.conf's variables: the compute HCAs in rail order, the socket interface, SHARP."""
+    """nccl.conf's variables: the compute HCAs in rail order, the socket interface, SHARP's
+    settings for the jobs that turn CollNet on."""
     profile = _first_gpu_profile(cluster)
     compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
     nccl_env: dict[str, str] = {
@@ -428,8 +429,11 @@ def _nccl_env(cluster: Cluster) -> dict[str, str]:
         # select mlx5_10 and mlx5_11 by prefix.
         "NCCL_IB_HCA": "=" + ",".join(compute_hcas),
         "NCCL_SOCKET_IFNAME": "=" + cluster.socket_ifname,
-        "NCCL_COLLNET_ENABLE": "1" if cluster.fabric.sharp else "0",
     }
+    # No NCCL_COLLNET_ENABLE here: nccl.conf is mounted into every container, and CollNet on
+    # for all makes every job ask the aggregation manager for SHARP resources (a limited
+    # number of trees). A job that wants SHARP sets it itself: the gate's CollNet step, the
+    # planner's launch environment. These only act where CollNet is on.
     if cluster.fabric.sharp:
         nccl_env["SHARP_COLL_ENABLE_SAT"] = "1"
         nccl_env["SHARP_COLL_LOCK_ON_COMM_INIT"] = "1"

@@ -198,9 +198,10 @@ def check_rendered(cluster: Cluster, files: dict[str, str]) -> None:
     env = nccl_conf(files["nccl.conf"])
     for name, value in cluster.nccl.extra_env.items():
         assert env[name] == value
-    assert set(env) <= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_COLLNET_ENABLE"} | set(
-        cluster.nccl.extra_env
-    ) | {"SHARP_COLL_ENABLE_SAT", "SHARP_COLL_LOCK_ON_COMM_INIT"}
+    assert set(env) <= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"} | set(cluster.nccl.extra_env) | {
+        "SHARP_COLL_ENABLE_SAT",
+        "SHARP_COLL_LOCK_ON_COMM_INIT",
+    }
 
     for collective in cluster.nccl.tests.collectives:
         commands = sbatch_commands(files[f"nccl-tests/{collective}.sbatch"])
