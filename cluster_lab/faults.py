@@ -328,17 +328,18 @@ def node_down(data: dict[str, Any], node: str) -> list[tuple[Path_, Any]]:
     return [(("nodes", n, "down"), True)]
 
 
-# A ConnectX-7 build off the lab's (28.43.2026, DOCA 2.9.1's) but on the same DOCA 2.9 line:
-# what DOCA 2.9.0 bundled (docs.nvidia.com/doca/archive/2-9-0/General+Support). An adapter a
-# firmware update skipped: its peers differ from it, no matrix rule does.
-SKEWED_CONNECTX7_FIRMWARE = "28.43.1014"
+# A ConnectX-7 build off the lab's (28.46.1006, DOCA 3.1.0's) but on the same DOCA 3.1 line:
+# 28.46.3048, what a real ConnectX-7 at NDR runs in the mlxlink capture of
+# tests/fixtures/parsers/real/mlxlink_show_module_cx7_ndr_osfp_dac_prompt_line.txt. An adapter
+# flashed apart from the rest: its peers differ from it, no matrix rule does.
+SKEWED_CONNECTX7_FIRMWARE = "28.46.3048"
 
 
 def version_skew(
     data: dict[str, Any], node: str, component: str, device: str | None = None
 ) -> list[tuple[Path_, Any]]:
     """A node whose fabric manager is one patch behind its driver (`fabricmanager`: the
-    versions must be equal, so it is incompatible), or one of its HCAs on older firmware than
+    versions must be equal, so it is incompatible), or one of its HCAs on other firmware than
     its peers (`hca-fw [mlx5_N]`, the first compute HCA by default)."""
     n = _node_index(data, node)
     if component == "fabricmanager":

@@ -1273,11 +1273,16 @@ CHECKS: dict[str, CheckInfo] = _table(
         "errors got past FEC on a compute HCA's link",
         section="link",
         what=(
-            "errors got past FEC: Effective Physical Errors or RS-FEC uncorrectable blocks above "
-            "`thresholds.health.ib_effective_errors_max` (0), or effective BER above "
-            "`ib_effective_ber_max` (1e-12); the message names the cable (vendor, part, serial)"
+            "errors got past FEC on the port, held to the limits for its speed "
+            "(`thresholds.health.ib_link_quality.<edr\\|hdr\\|ndr\\|xdr\\|other>`, table below): "
+            "Effective Physical Errors, Symbol Errors or RS-FEC uncorrectable blocks above "
+            "`effective_errors_max` (0), or effective / symbol BER above `effective_ber_max` "
+            "(1e-12); the message names the speed and the cable (vendor, part, serial)"
         ),
-        shows="the limits / what was counted; component the device as given to `mlxlink -d`",
+        shows=(
+            "the limits and the speed / what was counted; component the device as given to "
+            "`mlxlink -d`"
+        ),
         action="reseat, then replace the cable or optic; check the switch side of the same cable",
         probe="mlxlink",
         plan="node",
@@ -1286,13 +1291,14 @@ CHECKS: dict[str, CheckInfo] = _table(
         "link.ber",
         "health",
         "warning",
-        "raw BER above the warning threshold",
+        "raw BER above a limit the spec sets for the speed",
         section="link",
         what=(
-            "raw (pre-FEC) physical BER above `ib_raw_ber_warn` (1e-12, the issue's figure for "
-            "HDR/NDR; FEC still corrects it)"
+            "raw (pre-FEC) BER above the `raw_ber_warn` the spec sets for the port's speed; none "
+            "is set by default, so raw BER is recorded for the trend (`cluster-tool history`, "
+            "`history.regression`) and never judged against a fixed figure"
         ),
-        shows="`raw BER <= 1e-12` / `raw BER 2e-09`; component the device",
+        shows="`raw BER <= 1e-06 (NDR)` / `raw BER 3e-06`; component the device",
         action="clean or reseat the connector; watch the trend, replace the cable if it climbs",
         probe="mlxlink",
         plan="node",

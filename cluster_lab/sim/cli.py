@@ -98,8 +98,9 @@ def apply_installed(hw: NodeHardware, node: dict[str, Any], versions: dict[str, 
     driver = versions.get("nvidia-driver-cuda") or versions.get("nvidia-open-kernel-dkms")
     if driver and "driver_version" not in node:
         hw.driver_version = driver
-    if "datacenter-gpu-manager" in versions and "dcgm_version" not in node:
-        hw.dcgm_version = versions["datacenter-gpu-manager"]
+    dcgm = versions.get("datacenter-gpu-manager-4-core") or versions.get("datacenter-gpu-manager")
+    if dcgm and "dcgm_version" not in node:
+        hw.dcgm_version = dcgm
     if "mft" in versions:
         hw.mft_version = versions["mft+"].split(":")[-1]
     nccl = versions.get("libnccl2+", "")
@@ -377,7 +378,8 @@ def persistenced(argv: list[str], model: dict[str, Any], host: str) -> Result:
 
 
 # The mlx5_core/ib_core version of DOCA-Host releases' driver (the MLNX_OFED release each DOCA-Host
-# release carries, as `modinfo -F version mlx5_core` prints it); another release shows its own.
+# release carries, as `modinfo -F version mlx5_core` prints it); a release not listed shows its
+# own version there. 3.1.0 is not listed: no public page found names its mlx5_core version.
 DOCA_MLX5_VERSIONS = {"2.9.1": "24.10-1.1.4"}
 
 

@@ -108,10 +108,10 @@ GPU_MODELS: dict[str, GpuModel] = {
 }
 
 
-# The ConnectX-7 firmware DOCA 2.9.1 (the lab's doca-ofed) bundles, per its General Support page
-# (docs.nvidia.com/doca/archive/2-9-1/General+Support): a healthy lab runs the firmware its DOCA
+# The ConnectX-7 firmware DOCA 3.1.0 (the lab's doca-ofed) bundles, per its General Support page
+# (docs.nvidia.com/doca/archive/3-1-0/General+Support): a healthy lab runs the firmware its DOCA
 # ships, so the compatibility matrix finds nothing; `version-skew NODE hca-fw` moves one off it.
-CONNECTX7_FIRMWARE = "28.43.2026"
+CONNECTX7_FIRMWARE = "28.46.1006"
 
 
 @dataclass
@@ -276,9 +276,9 @@ class NodeHardware:
     other_nics: list[Nic] = field(default_factory=list)
     driver_version: str = "535.161.08"
     cuda_version: str = "12.2"
-    dcgm_version: str = "3.3.9"
-    nccl_version: str = "2.21.5"
-    mft_version: str = "4.30.1-8"  # what mlxlink prints as its MFT version
+    dcgm_version: str = "4.2.3"
+    nccl_version: str = "2.26.2"
+    mft_version: str = "4.33.0-169"  # what mlxlink prints as its MFT version (DOCA 3.1.0's)
     # What `nv-fabricmanager --version` prints; "" is the driver's own version (they ship together).
     fabricmanager_version: str = ""
     # Straggler factor: 1.0 is healthy; 0.5 moves data at half speed.

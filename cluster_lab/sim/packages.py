@@ -34,8 +34,8 @@ HOST_ONLY = {"packages.py"}
 # Timestamp of every file in the packages (reproducible builds): 2024-01-01T00:00:00Z.
 BUILD_EPOCH = 1_704_067_200
 
-DRIVER_BRANCH = "550"
-DRIVER_VERSION = "550.127.08-1"
+DRIVER_BRANCH = "570"
+DRIVER_VERSION = "570.172.08-1"
 
 # Package name -> version, as the roles pin them (roles/*/vars/Debian_12.yml, defaults/).
 DEFAULT_VERSIONS: dict[str, str] = {
@@ -45,13 +45,16 @@ DEFAULT_VERSIONS: dict[str, str] = {
     f"nvidia-fabricmanager-{DRIVER_BRANCH}": DRIVER_VERSION,
     f"libnvidia-nscq-{DRIVER_BRANCH}": DRIVER_VERSION,
     "datacenter-gpu-manager": "1:3.3.9",
-    "dcgm-exporter": "3.6.1-1",
-    "doca-ofed": "2.9.1-1",
+    # DCGM 4 comes as its core and the flavour for the driver's CUDA major.
+    "datacenter-gpu-manager-4-core": "1:4.2.3-1",
+    "datacenter-gpu-manager-4-cuda12": "1:4.2.3-1",
+    "dcgm-exporter": "4.2.3-4.1.3-1",
+    "doca-ofed": "3.1.0-1",
     # MFT, which DOCA-Host's doca-ofed profile brings (doca-host-basic is the one "without MFT"):
-    # the release the BlueField-3 mlxlink capture prints.
-    "mft": "4.30.1-8",
-    "libnccl2": "2.21.5-1+cuda12.4",
-    "libnccl-dev": "2.21.5-1+cuda12.4",
+    # the release DOCA 3.1.0 lists (its legal notices' component table).
+    "mft": "4.33.0-169",
+    "libnccl2": "2.26.2-1+cuda12.8",
+    "libnccl-dev": "2.26.2-1+cuda12.8",
     "nccl-rdma-sharp-plugins": "2.7-1",
     "nccl-tests": "2.13.11-1",
     "opensm-ibsim": "1.0-1",
@@ -92,6 +95,8 @@ class SimPackage:
     postinst: str = ""
     # Real Debian packages the vendor's package would bring along (in the lab repository).
     depends: tuple[str, ...] = ()
+    # Packages it takes the place of (DCGM 4 over DCGM 3, which owns the same files).
+    conflicts: tuple[str, ...] = ()
 
 
 # Where the package puts the binaries (nccl_tests_package_bin_dir); the nccl_tests role links
@@ -378,6 +383,18 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             carries_simulator=True,
         ),
         SimPackage(
+            "datacenter-gpu-manager-4-core",
+            "NVIDIA DCGM 4: dcgmi diag (simulated) and nv-hostengine",
+            tools={"usr/bin/dcgmi": "dcgmi", "usr/bin/nv-hostengine": "nv-hostengine"},
+            services={"nvidia-dcgm": "/usr/bin/nv-hostengine"},
+            carries_simulator=True,
+            conflicts=("datacenter-gpu-manager",),
+        ),
+        SimPackage(
+            "datacenter-gpu-manager-4-cuda12",
+            "NVIDIA DCGM 4 for CUDA 12 drivers (simulated: no payload)",
+        ),
+        SimPackage(
             "dcgm-exporter",
             "NVIDIA DCGM exporter (simulated: the lab model's DCGM fields on :9400)",
             tools={"usr/bin/dcgm-exporter": "dcgm-exporter"},
@@ -472,7 +489,12 @@ def _control(pkg: SimPackage, version: str) -> str:
         "Architecture: amd64\n"
         "Maintainer: cluster-tool lab <lab@cluster-tool.invalid>\n"
         f"Depends: {', '.join(('python3', *pkg.depends))}\n"
-        "Section: misc\n"
+        + (
+            f"Conflicts: {', '.join(pkg.conflicts)}\nReplaces: {', '.join(pkg.conflicts)}\n"
+            if pkg.conflicts
+            else ""
+        )
+        + "Section: misc\n"
         "Priority: optional\n"
         f"Description: {pkg.summary}\n"
         " Built by the cluster-tool lab under the vendor's name and version; the tools\n"
@@ -592,6 +614,9 @@ def role_pins(roles_dir: Path) -> dict[str, str]:
     dcgm = defaults("dcgm")
     if dcgm and str(dcgm.get("dcgm_major", 3)) == "3":
         pins["datacenter-gpu-manager"] = f"1:{dcgm['dcgm_version']}"
+    elif dcgm and str(dcgm.get("dcgm_major")) == "4":
+        for name in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"):
+            pins[name] = f"1:{dcgm['dcgm_version']}-*"
     exporter = defaults("dcgm_exporter")
     if exporter:
         pins["dcgm-exporter"] = f"{exporter['dcgm_exporter_version']}-*"

@@ -226,6 +226,14 @@ def plan_command(
         Path | None,
         typer.Option("--hostfile", help="Write the best layout's hostfile (node-rank order)."),
     ] = None,
+    sharp: Annotated[
+        bool | None,
+        typer.Option(
+            "--sharp/--no-sharp",
+            help="The run wants SHARP: its launch exports NCCL_COLLNET_ENABLE=1 (default: the "
+            "spec's fabric.sharp; nccl.conf leaves CollNet off for every job).",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
     """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
@@ -309,10 +317,18 @@ def plan_command(
     assumptions = Assumptions(
         tp_overlap=tp_overlap, peak_tflops=peak_tflops, flops_convention=flops_convention
     )
+    if sharp is None:
+        sharp = False
+        if spec is not None:
+            from cluster_tool.spec import load_spec
+
+            sharp = load_spec(spec).fabric.sharp
     if given is not None:
-        return _layout_mode(model, cluster, training, assumptions, given, hostfile, json_out)
+        return _layout_mode(
+            model, cluster, training, assumptions, given, hostfile, json_out, sharp=sharp
+        )
     result = plan(model, cluster, training, assumptions)
-    doc = plan_json(model, cluster, training, assumptions, result, top=top)
+    doc = plan_json(model, cluster, training, assumptions, result, top=top, sharp=sharp)
     if hostfile is not None and doc["layouts"]:
         _write_hostfile(hostfile, doc["layouts"][0]["placement"]["hostfile"])
     if json_out:
@@ -333,13 +349,15 @@ def _layout_mode(
     given: "Layout",
     hostfile: Path | None,
     json_out: bool,
+    *,
+    sharp: bool = False,
 ) -> int:
     """`--layout`: estimate the given layout; exit 1 (and say by how much) when it does not fit."""
     from cluster_tool.plan.report import layout_doc
     from cluster_tool.plan.search import estimate_layout
 
     est = estimate_layout(model, cluster, training, given, assumptions)
-    doc = layout_doc(model, cluster, training, assumptions, est)
+    doc = layout_doc(model, cluster, training, assumptions, est, sharp=sharp)
     if hostfile is not None and doc["fits"]:
         _write_hostfile(hostfile, doc["layout"]["placement"]["hostfile"])
     if json_out:
@@ -510,7 +528,11 @@ def _print_launch(doc: dict, lay: dict, title: str) -> None:
     console.print("Megatron-LM:", markup=False)
     console.print("  " + " \\\n  ".join(doc["launch"]["megatron_args"]), markup=False)
     console.print("torchrun (NODE_RANK = the node's line in the hostfile, from 0):", markup=False)
-    console.print("  torchrun " + " ".join(doc["launch"]["torchrun_args"]), markup=False)
+    env = " ".join(doc["launch"].get("env") or [])
+    console.print(
+        "  " + (f"{env} " if env else "") + "torchrun " + " ".join(doc["launch"]["torchrun_args"]),
+        markup=False,
+    )
     a = doc["assumptions"]
     console.print(
         f"Model: fitted on published H100 runs ({MODEL_ERROR_TEXT}, docs/planner.md); TP "

@@ -55,6 +55,7 @@ def gate_inputs(cluster: Cluster) -> GateInputs:
         warmup_iters=tests.warmup_iters,
         bin_dir=tests.binary_dir,
         partition=partition,
+        collnet=cluster.fabric.sharp,
     )
     topology = Topology.from_plan(plan_for(cluster))
     return GateInputs(

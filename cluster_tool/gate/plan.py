@@ -35,6 +35,9 @@ class NcclTestParams:
     bin_dir: str = ""  # empty: the binaries are on PATH
     time_limit: str = "00:30:00"
     partition: str | None = None
+    # SHARP on the fabric: the full rung runs all_reduce with CollNet too (per job, never in
+    # nccl.conf), so the report shows the fabric with and without in-network reduction.
+    collnet: bool = False
 
     def __post_init__(self) -> None:
         unknown = [c for c in self.collectives if c not in COLLECTIVES]
@@ -160,10 +163,18 @@ def single_job(node: str, params: NcclTestParams, *, round_no: int = 1) -> GateJ
 def multi_node_job(
     name: str, rung: Rung, nodes: Sequence[str], params: NcclTestParams, *, round_no: int = 1
 ) -> GateJob:
-    """Pairs or full, NCCL_ALGO=Ring: on 2 nodes the default (NVLSTree) overstates the fabric."""
-    ring = (("NCCL_ALGO", "Ring"),)
-    steps = tuple(Step(c, c, rung, ring) for c in params.collectives)
-    return GateJob(name, rung, tuple(nodes), steps, round_no, _DEBUG_ENV)
+    """Pairs or full, NCCL_ALGO=Ring: on 2 nodes the default (NVLSTree) overstates the fabric.
+    Where SHARP is on, the full rung adds all_reduce with CollNet (NCCL picks its algorithm:
+    Ring would leave CollNet unused), beside the ring's, which runs with CollNet off."""
+    ring: tuple[tuple[str, str], ...] = (("NCCL_ALGO", "Ring"),)
+    if params.collnet:
+        ring = (*ring, ("NCCL_COLLNET_ENABLE", "0"))
+    steps = [Step(c, c, rung, ring) for c in params.collectives]
+    if params.collnet and rung is Rung.FULL:
+        steps.append(
+            Step("collnet-all_reduce", "all_reduce", rung, (("NCCL_COLLNET_ENABLE", "1"),))
+        )
+    return GateJob(name, rung, tuple(nodes), tuple(steps), round_no, _DEBUG_ENV)
 
 
 def rails_job(

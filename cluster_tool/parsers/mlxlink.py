@@ -1,9 +1,12 @@
-"""`mlxlink -d DEV [-m] [-c] [-e]`: one HCA port's link state, FEC and BER counters and the
-cable module behind it (temperature, voltage, vendor, part and serial, firmware)."""
+"""`mlxlink -d DEV [-m] [-c] [-e] [--json]`: one HCA port's link state, FEC and BER counters,
+the FEC histogram and the cable module behind it (temperature, voltage, vendor, part and serial,
+firmware)."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cluster_tool.parsers.base import ParseError, noise_recorder, parser
@@ -69,10 +72,18 @@ class MlxlinkPort:
     effective_ber: float | None = None
     raw_errors_per_lane: tuple[int, ...] | None = None  # before FEC
     raw_ber: float | None = None
+    raw_ber_per_lane: tuple[float, ...] | None = None  # MFT 4.32 and later
+    # What newer releases print for HDR/NDR beside the effective figures: the symbol errors
+    # left after FEC, which ibdiagnet calls the errors the application sees on those links.
+    symbol_errors: int | None = None
+    symbol_ber: float | None = None
     link_down: int | None = None
     link_error_recovery: int | None = None
     fec_corrected_blocks: int | None = None  # RS-FEC counters, where the release prints them
     fec_uncorrectable_blocks: int | None = None
+    # `Histogram of FEC Errors` (--rx_fec_histogram --show_histogram): codewords per number of
+    # symbol errors FEC corrected in them, bin 0 first; a history of the link's margin.
+    fec_histogram: tuple[int, ...] | None = None
     module: MlxlinkModule | None = None
     # Every field of every section as printed (N/A kept), for what the record does not name.
     fields: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -143,6 +154,7 @@ class _Port:
         self.port = port
         self.sections: dict[str, dict[str, str]] = {}
         self.lines: dict[tuple[str, str], tuple[int, str]] = {}
+        self.histogram: tuple[int, ...] | None = None
 
     def value(self, section: str, key: str) -> tuple[str, int, str] | None:
         found = self.sections.get(section, {}).get(key)
@@ -177,6 +189,13 @@ class _Port:
                 _count(v, "Raw Physical Errors Per Lane", lanes[1], lanes[2]) or 0
                 for v in lanes[0].split(",")
             )
+        ber_lanes = self.value(counters, "Raw Physical BER Per Lane")
+        per_lane_ber = None
+        if ber_lanes is not None and _text(ber_lanes[0]) is not None:
+            per_lane_ber = tuple(
+                _ber(v, "Raw Physical BER Per Lane", ber_lanes[1], ber_lanes[2]) or 0.0
+                for v in ber_lanes[0].split(",")
+            )
         return MlxlinkPort(
             line_no=self.line_no,
             device=self.device,
@@ -195,10 +214,14 @@ class _Port:
             effective_ber=ber(counters, "Effective Physical BER"),
             raw_errors_per_lane=per_lane,
             raw_ber=ber(counters, "Raw Physical BER"),
+            raw_ber_per_lane=per_lane_ber,
+            symbol_errors=count(counters, "Symbol Errors"),
+            symbol_ber=ber(counters, "Symbol BER"),
             link_down=count(counters, "Link Down Counter"),
             link_error_recovery=count(counters, "Link Error Recovery Counter"),
             fec_corrected_blocks=count(counters, "RS-FEC Corrected Blocks"),
             fec_uncorrectable_blocks=count(counters, "RS-FEC Uncorrectable Blocks"),
+            fec_histogram=self.histogram,
             module=self._module(),
             fields={name: dict(values) for name, values in self.sections.items()},
         )
@@ -239,14 +262,102 @@ class _Port:
         )
 
 
+_HISTOGRAM = "Histogram of FEC Errors"
+_BIN = re.compile(r"^Bin (\d+)$")
+
+
+def _flat(value: object) -> str | None:
+    """A field of `--json` output as the text output prints it: per-lane and list values
+    (`{"values": [...]}`) joined with commas; None for what has no text form (histogram bins)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("values"), list):
+        items = value["values"]
+        if all(isinstance(v, str) for v in items):
+            return ",".join(items)
+    return None
+
+
+def _json_port(
+    document: object, lines: list[str], start: int, command: tuple[int, str | None, int | None]
+) -> _Port:
+    """One `mlxlink --json` document (its first line is `start`, 0-based) as the sections the
+    text output would have printed."""
+    at, device, port_no = command
+
+    def line_of(key: str) -> tuple[int, str]:
+        quoted = json.dumps(key)
+        for index in range(start, len(lines)):
+            if quoted in lines[index]:
+                return index + 1, lines[index]
+        return start + 1, lines[start]
+
+    if not isinstance(document, dict):
+        raise ParseError("expected an mlxlink --json object", line_no=start + 1, line=lines[start])
+    status = document.get("status")
+    if isinstance(status, dict) and status.get("code") not in (0, None):
+        message = str(status.get("message") or "no message")[:200]
+        raise ParseError(f"mlxlink failed: {message}", line_no=start + 1, line=lines[start])
+    result = document.get("result")
+    output = result.get("output") if isinstance(result, dict) else None
+    if not isinstance(output, dict):
+        raise ParseError(
+            "mlxlink --json output without result.output", line_no=start + 1, line=lines[start]
+        )
+    port = _Port(at, device, port_no)
+    for title, section in output.items():
+        if not isinstance(section, dict):
+            continue
+        if title == _HISTOGRAM:
+            port.histogram = _json_histogram(section, line_of)
+            continue
+        port.sections[title] = {}
+        for key, value in section.items():
+            text = _flat(value)
+            if text is None:
+                continue
+            port.sections[title][key] = text.strip()
+            port.lines[(title, key)] = line_of(key)
+    return port
+
+
+def _json_histogram(
+    section: dict[str, object], line_of: Callable[[str], tuple[int, str]]
+) -> tuple[int, ...]:
+    counts: dict[int, int] = {}
+    for key, value in section.items():
+        match = _BIN.match(key)
+        if match is None:
+            continue  # the Header row
+        text = _flat(value)
+        parts = text.split(",") if text is not None else []
+        if len(parts) != 2 or not parts[1].strip().isdigit():
+            line_no, line = line_of(key)
+            raise ParseError(f"{key}: expected [range] and a count", line_no=line_no, line=line)
+        counts[int(match[1])] = int(parts[1])
+    if sorted(counts) != list(range(len(counts))):
+        line_no, line = line_of(_HISTOGRAM)
+        raise ParseError(
+            f"FEC histogram bins are not 0..N: {sorted(counts)}", line_no=line_no, line=line
+        )
+    return tuple(counts[b] for b in range(len(counts)))
+
+
 @parser(
     "mlxlink",
-    "mlxlink -d DEV [-m -c -e]: link state, FEC, BER counters and the cable module per port",
-    start=r"(?:^|[\s$#>])mlxlink\s|^Operational Info\s*$",
+    "mlxlink -d DEV [-m -c -e] [--json]: link state, FEC, BER counters, the FEC histogram and "
+    "the cable module per port",
+    start=r"(?:^|[\s$#>])mlxlink\s|^Operational Info\s*$|^\{\s*$",
 )
 def parse_mlxlink(text: str) -> list[MlxlinkPort]:
-    """Parse one or more `mlxlink` runs (each after its command line, or one after another)."""
+    """Parse one or more `mlxlink` runs (each after its command line, or one after another),
+    text or `--json`."""
     lines = text.splitlines()
+    offsets = [0]
+    for raw_line in lines:
+        offsets.append(offsets[-1] + len(raw_line) + 1)
+    flat = "\n".join(lines)
+    decoder = json.JSONDecoder()
     note = noise_recorder()
     ports: list[_Port] = []
     current: _Port | None = None
@@ -281,6 +392,19 @@ def parse_mlxlink(text: str) -> list[MlxlinkPort]:
             continue
         if line.startswith("-E-"):
             raise ParseError(f"mlxlink failed: {line[3:].strip()}", line_no=line_no, line=raw)
+        if line.startswith("{"):  # `--json`: one document per run
+            try:
+                document, end = decoder.raw_decode(flat, offsets[i - 1] + raw.index("{"))
+            except (ValueError, RecursionError) as exc:
+                raise ParseError(
+                    f"not mlxlink --json output: {str(exc)[:120]}", line_no=line_no, line=raw
+                ) from None
+            command_at = pending_command or (line_no, None, None)
+            ports.append(_json_port(document, lines, i - 1, command_at))
+            pending_command, current, section = None, None, None
+            while i < len(lines) and offsets[i] < end:
+                i += 1
+            continue
         if i < len(lines) and _RULE.match(lines[i].strip()):
             title = line
             if current is None or title in current.sections:

@@ -84,6 +84,12 @@ def megatron_args(
     return args
 
 
+def launch_env(*, sharp: bool) -> list[str]:
+    """What the run exports beside the node's /etc/nccl.conf: CollNet, for a run that wants
+    SHARP (nccl.conf leaves it off, as it is mounted into every job)."""
+    return ["NCCL_COLLNET_ENABLE=1"] if sharp else []
+
+
 def torchrun_args(placement: Placement, *, port: int = 29500) -> list[str]:
     """Static rendezvous so that node rank k is the k-th hostfile line (a c10d rendezvous
     would hand out node ranks in arrival order and undo the placement)."""

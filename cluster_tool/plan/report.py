@@ -9,7 +9,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.plan.cluster import ClusterShape
 from cluster_tool.plan.estimate import GIB, Assumptions, Estimate, Training
-from cluster_tool.plan.launch import megatron_args, torchrun_args
+from cluster_tool.plan.launch import launch_env, megatron_args, torchrun_args
 from cluster_tool.plan.model import ModelSpec
 from cluster_tool.plan.placement import Placement, place
 from cluster_tool.plan.search import PlanResult
@@ -131,10 +131,12 @@ def _launch_json(
     assumptions: Assumptions,
     est: Estimate,
     placement: Placement,
+    sharp: bool = False,
 ) -> dict[str, Any]:
     return {
         "megatron_args": megatron_args(model, training, est, assumptions),
         "torchrun_args": torchrun_args(placement),
+        "env": launch_env(sharp=sharp),
     }
 
 
@@ -146,8 +148,10 @@ def plan_json(
     result: PlanResult,
     *,
     top: int,
+    sharp: bool = False,
 ) -> dict[str, Any]:
-    """Everything the text view shows, as one JSON-able document."""
+    """Everything the text view shows, as one JSON-able document; `sharp`: the run wants
+    SHARP, so its launch exports CollNet (nccl.conf leaves it off for every job)."""
     shown = result.layouts[:top]
     placements = [place(est.layout, cluster) for est in shown]
     doc = _context_json(model, cluster, training, assumptions)
@@ -156,7 +160,9 @@ def plan_json(
     doc["feasible"] = len(result.layouts)
     doc["rejected"] = dict(result.rejected)
     if shown:
-        doc["launch"] = _launch_json(model, training, assumptions, shown[0], placements[0])
+        doc["launch"] = _launch_json(
+            model, training, assumptions, shown[0], placements[0], sharp=sharp
+        )
     elif result.closest_misfit is not None:
         doc["closest_misfit"] = layout_json(result.closest_misfit)
     return doc
@@ -168,6 +174,8 @@ def layout_doc(
     training: Training,
     assumptions: Assumptions,
     est: Estimate,
+    *,
+    sharp: bool = False,
 ) -> dict[str, Any]:
     """`plan --layout`: one given layout's estimate, whether it fits and by how much, and
     (when it fits) how to launch it; the same fields as each layout of a search."""
@@ -177,7 +185,7 @@ def layout_doc(
     doc["layout"] = layout_json(est, placement)
     doc["fits"] = est.fits
     if est.fits:
-        doc["launch"] = _launch_json(model, training, assumptions, est, placement)
+        doc["launch"] = _launch_json(model, training, assumptions, est, placement, sharp=sharp)
     else:
         kind, size = est.memory.largest()
         doc["why_not"] = (

@@ -394,13 +394,34 @@ def _gres_lines(profile: NodeProfile) -> list[dict[str, str]]:
     return lines
 
 
+def _gpu_defaults(cluster: Cluster, names: list[str]) -> dict[str, int]:
+    """`DefMemPerGPU` / `DefCpuPerGPU` of a partition: the spec's, else a GPU's share of the
+    smallest node profile in it (so a job that names no --mem or CPUs gets its GPUs' share of
+    the node, never the whole node); nothing for a partition without GPU nodes."""
+    profiles = []
+    for name in names:
+        try:
+            host = cluster.host(name)
+        except KeyError:
+            continue
+        if host.profile is not None and host.profile.gpu_count > 0:
+            profiles.append(host.profile)
+    slurm = cluster.slurm
+    if not profiles:
+        return {}
+    mem = slurm.def_mem_per_gpu_mib or min(p.slurm_real_memory_mib // p.gpu_count for p in profiles)
+    cpu = slurm.def_cpu_per_gpu or min(max(1, p.cpus // p.gpu_count) for p in profiles)
+    return {"def_mem_per_gpu": mem, "def_cpu_per_gpu": cpu}
+
+
 def _first_gpu_profile(cluster: Cluster) -> NodeProfile | None:
     profiles = cluster.gpu_profiles()
     return next(iter(profiles.values())) if profiles else None
 
 
 def _nccl_env(cluster: Cluster) -> dict[str, str]:
-    """nccl.conf's variables: the compute HCAs in rail order, the socket interface, SHARP."""
+    """nccl.conf's variables: the compute HCAs in rail order, the socket interface, SHARP's
+    settings for the jobs that turn CollNet on."""
     profile = _first_gpu_profile(cluster)
     compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
     nccl_env: dict[str, str] = {
@@ -408,8 +429,11 @@ def _nccl_env(cluster: Cluster) -> dict[str, str]:
         # select mlx5_10 and mlx5_11 by prefix.
         "NCCL_IB_HCA": "=" + ",".join(compute_hcas),
         "NCCL_SOCKET_IFNAME": "=" + cluster.socket_ifname,
-        "NCCL_COLLNET_ENABLE": "1" if cluster.fabric.sharp else "0",
     }
+    # No NCCL_COLLNET_ENABLE here: nccl.conf is mounted into every container, and CollNet on
+    # for all makes every job ask the aggregation manager for SHARP resources (a limited
+    # number of trees). A job that wants SHARP sets it itself: the gate's CollNet step, the
+    # planner's launch environment. These only act where CollNet is on.
     if cluster.fabric.sharp:
         nccl_env["SHARP_COLL_ENABLE_SAT"] = "1"
         nccl_env["SHARP_COLL_LOCK_ON_COMM_INIT"] = "1"
@@ -459,6 +483,7 @@ def _context(cluster: Cluster) -> dict[str, Any]:
                 "nodes": _fold(names),
                 "default": part.default,
                 "max_time": part.max_time,
+                **_gpu_defaults(cluster, names),
             }
         )
     group_vars: dict[str, Any] = {
@@ -522,7 +547,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "slurm_health_check_enabled": slurm.health_check_interval > 0,
         "slurm_health_check_interval": slurm.health_check_interval,
         "slurm_health_check_node_state": ",".join(slurm.health_check_node_state),
+        "slurm_unkillable_step_timeout": slurm.unkillable_step_timeout,
         "dcgm_version": software.dcgm_version,
+        "dcgm_exporter_version": software.dcgm_exporter_version,
         "nccl_tests_version": software.nccl_tests_version,
         "nccl_tests_repo_url": repos.nccl_tests,
         "nccl_tests_binary_dir": cluster.nccl.tests.binary_dir,
@@ -530,6 +557,11 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "enroot_download_url": repos.enroot,
         "pyxis_repo_url": repos.pyxis,
     }
+    # The dcgm role installs the packages of the pinned release's major (4:
+    # datacenter-gpu-manager-4-*); its own check refuses a version that is not 3.x or 4.x.
+    dcgm_major = software.dcgm_version.split(".")[0]
+    if dcgm_major.isdigit():
+        group_vars["dcgm_major"] = int(dcgm_major)
     # Per-OS repositories reach the roles only when the spec names a mirror: otherwise every
     # node gets its own OS release's repository from the role defaults.
     for name, url in (

@@ -468,6 +468,37 @@ def _check_slurm_and_limits(cluster: Cluster) -> list[Problem]:
             break
     if not cluster.gpu_nodes() and not any(g.profile for g in cluster.nodes):
         problems.append((("nodes",), "no GPU nodes: give at least one group a profile"))
+    problems += _check_gpu_defaults(cluster)
+    return problems
+
+
+def _check_gpu_defaults(cluster: Cluster) -> list[Problem]:
+    """A default per GPU that a job asking for every GPU of a node could not get there would
+    leave that job pending forever: refuse it, naming the profile that cannot hold it."""
+    slurm = cluster.slurm
+    problems: list[Problem] = []
+    profiles = {n.profile_name: n.profile for n in cluster.gpu_nodes() if n.profile is not None}
+    for name, p in sorted(profiles.items(), key=lambda item: str(item[0])):
+        if p is None or p.gpu_count == 0:
+            continue
+        mem = slurm.def_mem_per_gpu_mib
+        if mem is not None and mem * p.gpu_count > p.slurm_real_memory_mib:
+            problems.append(
+                (
+                    ("slurm", "def_mem_per_gpu_mib"),
+                    f"{mem} MiB x {p.gpu_count} GPUs is more than profile {name}'s RealMemory "
+                    f"{p.slurm_real_memory_mib} MiB: a job on all its GPUs would never start",
+                )
+            )
+        cpu = slurm.def_cpu_per_gpu
+        if cpu is not None and cpu * p.gpu_count > p.cpus:
+            problems.append(
+                (
+                    ("slurm", "def_cpu_per_gpu"),
+                    f"{cpu} x {p.gpu_count} GPUs is more than profile {name}'s {p.cpus} CPUs: "
+                    "a job on all its GPUs would never start",
+                )
+            )
     return problems
 
 

@@ -612,6 +612,28 @@ class Slurm(StrictModel):
         description="`HealthCheckNodeState`: in which node states it runs (default ANY; CYCLE "
         "spreads the runs over the interval instead of all nodes at once).",
     )
+    # With SelectTypeParameters=CR_Core_Memory and no default per GPU, a job that asks for GPUs
+    # but no --mem is given the whole node's memory (DefMemPerNode is UNLIMITED): one 1-GPU job
+    # blocks the other seven. Unset, these come from the partition's node profiles.
+    def_mem_per_gpu_mib: int | None = Field(
+        None,
+        ge=1,
+        description="`DefMemPerGPU` on every partition, in MiB; default: each partition's "
+        "smallest profile `slurm_real_memory_mib / gpu_count` (a GPU's share of the node).",
+    )
+    def_cpu_per_gpu: int | None = Field(
+        None,
+        ge=1,
+        description="`DefCpuPerGPU` on every partition; default: each partition's smallest "
+        "profile `cpus / gpu_count` (a GPU's share of the node's CPUs).",
+    )
+    unkillable_step_timeout: int = Field(
+        300,
+        ge=60,
+        le=3600,
+        description="`UnkillableStepTimeout` in seconds (default 300; Slurm's own 60 drains GPU "
+        "nodes with 'Kill task failed' while a CUDA process is still releasing its GPU).",
+    )
 
 
 class Repositories(StrictModel):
@@ -635,17 +657,27 @@ class Repositories(StrictModel):
 
 
 class Software(StrictModel):
-    """Pinned versions of the node stack (defaults: a tested 2024 H100/H200 stack)."""
+    """Pinned versions of the node stack. The defaults are a 2025 H100/H200 stack, each from
+    its release notes (docs/compat.md, "The default stack")."""
 
-    nvidia_driver_branch: Version = Field("550", description="Driver branch (default 550).")
-    nvidia_driver_version: Version = Field("550.127.08", description="Driver version.")
-    cuda_version: Version = Field("12.4", description="CUDA toolkit (default 12.4).")
-    doca_ofed_version: Version = Field("2.9.1", description="DOCA-OFED (default 2.9.1 LTS).")
-    nccl_version: Version = Field("2.21.5-1+cuda12.4", description="NCCL package version.")
+    nvidia_driver_branch: Version = Field("570", description="Driver branch (default 570).")
+    nvidia_driver_version: Version = Field(
+        "570.172.08", description="Driver version, open kernel modules (default 570.172.08)."
+    )
+    cuda_version: Version = Field("12.8", description="CUDA toolkit (default 12.8).")
+    doca_ofed_version: Version = Field("3.1.0", description="DOCA-OFED (default 3.1.0).")
+    nccl_version: Version = Field("2.26.2-1+cuda12.8", description="NCCL package version.")
     hpcx_version: Version = Field("2.20", description="HPC-X, which carries the SHARP plugin.")
-    sharp_plugin_version: Version = Field("3.9.0", description="NCCL RDMA SHARP plugin version.")
+    sharp_plugin_version: Version = Field(
+        "3.12.0", description="SHARP release behind the NCCL plugin (default 3.12.0, DOCA 3.1.0's)."
+    )
     slurm_version: Version = Field("24.05.5", description="Slurm (default 24.05.5).")
-    dcgm_version: Version = Field("3.3.9", description="DCGM (default 3.3.9).")
+    dcgm_version: Version = Field("4.2.3", description="DCGM (default 4.2.3).")
+    dcgm_exporter_version: Version = Field(
+        "4.2.3-4.1.3",
+        description="dcgm-exporter release as NVIDIA tags it, <DCGM it was built for>-<exporter> "
+        "(default 4.2.3-4.1.3).",
+    )
     nccl_tests_version: Version = Field("v2.13.11", description="nccl-tests git tag.")
     repositories: Repositories = Field(default_factory=lambda: Repositories.model_validate({}))
 
@@ -685,6 +717,70 @@ class Nccl(StrictModel):
         default_factory=dict, description="More NCCL_* variables, written as given."
     )
     tests: NcclTests = Field(default_factory=lambda: NcclTests.model_validate({}))
+
+
+# Every InfiniBand generation from HDR on signals PAM4 behind RS-FEC: on a healthy link the raw
+# (pre-FEC) BER is orders of magnitude above the 1e-12 the link is held to after FEC (real
+# captures: 5e-10 on a ConnectX-7 at 4 x 100G PAM4, 2e-9 on a healthy 400G link, both losing
+# nothing after FEC). So what fails a port is what FEC let through; raw BER is kept for
+# each port's trend (history.py), and warns only where the spec sets a limit for its speed.
+# Sources per speed are in docs/findings.md (link.fec, link.ber).
+class LinkQuality(StrictModel):
+    """What mlxlink's counters on a port of one speed are held to."""
+
+    effective_ber_max: float = Field(
+        1e-12,
+        gt=0,
+        description="Effective (post-FEC) BER, or Symbol BER where mlxlink prints it, above "
+        "this is a link.fec error (default 1e-12: ibdiagnet's BER threshold, and what an "
+        "RS(544,514) link is expected to keep after FEC).",
+    )
+    effective_errors_max: int = Field(
+        0,
+        ge=0,
+        description="Errors left after FEC (Effective Physical Errors, Symbol Errors, RS-FEC "
+        "uncorrectable blocks) tolerated (default 0: any is a link.fec error).",
+    )
+    raw_ber_warn: float | None = Field(
+        None,
+        gt=0,
+        description="Raw (pre-FEC) BER above this is a link.ber warning; default none: raw "
+        "BER is recorded for the port's trend, not judged (FEC corrects it by design).",
+    )
+
+
+class LinkQualityBySpeed(StrictModel):
+    """Link-quality limits per InfiniBand generation; `other` holds Ethernet ports and ports
+    whose speed mlxlink did not print."""
+
+    edr: LinkQuality = Field(
+        default_factory=lambda: LinkQuality.model_validate({}),
+        description="EDR: 25G NRZ lanes, RS-FEC (528,514) or no FEC.",
+    )
+    hdr: LinkQuality = Field(
+        default_factory=lambda: LinkQuality.model_validate({}),
+        description="HDR: 50G PAM4 lanes, RS-FEC (544,514) + PLR.",
+    )
+    ndr: LinkQuality = Field(
+        default_factory=lambda: LinkQuality.model_validate({}),
+        description="NDR: 100G PAM4 lanes, RS-FEC (544,514) or low-latency RS-FEC "
+        "(272,257+1) + PLR.",
+    )
+    xdr: LinkQuality = Field(
+        default_factory=lambda: LinkQuality.model_validate({}),
+        description="XDR: 200G PAM4 lanes, interleaved octet RS-FEC (546,516) + PLR.",
+    )
+    other: LinkQuality = Field(
+        default_factory=lambda: LinkQuality.model_validate({}),
+        description="Ethernet ports and ports of an unknown speed.",
+    )
+
+    def for_generation(self, generation: str | None) -> tuple[str, LinkQuality]:
+        """The limits for a port of this InfiniBand generation (NDR, HDR, ...) and their name."""
+        key = (generation or "").lower()
+        if key in ("edr", "hdr", "ndr", "xdr"):
+            return key.upper(), getattr(self, key)
+        return "other", self.other
 
 
 class HealthThresholds(StrictModel):
@@ -765,23 +861,10 @@ class HealthThresholds(StrictModel):
         "a Link up after a Link up) before it is a link.flap (default 1: a reboot, a re-seat "
         "or a switch reboot is one).",
     )
-    ib_raw_ber_warn: float = Field(
-        1e-12,
-        gt=0,
-        description="mlxlink raw (pre-FEC) physical BER above this is a link.ber warning "
-        "(default 1e-12, the issue's figure for HDR/NDR).",
-    )
-    ib_effective_ber_max: float = Field(
-        1e-12,
-        gt=0,
-        description="mlxlink effective (post-FEC) BER above this is a link.fec error "
-        "(default 1e-12, the IBTA link BER that ibdiagnet's BER test holds).",
-    )
-    ib_effective_errors_max: int = Field(
-        0,
-        ge=0,
-        description="mlxlink Effective Physical Errors (left after FEC) and RS-FEC "
-        "uncorrectable blocks tolerated (default 0: any is a link.fec error).",
+    ib_link_quality: LinkQualityBySpeed = Field(
+        default_factory=lambda: LinkQualityBySpeed.model_validate({}),
+        description="What mlxlink's counters are held to, per link speed (`ndr`, `hdr`, ...): "
+        "errors left after FEC fail the port, raw (pre-FEC) BER is recorded for its trend.",
     )
     ib_module_temp_warn_c: float = Field(
         70,

@@ -53,6 +53,8 @@ def spec_pins(cluster: Cluster) -> dict[str, Pin]:
         "slurm": field("slurm_version"),
         "nccl": field("nccl_version"),
         "sharp_plugin": field("sharp_plugin_version"),
+        "dcgm": field("dcgm_version"),
+        "dcgm_exporter": field("dcgm_exporter_version"),
     }
     mode = _ansible_var(cluster, "gpudirect_rdma_mode", GPUDIRECT_MODE_DEFAULT)
     if mode is not None:

@@ -20,7 +20,7 @@ SIM_PACKAGES = (
     "nvidia-open-kernel-dkms",
     "nvidia-driver-cuda",
     "nvidia-persistenced",
-    "datacenter-gpu-manager",
+    "datacenter-gpu-manager-4-core",
     "doca-ofed",
     "nccl-tests",
 )
@@ -84,7 +84,7 @@ def _heal(lab: LabHandle, fault_id: str) -> None:
 def test_nvidia_smi_on_the_node_shows_eight_h100_at_the_pinned_driver(sim: LabHandle) -> None:
     report = parse_nvidia_smi_q(_ssh_ok(sim, "gpu001", "nvidia-smi -q"))
     assert len(report.gpus) == 8
-    assert report.driver_version == "550.127.08"
+    assert report.driver_version == "570.172.08"
     assert {g.product_name for g in report.gpus} == {"NVIDIA H100 80GB HBM3"}
     version = _ssh_ok(sim, "gpu001", "cat /proc/driver/nvidia/version")
     assert "Open Kernel Module" in version

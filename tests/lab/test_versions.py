@@ -27,7 +27,7 @@ def test_version_skew_is_named_and_a_healthy_lab_reports_none(converged: Converg
     rc, report = versions(converged)
     assert (rc, named(report)) == (0, [])
     rows = {(r["component"], r["version"]) for r in report["versions"]}
-    assert ("fabricmanager", "550.127.08") in rows and ("doca", "2.9.1") in rows
+    assert ("fabricmanager", "570.172.08") in rows and ("doca", "3.1.0") in rows
 
     faults = [
         converged.inject("version-skew", "gpu002", "fabricmanager"),

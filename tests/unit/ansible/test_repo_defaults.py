@@ -14,7 +14,7 @@ from tests.unit.ansible.test_preflight_nodes import HOSTS, OS_FACTS, SEED
 
 RESOLVE = Path(__file__).parent / "playbooks" / "repo_defaults.yml"
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos/{}/x86_64/"
-DOCA = "https://linux.mellanox.com/public/repo/doca/2.9.1/{}/x86_64/"
+DOCA = "https://linux.mellanox.com/public/repo/doca/3.1.0/{}/x86_64/"
 HPCX = "https://content.mellanox.com/hpc/hpc-x/v2.20/hpcx-v2.20-gcc-doca_ofed-{}-cuda12-x86_64.tbz"
 
 
@@ -84,9 +84,9 @@ def test_nvidia_driver_open_modules_picks_the_kernel_module_flavour(tmp_path: Pa
     open_expect = {
         "gpu001": {
             "driver_packages": [
-                "nvidia-headless-550-open",
-                "nvidia-utils-550",
-                "nvidia-compute-utils-550",
+                "nvidia-headless-570-open",
+                "nvidia-utils-570",
+                "nvidia-compute-utils-570",
             ]
         },
         "gpu007": {
@@ -101,9 +101,9 @@ def test_nvidia_driver_open_modules_picks_the_kernel_module_flavour(tmp_path: Pa
     closed_expect = {
         "gpu001": {
             "driver_packages": [
-                "nvidia-headless-550",
-                "nvidia-utils-550",
-                "nvidia-compute-utils-550",
+                "nvidia-headless-570",
+                "nvidia-utils-570",
+                "nvidia-compute-utils-570",
             ]
         },
         "gpu007": {

@@ -3,10 +3,13 @@ captures in, findings out; a tool that is missing is a finding, a storage NIC is
 
 from __future__ import annotations
 
+import dataclasses
+
 from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.findings import Finding
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
+from cluster_tool.spec.models import HealthThresholds
 from tests.conftest import FIXTURES, REPO
 from tests.unit.checks.test_health import healthy_outputs
 
@@ -19,10 +22,13 @@ def _capture(name: str) -> str:
     return (REAL / name).read_text(encoding="utf-8").split("\n", 1)[1]
 
 
-def _check(**probes: ProbeOutput) -> list[Finding]:
+def _check(thresholds: HealthThresholds | None = None, **probes: ProbeOutput) -> list[Finding]:
     outputs = healthy_outputs()
     outputs.update({name.replace("_", "-"): output for name, output in probes.items()})
-    return check_node(expectations_for(CLUSTER, "gpu001", gpudirect_mode="peermem"), outputs)
+    expect = expectations_for(CLUSTER, "gpu001", gpudirect_mode="peermem")
+    if thresholds is not None:
+        expect = dataclasses.replace(expect, thresholds=thresholds)
+    return check_node(expect, outputs)
 
 
 def _new(findings: list[Finding]) -> list[tuple[str, str, str | None]]:
@@ -39,8 +45,12 @@ def _bf3_with_raw_ber(device: str) -> str:
     return first.replace("Raw Physical BER                   : 15E-255", "Raw Physical BER : 2E-9")
 
 
-def test_a_compute_hcas_raw_ber_is_a_warning_naming_the_cable() -> None:
-    findings = _check(mlxlink=ProbeOutput(0, _bf3_with_raw_ber("mlx5_0")))
+def test_a_compute_hcas_raw_ber_warns_only_under_a_spec_limit_and_names_the_cable() -> None:
+    # Issue 29: raw BER is a trend by default; a site that sets a limit for the port's speed
+    # (this 100G Ethernet port is `other`) gets the warning.
+    assert _new(_check(mlxlink=ProbeOutput(0, _bf3_with_raw_ber("mlx5_0")))) == []
+    limit = HealthThresholds.model_validate({"ib_link_quality": {"other": {"raw_ber_warn": 1e-9}}})
+    findings = _check(limit, mlxlink=ProbeOutput(0, _bf3_with_raw_ber("mlx5_0")))
     assert _new(findings) == [("link.ber", "warning", "mlx5_0")]
     (ber,) = [f for f in findings if f.check == "link.ber"]
     assert ber.observed == "raw BER 2e-09"
@@ -49,7 +59,8 @@ def test_a_compute_hcas_raw_ber_is_a_warning_naming_the_cable() -> None:
 
 def test_a_storage_nic_is_not_judged() -> None:
     # mlx5_1 is one of the profile's storage/management NICs, never on a rail.
-    assert _new(_check(mlxlink=ProbeOutput(0, _bf3_with_raw_ber("mlx5_1")))) == []
+    limit = HealthThresholds.model_validate({"ib_link_quality": {"other": {"raw_ber_warn": 1e-9}}})
+    assert _new(_check(limit, mlxlink=ProbeOutput(0, _bf3_with_raw_ber("mlx5_1")))) == []
 
 
 def test_mlxlink_missing_is_an_error_that_says_so() -> None:

@@ -25,7 +25,7 @@ from cluster_tool.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = ROOT / "tests" / "fixtures" / "sim" / "lab-model.json"
-DRIVER = "550.127.08"  # the lab's driver packages (cluster_lab/sim/packages.py)
+DRIVER = "570.172.08"  # the lab's driver packages (cluster_lab/sim/packages.py)
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_fabric_manager_one_patch_behind_is_incompatible(
     model: dict[str, Any], tmp_path: Path
 ) -> None:
     inject(model, "version-skew", "gpu002", "fabricmanager")
-    assert "Fabric Manager version is : 550.127.07" in (
+    assert "Fabric Manager version is : 570.172.07" in (
         sim.fabricmanager(["--version"], model, "gpu002").stdout
     )
     assert findings(model, tmp_path) == [("version.incompatible", "gpu002", "fabricmanager")]

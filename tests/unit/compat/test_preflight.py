@@ -17,8 +17,8 @@ from cluster_tool.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = (ROOT / "examples" / "lab.yml").read_text(encoding="utf-8")
-# CUDA 12.8 GA needs driver >= 570.26 (NVIDIA's table); the default driver is 550.127.08.
-BROKEN = LAB.rstrip("\n") + '\nsoftware:\n  cuda_version: "12.8"\n'
+# CUDA 12.9 GA needs driver >= 575.51.03 (NVIDIA's table); the default driver is 570.172.08.
+BROKEN = LAB.rstrip("\n") + '\nsoftware:\n  cuda_version: "12.9"\n'
 
 
 def test_bringup_refuses_an_incompatible_spec_before_touching_a_host(
@@ -34,7 +34,7 @@ def test_bringup_refuses_an_incompatible_spec_before_touching_a_host(
     spec.write_text(BROKEN)
     assert main(["bringup", str(spec)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"{spec}:") and "[cuda-12-8-min-driver: https://" in line
+    assert line.startswith(f"{spec}:") and "[cuda-12-9-min-driver: https://" in line
 
 
 def _preflight_check_task() -> dict:  # type: ignore[type-arg]
@@ -63,14 +63,14 @@ def test_what_the_preflight_runs_refuses_an_incompatible_rendered_spec(tmp_path:
     good.write_text(json.dumps(spec))
     assert subprocess.run([*command, str(good)], capture_output=True).returncode == 0
 
-    spec["software"]["cuda_version"] = "12.8"
+    spec["software"]["cuda_version"] = "12.9"
     bad = tmp_path / "bad" / "spec.json"
     bad.parent.mkdir()
     bad.write_text(json.dumps(spec))
     done = subprocess.run([*command, str(bad)], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.startswith(f"{bad}: software.")
-    assert "[cuda-12-8-min-driver: https://" in done.stderr
+    assert "[cuda-12-9-min-driver: https://" in done.stderr
 
 
 def test_the_preflight_check_judges_versions_only(tmp_path: Path) -> None:

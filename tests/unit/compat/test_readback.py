@@ -57,13 +57,13 @@ def test_a_node_that_runs_what_the_spec_pins_has_no_finding() -> None:
 
 
 def test_drift_from_the_pinned_driver_and_the_rules_it_breaks() -> None:
-    # The lab spec pins driver 550.127.08 (branch 550) with CUDA 12.4 (needs >= 550.54.14).
+    # The lab spec pins the default driver 570.172.08 (branch 570); CUDA 12.4 needs >= 550.54.14.
     findings = check_node_versions(
         spec('  cuda_version: "12.4"\n  doca_ofed_version: "2.7.0"\n'), [NODE]
     )
     drift = [f for f in findings if f.check == "version.drift"]
     assert [(f.node, f.component, f.expected, f.observed) for f in drift] == [
-        ("gpu001", "nvidia_driver", "550.127.08", "535.161.08")
+        ("gpu001", "nvidia_driver", "570.172.08", "535.161.08")
     ]
     incompatible = {
         f.message.split("[")[1].split(":")[0] for f in findings if f.check == "version.incompatible"

@@ -56,11 +56,11 @@ def test_range_driver_below_what_cuda_needs_is_located_at_the_driver() -> None:
 
 
 def test_a_default_that_breaks_a_rule_is_reported_at_the_pin_the_spec_wrote() -> None:
-    # The default driver (550.127.08) is too old for CUDA 12.8 GA (570.26).
-    text = with_tail('software:\n  cuda_version: "12.8"\n')
+    # The default driver (570.172.08) is too old for CUDA 12.9 GA (575.51.03).
+    text = with_tail('software:\n  cuda_version: "12.9"\n')
     (problem,) = problems_of(text)
     assert problem.startswith(f"c.yml:{line_of(text, 'cuda_version')}:17: software.cuda_version: ")
-    assert "cuda 12.8 needs nvidia_driver >= 570.26, not 550.127.08 [cuda-12-8-min-driver:" in (
+    assert "cuda 12.9 needs nvidia_driver >= 575.51.03, not 570.172.08 [cuda-12-9-min-driver:" in (
         problem
     )
 
@@ -104,13 +104,13 @@ def test_spec_check_exits_2_with_one_line_per_broken_rule(
     bad = tmp_path / "bad.yml"
     bad.write_text(
         with_tail(
-            'software:\n  cuda_version: "12.8"\nansible_vars:\n  nvidia_driver_open_modules: no\n'
+            'software:\n  cuda_version: "12.9"\nansible_vars:\n  nvidia_driver_open_modules: no\n'
         )
     )
     assert main(["spec", "check", str(bad)]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith(f"{bad}:") and "[cuda-12-8-min-driver: https://" in lines[0]
+    assert lines[0].startswith(f"{bad}:") and "[cuda-12-9-min-driver: https://" in lines[0]
     assert "ansible_vars.nvidia_driver_open_modules: gpudirect_mode dmabuf" in lines[1]
 
 
@@ -128,7 +128,7 @@ def test_slurm_too_old_for_cgroup_v2_and_nccl_too_old_for_the_plugin_are_located
     nccl = next(p for p in problems if "nccl_version" in p)
     assert nccl.startswith(
         f"c.yml:{line_of(text, 'nccl_version')}:17: software.nccl_version: "
-        "sharp_plugin 3.9.0 needs nccl >= 2.7.3, not 2.7.2-1+cuda11.0 [sharp-plugin-min-nccl:"
+        "sharp_plugin 3.12.0 needs nccl >= 2.7.3, not 2.7.2-1+cuda11.0 [sharp-plugin-min-nccl:"
     )
     slurm = next(p for p in problems if "slurm_version" in p)
     assert slurm.startswith(

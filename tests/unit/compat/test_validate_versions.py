@@ -50,9 +50,9 @@ def test_a_fleet_that_runs_the_pins_passes_validate(tmp_path: Path) -> None:
 
 def test_validate_names_the_fabric_manager_behind_and_the_adapter_behind(tmp_path: Path) -> None:
     versions = dict.fromkeys(NODES, HEALTHY)
-    versions["gpu001"] = HEALTHY.replace("fabricmanager 550.127.08", "fabricmanager 550.127.05")
+    versions["gpu001"] = HEALTHY.replace("fabricmanager 570.172.08", "fabricmanager 570.172.05")
     versions["gpu002"] = HEALTHY.replace(
-        "hca mlx5_1 MT4129 28.43.2026", "hca mlx5_1 MT4129 28.43.1014"
+        "hca mlx5_1 MT4129 28.46.1006", "hca mlx5_1 MT4129 28.46.3048"
     )
     result = validate(with_versions(tmp_path, versions))
     assert version_findings(result) == [
@@ -60,7 +60,7 @@ def test_validate_names_the_fabric_manager_behind_and_the_adapter_behind(tmp_pat
         ("version.outlier", "gpu002", "hca_firmware mlx5_1", "warning"),
     ]
     incompatible = next(f for f in result.report.findings if f.check == "version.incompatible")
-    assert "550.127.05" in incompatible.message and "550.127.08" in incompatible.message
+    assert "570.172.05" in incompatible.message and "570.172.08" in incompatible.message
     assert result.exit_code == 1
     # The JUnit file carries them too (a case per finding id on the node's suite).
     xml = junit_xml(result)
@@ -69,7 +69,7 @@ def test_validate_names_the_fabric_manager_behind_and_the_adapter_behind(tmp_pat
 
 def test_unreadable_probe_output_skips_the_node_version_checks_with_why(tmp_path: Path) -> None:
     versions = dict.fromkeys(NODES, HEALTHY)
-    versions["gpu003"] = "kernel 6.1.0-27-amd64\nNVRM version: 550.127.08\n"
+    versions["gpu003"] = "kernel 6.1.0-27-amd64\nNVRM version: 570.172.08\n"
     result = validate(with_versions(tmp_path, versions))
     assert version_findings(result) == []
     why = result.skipped["gpu003"]["version.incompatible"]

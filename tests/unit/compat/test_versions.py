@@ -130,14 +130,14 @@ def test_the_probe_rides_with_the_health_probes() -> None:
 # --- the fleet, from a saved capture ------------------------------------------------------
 
 HEALTHY = """kernel 6.1.0-27-amd64
-module nvidia 550.127.08
-fabricmanager 550.127.08
-package doca-ofed 2.9.1-1
-package libnccl2 2.21.5-1+cuda12.4
+module nvidia 570.172.08
+fabricmanager 570.172.08
+package doca-ofed 3.1.0-1
+package libnccl2 2.26.2-1+cuda12.8
 package nccl-rdma-sharp-plugins 2.7-1
 package slurmd 22.05.8-4+deb12u3
-hca mlx5_0 MT4129 28.43.2026 MT_0000000838
-hca mlx5_1 MT4129 28.43.2026 MT_0000000838
+hca mlx5_0 MT4129 28.46.1006 MT_0000000838
+hca mlx5_1 MT4129 28.46.1006 MT_0000000838
 """
 
 
@@ -148,8 +148,8 @@ def lab_nodes() -> list[str]:
 
 
 def capture(tmp_path: Path, change: dict[str, tuple[str, str]] | None = None) -> Path:
-    """A versions capture of the lab's GPU nodes running the lab spec's pins (DOCA 2.9.1 with
-    the ConnectX-7 firmware it bundles, 28.43.2026), `change` replacing a line on a node."""
+    """A versions capture of the lab's GPU nodes running the lab spec's pins (DOCA 3.1.0 with
+    the ConnectX-7 firmware it bundles, 28.46.1006), `change` replacing a line on a node."""
     folder = tmp_path / "capture"
     results = {}
     for name in lab_nodes():
@@ -175,8 +175,8 @@ def test_a_fleet_that_runs_the_pins_has_no_finding(
     assert (code, data["status"], data["findings"]) == (0, "pass", [])
     rows = {(r["component"], r["version"]): r["count"] for r in data["versions"]}
     nodes = len(lab_nodes())
-    assert rows[("fabricmanager", "550.127.08")] == nodes
-    assert rows[("hca_firmware ConnectX-7", "28.43.2026")] == nodes
+    assert rows[("fabricmanager", "570.172.08")] == nodes
+    assert rows[("hca_firmware ConnectX-7", "28.46.1006")] == nodes
 
 
 def test_fabric_manager_behind_the_driver_and_one_adapter_behind_its_peers(
@@ -186,8 +186,8 @@ def test_fabric_manager_behind_the_driver_and_one_adapter_behind_its_peers(
     folder = capture(
         tmp_path,
         {
-            first: ("fabricmanager 550.127.08", "fabricmanager 550.127.05"),
-            second: ("hca mlx5_1 MT4129 28.43.2026", "hca mlx5_1 MT4129 28.43.1014"),
+            first: ("fabricmanager 570.172.08", "fabricmanager 570.172.05"),
+            second: ("hca mlx5_1 MT4129 28.46.1006", "hca mlx5_1 MT4129 28.46.3048"),
         },
     )
     code, data = versions_json(folder, capsys)
@@ -198,7 +198,7 @@ def test_fabric_manager_behind_the_driver_and_one_adapter_behind_its_peers(
         ("version.outlier", second, "hca_firmware mlx5_1", "warning"),
     ]
     rows = {(r["component"], r["version"]): r["nodes"] for r in data["versions"]}
-    assert rows[("fabricmanager", "550.127.05")] == [first]
+    assert rows[("fabricmanager", "570.172.05")] == [first]
 
 
 def test_the_table_names_the_nodes_off_the_common_version(
@@ -246,7 +246,7 @@ def test_a_validate_capture_without_the_probe_is_read_from_nvidia_smi_and_ibstat
     data = json.loads(capsys.readouterr().out)
     drift = [f for f in data["findings"] if f["check"] == "version.drift"]
     assert [(f["node"], f["expected"], f["observed"]) for f in drift] == [
-        (first, "550.127.08", "535.161.08")
+        (first, "570.172.08", "535.161.08")
     ]
 
 

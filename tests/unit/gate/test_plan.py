@@ -99,3 +99,30 @@ def test_rails_job_pins_each_rail_to_its_hca_and_gpu(tmp_path: Path) -> None:
 def test_unknown_collective_in_params_is_refused() -> None:
     with pytest.raises(ValueError, match="collectives"):
         NcclTestParams(collectives=("allreduce",))
+
+
+def test_on_a_sharp_fabric_the_full_rung_runs_all_reduce_with_and_without_collnet(
+    tmp_path: Path,
+) -> None:
+    # Issue 29: CollNet is per job. The spec with SHARP (h200-4su) gives the gate a full rung
+    # whose ring steps run with CollNet off and one more all_reduce with it on; the pairs
+    # rung and a fabric without SHARP never turn it on.
+    from cluster_tool.gate.from_spec import gate_inputs
+    from cluster_tool.spec import load_spec
+
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    params = gate_inputs(load_spec(examples / "h200-4su.yml")).params
+    assert params.collnet
+    full = multi_node_job("r1-full", Rung.FULL, ("gpu001", "gpu002", "gpu003"), params)
+    steps = {s.label: dict(s.env) for s in full.steps}
+    assert steps["collnet-all_reduce"] == {"NCCL_COLLNET_ENABLE": "1"}  # NCCL picks CollNet
+    assert steps["all_reduce"] == {"NCCL_ALGO": "Ring", "NCCL_COLLNET_ENABLE": "0"}
+    text = _script(full, tmp_path, params)
+    collnet = [ln for ln in text.splitlines() if "collnet-all_reduce.out" in ln]
+    assert len(collnet) == 1 and "NCCL_COLLNET_ENABLE=1" in collnet[0]
+    pairs = multi_node_job("r1-pairs", Rung.PAIRS, ("gpu001", "gpu002"), params)
+    assert "collnet-all_reduce" not in {s.label for s in pairs.steps}
+    plain = gate_inputs(load_spec(examples / "h100-1su.yml")).params
+    assert not plain.collnet
+    full_plain = multi_node_job("r1-full", Rung.FULL, ("gpu001", "gpu002"), plain)
+    assert all("NCCL_COLLNET_ENABLE" not in dict(s.env) for s in full_plain.steps)

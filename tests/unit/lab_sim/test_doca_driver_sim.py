@@ -28,7 +28,9 @@ DOCA_MLX5 = "24.10-1.1.4"
 def node(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The DOCA package unpacked as a node has it, with its maintainer scripts beside it."""
     debs = tmp_path_factory.mktemp("debs")
-    deb = next(p for p in build_sim_packages(debs) if p.name.startswith("doca-ofed_"))
+    # DOCA-Host 2.9.1, whose mlx5_core version its release notes name.
+    built = build_sim_packages(debs, {"doca-ofed": "2.9.1-1"})
+    deb = next(p for p in built if p.name.startswith("doca-ofed_"))
     tree = tmp_path_factory.mktemp("node")
     subprocess.run(["dpkg-deb", "-x", str(deb), str(tree)], check=True)
     subprocess.run(["dpkg-deb", "-e", str(deb), str(tree / "DEBIAN")], check=True)

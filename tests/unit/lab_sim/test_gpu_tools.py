@@ -148,6 +148,7 @@ def test_dcgmi_diag_level3_matches_the_real_table(hw: NodeHardware) -> None:
     real = read_real_output("dcgmi_diag_table_dcgm3.3.9_h200_level3style_ramble.txt")
     h200 = default_hardware("gpu001", gpu_model="H200")
     h200.driver_version = "570.133.20"
+    h200.dcgm_version = "3.3.9"  # the capture's DCGM
     assert render_diag(h200, 3) == real
 
 

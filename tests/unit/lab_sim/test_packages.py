@@ -57,14 +57,15 @@ def _field(deb: Path, name: str) -> str:
 
 def test_names_and_versions_are_the_vendors(debs: dict[str, Path]) -> None:
     assert set(debs) == set(DEFAULT_VERSIONS)
-    assert _field(debs["nvidia-fabricmanager-550"], "Version") == "550.127.08-1"
-    assert _field(debs["nvidia-driver-cuda"], "Version") == "550.127.08-1"
+    assert _field(debs["nvidia-fabricmanager-570"], "Version") == "570.172.08-1"
+    assert _field(debs["nvidia-driver-cuda"], "Version") == "570.172.08-1"
     assert _field(debs["datacenter-gpu-manager"], "Version") == "1:3.3.9"
+    assert _field(debs["datacenter-gpu-manager-4-core"], "Version") == "1:4.2.3-1"
     assert _field(debs["nccl-tests"], "Depends") == "python3"
     assert _field(debs["doca-ofed"], "Depends") == (
         "python3, infiniband-diags, rdma-core, ibverbs-utils, mft"
     )
-    assert _field(debs["mft"], "Version") == "4.30.1-8"
+    assert _field(debs["mft"], "Version") == "4.33.0-169"
 
 
 def test_every_package_the_roles_pin_is_built_at_a_matching_version(
@@ -72,7 +73,7 @@ def test_every_package_the_roles_pin_is_built_at_a_matching_version(
 ) -> None:
     pins = role_pins(REPO / "roles")
     # The roles that install vendor packages on Debian 12 (lab nodes).
-    assert {"nvidia-driver-cuda", "nvidia-fabricmanager-550", "libnccl2", "doca-ofed"} <= set(pins)
+    assert {"nvidia-driver-cuda", "nvidia-fabricmanager-570", "libnccl2", "doca-ofed"} <= set(pins)
     for name, pattern in pins.items():
         assert name in debs, f"the roles install {name}; no simulator package is built for it"
         version = _field(debs[name], "Version")
@@ -186,7 +187,7 @@ def test_nvidia_smi_runs_on_a_bare_python(root: Path, tmp_path: Path) -> None:
     query = _tool(root, "usr/bin/nvidia-smi", ["--query-gpu=index,driver_version",
                                                "--format=csv,noheader"], model)  # fmt: skip
     # The driver version is the installed package's, as the role's version check expects.
-    assert query.stdout.splitlines()[0] == "0, 550.127.08"
+    assert query.stdout.splitlines()[0] == "0, 570.172.08"
     rows = parse_query_csv(query.stdout, ["index", "driver_version"]).rows
     assert len(rows) == 8
     bad = _tool(root, "usr/bin/nvidia-smi", ["--query-gpu=bogus", "--format=csv"], model)
@@ -241,14 +242,24 @@ def test_all_reduce_perf_under_srun_env(root: Path, tmp_path: Path) -> None:
 
 
 def test_dpkg_unpacks_every_package_into_one_root(debs: dict[str, Path], tmp_path: Path) -> None:
-    # Two packages owning one file would make apt refuse the second: unpack them all together.
+    # Two packages owning one file would make apt refuse the second: unpack them all together,
+    # but for the one a package declares it replaces (DCGM 3 under DCGM 4).
+    replaced = {"datacenter-gpu-manager"}
+    assert (
+        "Conflicts: datacenter-gpu-manager"
+        in subprocess.run(
+            ["dpkg-deb", "-f", str(debs["datacenter-gpu-manager-4-core"])],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     admin = tmp_path / "var" / "lib" / "dpkg"
     (admin / "info").mkdir(parents=True)
     (admin / "updates").mkdir()
     (admin / "status").touch()
     done = subprocess.run(
         ["dpkg", f"--root={tmp_path}", "--force-depends", "--force-not-root", "--unpack",
-         *map(str, debs.values())],
+         *(str(d) for n, d in debs.items() if n not in replaced)],
         capture_output=True,
         text=True,
     )  # fmt: skip
@@ -289,10 +300,10 @@ test -e /sys/module/nvidia_peermem || echo PEERMEM-GONE
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
-    assert out[0].startswith("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.127.08")
-    assert "PEERMEM-LOADED" in out and "550.127.08" in out
-    assert out[out.index("550.127.08") + 1] == "Module                  Size  Used by"
-    assert out[out.index("550.127.08") + 2] == "nvidia               8646656  1 nvidia_peermem"
+    assert out[0].startswith("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.172.08")
+    assert "PEERMEM-LOADED" in out and "570.172.08" in out
+    assert out[out.index("570.172.08") + 1] == "Module                  Size  Used by"
+    assert out[out.index("570.172.08") + 2] == "nvidia               8646656  1 nvidia_peermem"
     assert out[-1] == "PEERMEM-GONE"
     # The host's own /sys/module was never touched.
     assert not Path("/proc/driver/nvidia").exists()
@@ -394,7 +405,7 @@ def test_link_tools_run_on_a_bare_python_and_show_the_faults(root: Path, tmp_pat
     assert link.returncode == 0, link.stderr
     (port,) = parse_mlxlink(link.stdout)
     assert (port.speed, port.raw_ber, port.effective_errors) == ("IB-HDR", 1e-9, 0)
-    assert port.mft_version == "4.30.1-8"  # the installed mft package's version
+    assert port.mft_version == "4.33.0-169"  # the installed mft package's version
     missing = _tool(root, "usr/bin/mlxlink", ["-d", "mlx5_99"], model, node="gpu002")
     assert missing.returncode != 0 and missing.stderr.startswith("-E- ")
 

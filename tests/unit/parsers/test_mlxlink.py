@@ -146,3 +146,53 @@ def test_cli_parse_mlxlink_on_other_text_is_one_line_and_exit_2(
     assert main(["parse", "mlxlink", str(path), "--json"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "mlxlink" in err
+
+
+CX7_PAM4_JSON = "mlxlink_json_m_c_cx7_400g_pam4_dr4_fec_histogram.txt"
+
+
+def test_json_output_of_a_connectx7_at_400g_pam4_with_its_fec_histogram() -> None:
+    # `mlxlink --json` (issue 29): the same sections as the text output, per-lane values as
+    # lists; every figure below read by hand from the capture.
+    (port,) = parse_mlxlink(capture(CX7_PAM4_JSON))
+    assert (port.state, port.physical_state) == ("Active", "ETH_AN_FSM_ENABLE")
+    assert (port.speed, port.width, port.fec) == ("400G", "4x", "Standard_RS-FEC - (544,514)")
+    assert not port.is_infiniband
+    assert (port.firmware, port.mft_version) == ("28.47.1088", "4.34.1-10")
+    assert port.time_since_clear_min == 4876.6
+    assert port.effective_errors == 0 and port.effective_ber == pytest.approx(15e-255)
+    assert port.raw_ber == pytest.approx(5e-10)
+    assert port.raw_ber_per_lane == pytest.approx((1e-10, 1e-9, 5e-10, 5e-10))
+    assert port.raw_errors_per_lane == (5550000, 28835305, 14640119, 16746846)
+    assert (port.link_down, port.link_error_recovery) == (0, 0)
+    assert port.fec_histogram is not None and len(port.fec_histogram) == 16
+    assert port.fec_histogram[:9] == (22858119037881, 65755507, 7970, 177, 64, 2, 1, 1, 3)
+    assert set(port.fec_histogram[9:]) == {0}
+    module = port.module
+    assert module is not None
+    assert (module.identifier, module.vendor, module.part_number) == (
+        "OSFP",
+        "SAKURA",
+        "OSFP-400G-DR4",
+    )
+    assert module.temperature_c == 62 and module.temperature_range_c == (-10, 80)
+    assert module.voltage_mv == 3228.9 and module.firmware == "40.242.17"
+
+
+def test_json_status_error_and_broken_json_are_located_parse_errors() -> None:
+    failed = '{\n  "result": {},\n  "status": {"code": 1, "message": "No such device"}\n}\n'
+    with pytest.raises(ParseError, match="mlxlink failed: No such device") as err:
+        parse_mlxlink(failed)
+    assert err.value.line_no == 1
+    with pytest.raises(ParseError, match="not mlxlink --json output") as err:
+        parse_mlxlink('mlxlink -d mlx5_0 --json\n{"result": {"output": \n')
+    assert err.value.line_no == 2
+    bad_bin = capture(CX7_PAM4_JSON).replace('"22858119037881"', '"many"', 1)
+    with pytest.raises(ParseError, match="Bin 0: expected"):
+        parse_mlxlink(bad_bin)
+
+
+def test_json_runs_after_their_command_lines_take_the_device() -> None:
+    doc = capture(CX7_PAM4_JSON)
+    text = f"$ mlxlink -d mlx5_0 -m -c --json\n{doc}$ mlxlink -d mlx5_1 -m -c --json\n{doc}"
+    assert [p.device for p in parse_mlxlink(text)] == ["mlx5_0", "mlx5_1"]

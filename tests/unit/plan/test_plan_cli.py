@@ -144,3 +144,19 @@ def test_hostfile_option_writes_the_best_layouts_rank_order(
     doc = json.loads(capsys.readouterr().out)
     assert path.read_text().splitlines() == doc["layouts"][0]["placement"]["hostfile"]
     assert not (tmp_path / "hostfile.tmp").exists()
+
+
+def test_a_run_that_wants_sharp_exports_collnet_in_its_launch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Issue 29: nccl.conf leaves CollNet off for every job; the launch of a run that wants SHARP
+    # turns it on (the spec's fabric.sharp by default, --sharp/--no-sharp to choose).
+    h200 = str(Path(H100_1SU).parent / "h200-4su.yml")
+    assert main(["plan", "--spec", h200, "--model", "llama3-70b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["launch"]["env"] == ["NCCL_COLLNET_ENABLE=1"]
+    assert main(["plan", "--spec", h200, "--model", "llama3-70b", "--no-sharp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["launch"]["env"] == []
+    assert main(["plan", "--spec", H100_1SU, "--model", "llama3-70b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["launch"]["env"] == []
+    assert main(["plan", "--spec", H100_1SU, "--model", "llama3-70b", "--sharp"]) == 0
+    assert "NCCL_COLLNET_ENABLE=1 torchrun " in capsys.readouterr().out

@@ -115,9 +115,11 @@ def test_nccl_conf_names_the_compute_hcas_exactly(h100_files: dict[str, str]) ->
     )
     assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11"
     assert env["NCCL_SOCKET_IFNAME"] == "=eno1"
-    assert env["NCCL_COLLNET_ENABLE"] == "0"
+    # Issue 29: CollNet is per job (the gate's step, the planner's launch), never in the
+    # nccl.conf every container mounts, SHARP fabric or not.
+    assert "NCCL_COLLNET_ENABLE" not in env
     sharp = render_files(load_spec(EXAMPLES / "h200-4su.yml"))["nccl.conf"]
-    assert "NCCL_COLLNET_ENABLE=1" in sharp and "SHARP_COLL_ENABLE_SAT=1" in sharp
+    assert "NCCL_COLLNET_ENABLE" not in sharp and "SHARP_COLL_ENABLE_SAT=1" in sharp
 
 
 def test_nccl_tests_jobs(h100_files: dict[str, str]) -> None:

@@ -176,12 +176,15 @@ def check_rendered(cluster: Cluster, files: dict[str, str]) -> None:
     """Every rendered file read back: the spec's values intact, no line or command added."""
     nodes = slurm_lines(files["slurm/nodes.conf"])
     gpu_profiles = {n.profile_name for n in cluster.gpu_nodes()}
-    assert [set(line) for line in nodes] == [
+    # A partition with GPU nodes also carries its defaults per GPU (both or neither).
+    per_gpu = {"DefCpuPerGPU", "DefMemPerGPU"}
+    assert [set(line) - per_gpu for line in nodes] == [
         {"NodeName", "CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore",
          "RealMemory", "Gres", "Feature", "State"}
     ] * len(gpu_profiles) + [
         {"PartitionName", "Nodes", "Default", "MaxTime", "State"}
     ] * len(cluster.slurm.partitions)  # fmt: skip
+    assert all(len(set(line) & per_gpu) in (0, 2) for line in nodes)
     parts = [line for line in nodes if "PartitionName" in line]
     assert [(p["PartitionName"], p["MaxTime"]) for p in parts] == [
         (p.name, p.max_time) for p in cluster.slurm.partitions
@@ -195,9 +198,10 @@ def check_rendered(cluster: Cluster, files: dict[str, str]) -> None:
     env = nccl_conf(files["nccl.conf"])
     for name, value in cluster.nccl.extra_env.items():
         assert env[name] == value
-    assert set(env) <= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_COLLNET_ENABLE"} | set(
-        cluster.nccl.extra_env
-    ) | {"SHARP_COLL_ENABLE_SAT", "SHARP_COLL_LOCK_ON_COMM_INIT"}
+    assert set(env) <= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME"} | set(cluster.nccl.extra_env) | {
+        "SHARP_COLL_ENABLE_SAT",
+        "SHARP_COLL_LOCK_ON_COMM_INIT",
+    }
 
     for collective in cluster.nccl.tests.collectives:
         commands = sbatch_commands(files[f"nccl-tests/{collective}.sbatch"])

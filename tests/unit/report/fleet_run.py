@@ -128,11 +128,12 @@ def gate_rows(tmp: Any, slow: bool) -> list[dict[str, Any]]:
 
 
 def fleet_findings(plan_rows: Sequence[Any]) -> list[Finding]:
-    """A link.ber warning on gpu0042's rail-5 HCA (raw BER 3e-06 through the link check), and
-    a gpu.temperature warning on each of 1,000 nodes."""
+    """A link.ber warning on gpu0042's rail-5 HCA (raw BER 3e-06 through the link check, under
+    a site's own NDR raw-BER limit), and a gpu.temperature warning on each of 1,000 nodes."""
     hca = next(r.hca for r in plan_rows if r.node == BER_NODE and r.rail == 5)
     port = MlxlinkPort(line_no=1, device=hca, speed="IB-NDR", raw_ber=3e-6)
-    found = check_mlxlink(BER_NODE, [port], HealthThresholds())
+    limits = {"ib_link_quality": {"ndr": {"raw_ber_warn": 1e-6}}}
+    found = check_mlxlink(BER_NODE, [port], HealthThresholds.model_validate(limits))
     assert [f.check for f in found] == ["link.ber"]
     found += [
         Finding(

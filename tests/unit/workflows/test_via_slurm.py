@@ -178,9 +178,9 @@ def test_the_slurm_step_gives_the_ssh_paths_findings_naming_the_faulty_node(
 ) -> None:
     # Versions too: gpu001's fabric manager behind its driver, gpu002's mlx5_1 behind the fleet.
     versions = dict.fromkeys(NODES, HEALTHY)
-    versions["gpu001"] = HEALTHY.replace("fabricmanager 550.127.08", "fabricmanager 550.127.05")
+    versions["gpu001"] = HEALTHY.replace("fabricmanager 570.172.08", "fabricmanager 570.172.05")
     versions["gpu002"] = HEALTHY.replace(
-        "hca mlx5_1 MT4129 28.43.2026", "hca mlx5_1 MT4129 28.43.1014"
+        "hca mlx5_1 MT4129 28.46.1006", "hca mlx5_1 MT4129 28.46.3048"
     )
     capture = capture_with_xid(tmp_path, versions)
     over_ssh = run_validate(
