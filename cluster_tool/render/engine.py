@@ -417,6 +417,11 @@ def _nccl_env(cluster: Cluster) -> dict[str, str]:
     return nccl_env
 
 
+def nccl_environment(cluster: Cluster) -> dict[str, str]:
+    """The NCCL variables the cluster's nccl.conf sets, for a job script to export."""
+    return _nccl_env(cluster)
+
+
 def _storage_vars(cluster: Cluster) -> dict[str, Any]:
     """The shared_fs and local_scratch roles' variables (both off without a storage section).
     The training jobs' folders are made on the NFS server the role serves, sticky and
