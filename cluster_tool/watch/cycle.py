@@ -251,6 +251,19 @@ def _straggler_signals(
     return out
 
 
+def _step_time_signals(job: RunningJob, reports: JobReports) -> dict[str, Signal]:
+    """The job's own view: per node of the job, the median of its ranks' recent step times (the
+    per-rank times a framework's straggler detector reads), as one more rate the robust rule
+    compares across the job's nodes. A rank on a slow GPU or link holds its node's steps up."""
+    out: dict[str, Signal] = {}
+    for node, times in reports.step_times(job.job_id).items():
+        if node in job.nodes and times:
+            recent = sorted(times[-50:])
+            median = recent[len(recent) // 2]
+            out[node] = Signal("step time", "median of its ranks", median, "s", "high")
+    return out
+
+
 def _waits_toward(profile: NodeProfile, waits: Sequence[LinkWait]) -> list[Signal]:
     """The credit waits of the leaf ports sending to the node's compute HCAs: high on several of
     its links at once, the node is slow to take what its job sends it."""
@@ -459,6 +472,10 @@ def run_cycle(
         found, probed = _probe(cluster, policy, probing, jobs, states, serials, state, now)
         findings += found
 
+    if reports is not None:
+        for job in jobs:
+            for node, signal in _step_time_signals(job, reports).items():
+                signals.setdefault(node, []).append(signal)
     slow = find_slow(jobs, signals, policy)
     findings += judge_stragglers(slow, state.stragglers, jobs, policy)
 

@@ -128,3 +128,28 @@ def test_reports_are_read_bounded_and_a_bad_one_is_no_report(tmp_path: Path) -> 
     (tmp_path / "8" / "checkpoint").write_text("not json")
     assert reports.checkpoint("8") is None
     assert reports.checkpoint("../7") is None  # a job id is digits, never a path
+
+
+def test_a_rank_slower_than_the_jobs_others_names_its_node_from_the_jobs_own_step_times(
+    tmp_path: Path,
+) -> None:
+    """Per-rank step times the job writes (steps/<host>.<rank>): gpu003's ranks take 1.45 s a
+    step where the others take 1.00-1.02 s; after straggler_cycles cycles running it is named."""
+    for rank, host in enumerate(NODES * 2):
+        steps = tmp_path / "reports" / "101" / "steps"
+        steps.mkdir(parents=True, exist_ok=True)
+        base = 1.45 if host == "gpu003" else 1.00 + 0.01 * (rank % 3)
+        (steps / f"{host}.{rank}").write_text("".join(f"{base:.2f}\n" for _ in range(20)))
+    fake, sources, _ = _setup()
+    watch = Watch(policy="observe")
+    lab = load_spec(REPO / "examples" / "lab.yml")
+    reports = FileJobReports(tmp_path / "reports")
+    named = []
+    for i in range(watch.straggler_cycles):
+        state = tmp_path / "state"
+        result = watch_once(
+            lab, sources, admin(fake), watch, state, now=1000.0 + 60 * i, reports=reports
+        )
+        named = [f for f in result.findings if f.check == "watch.straggler"]
+    assert [(f.node, f.component) for f in named] == [("gpu003", "job 101")]
+    assert "step time median of its ranks 1.45 s" in named[0].message
