@@ -68,9 +68,7 @@ def watch_once(
         findings=[(f.node, f.check, f.severity) for f in result.findings],
         drained=result.drained,
         busbw=result.busbw,
-        graces={
-            a.job_id: a.grace_s for a in result.actions if a.job_id and a.grace_s is not None
-        },
+        graces={a.job_id: a.grace_s for a in result.actions if a.job_id and a.grace_s is not None},
     )
     write_textfile(textfile or state_dir / TEXTFILE, text)
     return result
