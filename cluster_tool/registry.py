@@ -51,6 +51,7 @@ SECTIONS = (
     "gate",
     "slurm",
     "os",
+    "storage",
     "version",
     "link",
     "counters",
@@ -1215,6 +1216,42 @@ CHECKS: dict[str, CheckInfo] = _table(
         ),
         shows="component the probe",
         action="—",
+    ),
+    _check(
+        "storage.mount",
+        "health",
+        "error",
+        "the shared filesystem or the scratch is not mounted as the spec says",
+        section="storage",
+        what=(
+            "a GPU node lacks a mount of the spec's `storage` section (the shared filesystem at "
+            "`storage.shared.mount`, the local scratch at `storage.scratch.mount`), or has another "
+            "filesystem there (type or source; both named); health probe `storage` "
+            "(`/proc/self/mounts`, `df -P -k -l`); also error when it is missing, failed or "
+            "unreadable (component `storage`)"
+        ),
+        shows=(
+            "`/shared mounted (nfs4/nfs from head:/srv/shared)` / `not mounted`; component the path"
+        ),
+        action="`mount PATH`; `bringup --limit NODE --tags storage`; the NFS server's exports",
+        probe="storage",
+        plan="node",
+    ),
+    _check(
+        "storage.scratch-full",
+        "health",
+        "error, warning",
+        "the local scratch is nearly full",
+        section="storage",
+        what=(
+            "the local scratch has less free (of used + available, as df counts) than "
+            "`thresholds.health.scratch_free_min_pct` (10 %, error) or `scratch_free_warn_pct` "
+            "(20 %, warning): the next checkpoint may not fit"
+        ),
+        shows="`at least 10 % free` / `4.2 % free (12.0 GiB)`; component the scratch path",
+        action="delete checkpoints already synced to the shared filesystem (their marker is there)",
+        probe="storage",
+        plan="node",
     ),
     _check(
         "version.drift",

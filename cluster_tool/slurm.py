@@ -311,6 +311,7 @@ class SlurmAdmin(Slurm, Protocol):
     def release(self, name: str) -> None: ...
     def running_jobs(self) -> list[RunningJob]: ...
     def requeue(self, job_id: str) -> None: ...
+    def signal_batch(self, job_id: str, signal: str) -> None: ...
     def start_now(self, job_id: str) -> None: ...
 
 
@@ -512,6 +513,11 @@ class AdminSlurm(SlurmCLI):
         """Put a running batch job back in the queue (`scontrol requeue`): it restarts, from its
         own checkpoint, on nodes Slurm picks; a drained node is not among them."""
         self.run(["scontrol", "requeue", job_id])
+
+    def signal_batch(self, job_id: str, signal: str) -> None:
+        """Send `signal` to a job's batch step only (`scancel --batch --signal=SIG`): the batch
+        script's trap, not every task, as `sbatch --signal=B:` does before the time limit."""
+        self.run(["scancel", "--batch", f"--signal={signal}", job_id])
 
     def start_now(self, job_id: str) -> None:
         """End a pending job's begin-time hold (`scontrol update JobId=ID StartTime=now`), such

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,12 @@ from cluster_tool.checks.link import check_mlxlink
 from cluster_tool.checks.nccl_env import check_nccl_conf
 from cluster_tool.checks.nvlink import check_nvlink_errors
 from cluster_tool.checks.pcie import check_pcie_links
+from cluster_tool.checks.storage import (
+    ExpectedMount,
+    StorageExpectations,
+    check_storage,
+    storage_expectations,
+)
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.link_events import parse_link_events
@@ -46,6 +52,7 @@ from cluster_tool.probes.node import (
     NvidiaSmiTopo,
     NvidiaVersion,
     NvlinkErrorCounters,
+    Storage,
 )
 from cluster_tool.spec.models import Cluster, HealthThresholds, NodeProfile
 
@@ -77,6 +84,8 @@ class NodeExpectations:
     # (HCA, leaf, leaf port) of the node's cables from the plan, to name a flapping port's
     # cable; empty in a node file written before it carried them.
     cables: tuple[tuple[str, str, int], ...] = ()
+    # The shared filesystem and scratch it must have mounted (none in an older node file).
+    storage: StorageExpectations = field(default_factory=StorageExpectations)
 
     def to_node_file(self) -> dict[str, Any]:
         """The JSON the roles install as /etc/cluster-tool/node.json."""
@@ -90,6 +99,7 @@ class NodeExpectations:
             "nccl_conf": self.nccl_conf,
             "gpudirect_mode": self.gpudirect_mode,
             "cables": [list(c) for c in self.cables],
+            "storage": [m.to_json() for m in self.storage.mounts],
         }
 
 
@@ -126,6 +136,7 @@ def expectations_for(
         profile_name=host.profile_name,
         cluster=cluster.name,
         cables=cables,
+        storage=storage_expectations(cluster),
     )
 
 
@@ -151,6 +162,9 @@ def read_node_file(path: Path = NODE_FILE) -> NodeExpectations:
             profile_name=data.get("profile_name"),
             cluster=data.get("cluster"),
             cables=tuple((str(h), str(leaf), int(p)) for h, leaf, p in data.get("cables") or ()),
+            storage=StorageExpectations(
+                tuple(ExpectedMount.from_json(m) for m in data.get("storage") or ())
+            ),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise UsageError(f"{path}: not a valid node file: {exc}") from None
@@ -313,6 +327,11 @@ def check_node(
             pcie = check_pcie_links(node, profile, functions, t)
             # With nvidia-smi read, its own gpu.pcie judged the same link registers.
             findings += [f for f in pcie if smi is None or f.check != "gpu.pcie"]
+
+    if Storage.name in outputs:
+        reading = _read(node, outputs, Storage(), findings)
+        if reading is not None:
+            findings += check_storage(node, expect.storage, reading, t)
 
     if smi is not None:  # with no driver answering, gpu.driver says it; GPUDirect is moot
         findings += check_gdr(

@@ -1,6 +1,7 @@
 """`cluster-tool plan`: parallel layouts for a model on a validated cluster, and how to launch."""
 
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -234,6 +235,18 @@ def plan_command(
             "spec's fabric.sharp; nccl.conf leaves CollNet off for every job).",
         ),
     ] = None,
+    sbatch: Annotated[
+        Path | None,
+        typer.Option(
+            "--sbatch",
+            help="Write a resumable Slurm job for the best (or --layout's) layout: checkpoints "
+            "on local scratch synced to the shared filesystem, requeue on SIGUSR1 (needs --spec).",
+        ),
+    ] = None,
+    run_name: Annotated[
+        str | None,
+        typer.Option("--run-name", help="--sbatch: the run's name (its checkpoint folder)."),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
     """Plan TP × CP × PP × DP for a model on the cluster; print the best layouts, launch flags."""
@@ -271,6 +284,9 @@ def plan_command(
         },
     )
     given = Layout.parse(layout) if layout is not None else None
+    if sbatch is not None and spec is None:
+        raise UsageError("--sbatch needs --spec: the job's storage and NCCL come from the spec")
+    run = _run_name(run_name or model_name or "custom")
     model = _model(
         model_name,
         params,
@@ -323,14 +339,17 @@ def plan_command(
             from cluster_tool.spec import load_spec
 
             sharp = load_spec(spec).fabric.sharp
+    job = None if sbatch is None or spec is None else (sbatch, spec, run)
     if given is not None:
         return _layout_mode(
-            model, cluster, training, assumptions, given, hostfile, json_out, sharp=sharp
+            model, cluster, training, assumptions, given, hostfile, json_out, job, sharp=sharp
         )
     result = plan(model, cluster, training, assumptions)
     doc = plan_json(model, cluster, training, assumptions, result, top=top, sharp=sharp)
     if hostfile is not None and doc["layouts"]:
         _write_hostfile(hostfile, doc["layouts"][0]["placement"]["hostfile"])
+    if job is not None and doc["layouts"]:
+        _write_sbatch(job, doc, doc["layouts"][0])
     if json_out:
         output.emit_json(doc)
     else:
@@ -349,6 +368,7 @@ def _layout_mode(
     given: "Layout",
     hostfile: Path | None,
     json_out: bool,
+    job: tuple[Path, Path, str] | None = None,
     *,
     sharp: bool = False,
 ) -> int:
@@ -360,6 +380,8 @@ def _layout_mode(
     doc = layout_doc(model, cluster, training, assumptions, est, sharp=sharp)
     if hostfile is not None and doc["fits"]:
         _write_hostfile(hostfile, doc["layout"]["placement"]["hostfile"])
+    if job is not None and doc["fits"]:
+        _write_sbatch(job, doc, doc["layout"])
     if json_out:
         output.emit_json(doc)
     else:
@@ -377,6 +399,39 @@ def _write_hostfile(path: Path, hosts: list[str]) -> None:
     from cluster_tool.fileio import atomic_write
 
     atomic_write(path, "".join(f"{host}\n" for host in hosts), mode=0o644)
+
+
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _run_name(name: str) -> str:
+    """A run's name becomes a folder and a job name: letters, digits, `_.-`."""
+    if not _RUN_NAME.fullmatch(name):
+        raise UsageError(f"--run-name {name!r}: letters, digits, `_`, `.`, `-` (64 at most)")
+    return name
+
+
+def _write_sbatch(job: tuple[Path, Path, str], doc: dict, lay: dict) -> None:
+    """The resumable job for `lay`, written atomically: sbatch never reads half a script."""
+    from cluster_tool.fileio import atomic_write
+    from cluster_tool.plan.sbatch import sbatch_script
+    from cluster_tool.spec import load_spec
+
+    path, spec, run = job
+    cluster = load_spec(spec)
+    title = (
+        f"{doc['model']['name']}: TP {lay['tp']} x CP {lay['cp']} x PP {lay['pp']} x DP "
+        f"{lay['dp']} on {lay['placement']['nodes']} nodes (cluster-tool plan)"
+    )
+    text = sbatch_script(
+        cluster,
+        run=run,
+        hostfile=lay["placement"]["hostfile"],
+        gpus_per_node=doc["cluster"]["gpus_per_node"],
+        megatron_args=doc["launch"]["megatron_args"],
+        title=title,
+    )
+    atomic_write(path, text, mode=0o644)
 
 
 def _nothing_fits(doc: dict) -> str:

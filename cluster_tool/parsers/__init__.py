@@ -26,6 +26,7 @@ MODULES = (
     "link_events",
     "lspci",
     "mlxlink",
+    "mounts",
     "nccl_tests",
     "nvidia_query",
     "nvidia_smi",

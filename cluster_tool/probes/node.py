@@ -8,6 +8,7 @@ from cluster_tool.parsers.ibstat import IbstatCa, parse_ibstat
 from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
 from cluster_tool.parsers.lspci import PciFunction, parse_lspci
 from cluster_tool.parsers.mlxlink import MlxlinkPort, parse_mlxlink
+from cluster_tool.parsers.mounts import DF_MARKER, StorageReading, parse_storage
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi_q
 from cluster_tool.parsers.nvidia_topo import TopoMatrix, parse_topo_matrix
 from cluster_tool.parsers.nvlink_errors import NvlinkErrorGpu, parse_nvlink_errors
@@ -29,6 +30,7 @@ __all__ = [
     "NvidiaSmiTopo",
     "NvidiaVersion",
     "NvlinkErrorCounters",
+    "Storage",
 ]
 
 
@@ -197,6 +199,21 @@ class Lspci(Probe):
         return parse_lspci(text) if text.strip() else []
 
 
+class Storage(Probe):
+    """What is mounted, and the local filesystems' space: `df -l` never waits on a hung
+    network filesystem (a dead NFS server would stall the whole node check)."""
+
+    name = "storage"
+    check = "storage.mount"
+    what = "/proc/self/mounts and df"
+
+    def command(self) -> str:
+        return f"cat /proc/self/mounts && echo '{DF_MARKER}' && df -P -k -l"
+
+    def process(self, output: list[str]) -> StorageReading:
+        return parse_storage("\n".join(output))
+
+
 HEALTH_PROBES: tuple[Probe, ...] = (
     Hostname(),
     NvidiaSmiQ(),
@@ -211,5 +228,6 @@ HEALTH_PROBES: tuple[Probe, ...] = (
     NvlinkErrorCounters(),
     Mlxlink(),
     Lspci(),
+    Storage(),
     Versions(),  # read by `cluster-tool versions` (checks/versions.py), not by check_node
 )

@@ -441,6 +441,46 @@ def _nccl_env(cluster: Cluster) -> dict[str, str]:
     return nccl_env
 
 
+def nccl_environment(cluster: Cluster) -> dict[str, str]:
+    """The NCCL variables the cluster's nccl.conf sets, for a job script to export."""
+    return _nccl_env(cluster)
+
+
+def _storage_vars(cluster: Cluster) -> dict[str, Any]:
+    """The shared_fs and local_scratch roles' variables (both off without a storage section).
+    The training jobs' folders are made on the NFS server the role serves, sticky and
+    world-writable as /tmp is: every user's run keeps its own folder inside."""
+    out: dict[str, Any] = {}
+    shared, scratch = cluster.storage.shared, cluster.storage.scratch
+    if shared is not None:
+        folders = []
+        for path in (
+            cluster.training.checkpoints(cluster.storage),
+            cluster.training.reports(cluster.storage),
+        ):
+            if path is not None and path.startswith(shared.mount.rstrip("/") + "/"):
+                folders.append({"path": path[len(shared.mount.rstrip("/")) + 1 :], "mode": "1777"})
+        out |= {
+            "shared_fs_enabled": True,
+            "shared_fs_kind": shared.kind,
+            "shared_fs_mount": shared.mount,
+            "shared_fs_server": shared.server or "",
+            "shared_fs_export": shared.export,
+            "shared_fs_source": shared.source or "",
+            "shared_fs_options": list(shared.options),
+            "shared_fs_folders": folders,
+        }
+    if scratch is not None:
+        out |= {
+            "local_scratch_enabled": True,
+            "local_scratch_mount": scratch.mount,
+            "local_scratch_devices": list(scratch.devices),
+            "local_scratch_filesystem": scratch.filesystem,
+            "local_scratch_size": scratch.size or "",
+        }
+    return out
+
+
 def _context(cluster: Cluster) -> dict[str, Any]:
     hosts = cluster.hosts()
     gpu_nodes = cluster.gpu_nodes()
@@ -562,6 +602,7 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     dcgm_major = software.dcgm_version.split(".")[0]
     if dcgm_major.isdigit():
         group_vars["dcgm_major"] = int(dcgm_major)
+    group_vars.update(_storage_vars(cluster))
     # Per-OS repositories reach the roles only when the spec names a mirror: otherwise every
     # node gets its own OS release's repository from the role defaults.
     for name, url in (

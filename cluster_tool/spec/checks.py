@@ -34,6 +34,7 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     problems += _check_references(cluster)
     problems += _check_fabric(cluster)
     problems += _check_slurm_and_limits(cluster)
+    problems += _check_storage(cluster)
     problems += _check_no_secrets(cluster.ansible_vars, ("ansible_vars",))
     problems += _check_no_secrets(cluster.ansible_connection_vars, ("ansible_connection_vars",))
     problems += _check_ansible_vars(cluster)
@@ -499,6 +500,51 @@ def _check_gpu_defaults(cluster: Cluster) -> list[Problem]:
                     "a job on all its GPUs would never start",
                 )
             )
+    return problems
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _check_storage(cluster: Cluster) -> list[Problem]:
+    """The shared filesystem and the scratch are two mounts, and a training job's folders lie
+    on the one each is for: a checkpoint synced "to the shared filesystem" that is really on
+    the node's own disk is lost with the node."""
+    problems: list[Problem] = []
+    shared, scratch = cluster.storage.shared, cluster.storage.scratch
+    if (
+        shared is not None
+        and scratch is not None
+        and (_under(shared.mount, scratch.mount) or _under(scratch.mount, shared.mount))
+    ):
+        problems.append(
+            (
+                ("storage", "scratch", "mount"),
+                f"{scratch.mount} and the shared filesystem's {shared.mount} overlap; "
+                "give them separate folders",
+            )
+        )
+    training = cluster.training
+    if shared is not None:
+        for field in ("checkpoint_dir", "reports_dir"):
+            value = getattr(training, field)
+            if value is not None and not _under(value, shared.mount):
+                problems.append(
+                    (
+                        ("training", field),
+                        f"{value} is not on the shared filesystem ({shared.mount}): every node "
+                        "and the watcher must see it",
+                    )
+                )
+    local = training.local_checkpoint_dir
+    if scratch is not None and local is not None and not _under(local, scratch.mount):
+        problems.append(
+            (
+                ("training", "local_checkpoint_dir"),
+                f"{local} is not on the local scratch ({scratch.mount})",
+            )
+        )
     return problems
 
 

@@ -895,6 +895,20 @@ class HealthThresholds(StrictModel):
     hca_pcie_width: int = Field(
         16, ge=1, description="Expected compute HCA PCIe width (default 16)."
     )
+    scratch_free_warn_pct: float = Field(
+        20,
+        ge=0,
+        le=100,
+        description="Local scratch (`storage.scratch`) with less free than this share of its "
+        "size is a storage.scratch-full warning (default 20 %).",
+    )
+    scratch_free_min_pct: float = Field(
+        10,
+        ge=0,
+        le=100,
+        description="...and with less than this, an error: the next checkpoint may not fit "
+        "(default 10 %).",
+    )
 
 
 class NcclGateThresholds(StrictModel):
@@ -1059,6 +1073,15 @@ class Watch(StrictModel):
         "done on every node), ends the hold (`scontrol update JobId=ID StartTime=now`): the new "
         "launch credential is stamped after the revocation, which is all slurmd compares.",
     )
+    checkpoint_grace_s: int = Field(
+        300,
+        ge=0,
+        le=3600,
+        description="Under `requeue`: before requeueing an opted-in job, the watcher sends its "
+        "batch step SIGUSR1 (the checkpoint signal `plan --sbatch` jobs trap) and waits up to "
+        "this many seconds for the job's complete-checkpoint marker (`training.reports_dir`) "
+        "or its end (default 300; 0: requeue at once, as before).",
+    )
     state_dir: AbsolutePath = Field(
         "/var/lib/cluster-tool/watch",
         description="Where the watcher keeps what it saw between cycles, its event log and its "
@@ -1129,6 +1152,205 @@ class Watch(StrictModel):
         return self
 
 
+# --- storage: the shared filesystem, local scratch, and training jobs ------------------
+
+# Mount options as fstab writes them (`vers=4.2`, `nconnect=8`, `_netdev`, `flock`).
+_MOUNT_OPTION_RE = r"[A-Za-z0-9_][A-Za-z0-9_=.:+-]*"
+MountOption = Annotated[
+    str,
+    _matching("a mount option (letters, digits, `_=.:+-`)", _MOUNT_OPTION_RE, 64),
+    _schema(f"^{_MOUNT_OPTION_RE}$", 64, "A mount option, e.g. `vers=4.2` or `nconnect=8`."),
+]
+# What a parallel filesystem client mounts: Lustre `10.0.0.1@o2ib:/lustre`, Weka
+# `backend01/default`, GPFS `gpfs0`.
+_FS_SOURCE_RE = r"[A-Za-z0-9][A-Za-z0-9_.:@,/-]*"
+FsSource = Annotated[
+    str,
+    _matching("a filesystem source (letters, digits, `_.:@,/-`)", _FS_SOURCE_RE, 255),
+    AfterValidator(_no_dot_dot),
+    _schema(f"^{_FS_SOURCE_RE}$", 255, "A mount source, e.g. `10.0.0.1@o2ib:/lustre`."),
+]
+_DEVICE_RE = r"/dev/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.:-]+)*"
+DevicePath = Annotated[
+    str,
+    _matching("a device path (`/dev/...`)", _DEVICE_RE, 255),
+    AfterValidator(_no_dot_dot),
+    _schema(f"^{_DEVICE_RE}$", 255, "A block device, e.g. `/dev/nvme1n1`."),
+]
+# pyxis' image reference: `[USER@][REGISTRY#]IMAGE[:TAG]`, or a squashfs file.
+_IMAGE_RE = r"[A-Za-z0-9][A-Za-z0-9_.:/#@+-]*"
+ContainerImage = Annotated[
+    str,
+    _matching("a container image (letters, digits, `_.:/#@+-`)", _IMAGE_RE, 255),
+    AfterValidator(_no_dot_dot),
+    _schema(f"^{_IMAGE_RE}$", 255, "A pyxis image, e.g. `nvcr.io#nvidia/pytorch:24.05-py3`."),
+]
+
+# The filesystem type each kind shows in /proc/mounts (an NFS mount is `nfs` or `nfs4`).
+SHARED_FSTYPES: dict[str, tuple[str, ...]] = {
+    "nfs": ("nfs4", "nfs"),
+    "lustre": ("lustre",),
+    "weka": ("wekafs",),
+    "gpfs": ("gpfs",),
+}
+
+
+class SharedFilesystem(StrictModel):
+    """The filesystem every node shares: where checkpoints land, datasets live and the gate's
+    jobs write. NFS from a host of the spec (the `shared_fs` role serves it) or an existing
+    server; a Lustre, Weka or GPFS client the role installs and mounts."""
+
+    kind: Literal["nfs", "lustre", "weka", "gpfs"] = Field(
+        "nfs", description="nfs (default), lustre, weka or gpfs."
+    )
+    mount: AbsolutePath = Field("/shared", description="Where every host mounts it.")
+    server: HostName | None = Field(
+        None,
+        description="nfs: the server. A host of this spec is made the NFS server by the "
+        "shared_fs role (exporting `export` to the management network); any other name is an "
+        "existing server the nodes mount from.",
+    )
+    export: AbsolutePath = Field(
+        "/srv/shared", description="nfs: the exported path on the server (default /srv/shared)."
+    )
+    source: FsSource | None = Field(
+        None,
+        description="lustre: `MGS_NID:/fsname` (`10.0.0.1@o2ib:/lustre`); weka: "
+        "`BACKEND/FILESYSTEM`; gpfs: the device (`gpfs0`). Not for nfs.",
+    )
+    options: list[MountOption] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Mount options; default per kind (nfs: `vers=4.2,hard,_netdev`).",
+    )
+
+    @model_validator(mode="after")
+    def _source_fits_kind(self) -> SharedFilesystem:
+        if self.kind == "nfs" and self.server is None:
+            raise ValueError("an nfs shared filesystem needs `server`")
+        if self.kind == "nfs" and self.source is not None:
+            raise ValueError("nfs takes `server` and `export`, not `source`")
+        if self.kind != "nfs" and self.source is None:
+            raise ValueError(f"a {self.kind} shared filesystem needs `source`")
+        return self
+
+    @property
+    def fstypes(self) -> tuple[str, ...]:
+        """The filesystem types /proc/mounts may show for it."""
+        return SHARED_FSTYPES[self.kind]
+
+    @property
+    def mount_source(self) -> str:
+        """What /proc/mounts shows as its source (`head:/srv/shared` for nfs)."""
+        return f"{self.server}:{self.export}" if self.kind == "nfs" else str(self.source)
+
+
+class Scratch(StrictModel):
+    """Fast node-local storage for checkpoints (NVMe): the `local_scratch` role assembles the
+    devices (RAID 0 when more than one), makes the filesystem and mounts it."""
+
+    mount: AbsolutePath = Field("/scratch", description="Where it is mounted (default /scratch).")
+    devices: list[DevicePath] = Field(
+        default_factory=list,
+        max_length=64,
+        description="The NVMe devices, e.g. `/dev/nvme1n1`; two or more become one RAID 0 "
+        "(mdadm). Never the OS disk.",
+    )
+    filesystem: Literal["xfs", "ext4", "tmpfs"] = Field(
+        "xfs",
+        description="xfs (default) or ext4 on the devices; tmpfs (memory, `size`) where a node "
+        "has no NVMe to spare (the lab).",
+    )
+    size: ByteSize | None = Field(None, description="tmpfs only: its size, e.g. `2G`.")
+
+    @model_validator(mode="after")
+    def _devices_fit_filesystem(self) -> Scratch:
+        if self.filesystem == "tmpfs":
+            if self.devices:
+                raise ValueError("a tmpfs scratch takes `size`, not `devices`")
+            if self.size is None:
+                raise ValueError("a tmpfs scratch needs `size`")
+        elif not self.devices:
+            raise ValueError(f"an {self.filesystem} scratch needs `devices`")
+        elif self.size is not None:
+            raise ValueError("`size` is for tmpfs only: the devices give the size")
+        return self
+
+
+class Storage(StrictModel):
+    """The shared filesystem and the nodes' local scratch; node-check holds every GPU node to
+    having both mounted (`storage.mount`) and the scratch not full (`storage.scratch-full`)."""
+
+    shared: SharedFilesystem | None = Field(None, description="The shared filesystem, if any.")
+    scratch: Scratch | None = Field(None, description="Local NVMe scratch on GPU nodes, if any.")
+
+
+class TrainingJobs(StrictModel):
+    """How `plan --sbatch` writes a resumable training job: checkpoints on local scratch synced
+    to the shared filesystem, the signal before the end, the container, and where the job
+    reports its checkpoints and step times to `cluster-tool watch`."""
+
+    checkpoint_dir: AbsolutePath | None = Field(
+        None,
+        description="Where complete checkpoints live (Megatron-LM `--save`/`--load`), one "
+        "folder per run; default `<storage.shared.mount>/checkpoints`.",
+    )
+    local_checkpoint_dir: AbsolutePath | None = Field(
+        None,
+        description="Where each node writes a checkpoint first, then syncs it in the background "
+        "to `checkpoint_dir`; default `<storage.scratch.mount>/checkpoints` (without scratch the "
+        "trainer writes to checkpoint_dir directly).",
+    )
+    reports_dir: AbsolutePath | None = Field(
+        None,
+        description="A folder the watcher's host and the GPU nodes share, where a job writes "
+        "its complete-checkpoint marker and its per-rank step times (one folder per job id); "
+        "default `<storage.shared.mount>/cluster-tool/jobs`.",
+    )
+    save_interval: int = Field(
+        1000, ge=1, le=10_000_000, description="Steps between two checkpoints (default 1000)."
+    )
+    signal_lead_s: int = Field(
+        300,
+        ge=10,
+        le=65535,
+        description="`--signal=B:USR1@N`: Slurm signals the batch script N seconds before the "
+        "time limit, and it checkpoints and requeues (default 300).",
+    )
+    time_limit: SlurmDuration = Field(
+        "2-00:00:00", description="The job's `--time` (default 2 days)."
+    )
+    container_image: ContainerImage | None = Field(
+        None,
+        description="pyxis `--container-image` for the trainer (e.g. "
+        "`nvcr.io#nvidia/pytorch:24.05-py3`); none: it runs on the host.",
+    )
+    trainer: AbsolutePath = Field(
+        "/opt/megatron-lm/pretrain_gpt.py",
+        description="The training script (default Megatron-LM's `pretrain_gpt.py`).",
+    )
+    data_path: AbsolutePath | None = Field(
+        None,
+        description="Megatron-LM `--data-path` prefix; none: `--mock-data` (a smoke run).",
+    )
+
+    def checkpoints(self, storage: Storage) -> str | None:
+        """Where complete checkpoints live, or None when neither is given."""
+        if self.checkpoint_dir is not None:
+            return self.checkpoint_dir
+        return f"{storage.shared.mount}/checkpoints" if storage.shared else None
+
+    def local_checkpoints(self, storage: Storage) -> str | None:
+        if self.local_checkpoint_dir is not None:
+            return self.local_checkpoint_dir
+        return f"{storage.scratch.mount}/checkpoints" if storage.scratch else None
+
+    def reports(self, storage: Storage) -> str | None:
+        if self.reports_dir is not None:
+            return self.reports_dir
+        return f"{storage.shared.mount}/cluster-tool/jobs" if storage.shared else None
+
+
 # --- the cluster ---------------------------------------------------------------------
 
 
@@ -1179,6 +1401,8 @@ class Cluster(StrictModel):
     nccl: Nccl = Field(default_factory=lambda: Nccl.model_validate({}))
     thresholds: Thresholds = Field(default_factory=lambda: Thresholds.model_validate({}))
     watch: Watch = Field(default_factory=lambda: Watch.model_validate({}))
+    storage: Storage = Field(default_factory=lambda: Storage.model_validate({}))
+    training: TrainingJobs = Field(default_factory=lambda: TrainingJobs.model_validate({}))
     ansible_vars: dict[AnsibleVarName, Any] = Field(
         default_factory=dict,
         description="Extra Ansible variables merged last into group_vars/all.yml (e.g. a "

@@ -40,6 +40,7 @@ from cluster_tool.remote.fanout import HostResult
 from cluster_tool.slurm import NodeState, RunningJob, SlurmAdmin, SlurmError
 from cluster_tool.spec.models import Cluster, NodeProfile, Watch
 from cluster_tool.watch.probes import Probing, probe_round
+from cluster_tool.watch.reports import JobReports
 from cluster_tool.watch.signals import DATA_COUNTERS, GpuClocks, PortCounters, Sources
 from cluster_tool.watch.state import SEEN_LINES_MAX, WatchState
 from cluster_tool.watch.straggler import Signal, find_slow, judge_stragglers
@@ -59,11 +60,13 @@ class Action:
     """What the watcher did through Slurm: drained a node, requeued a job, or released a job it
     requeued from Slurm's begin-time hold."""
 
-    kind: Literal["drain", "requeue", "release"]
+    kind: Literal["drain", "signal", "requeue", "checkpointed", "release"]
     check: str
     node: str | None = None
     job_id: str | None = None
     detail: str = ""
+    # Seconds between the checkpoint signal and the requeue (or the job's own end).
+    grace_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class Action:
             "node": self.node,
             "job_id": self.job_id,
             "detail": self.detail,
+            "grace_s": self.grace_s,
         }
 
 
@@ -247,6 +251,19 @@ def _straggler_signals(
     return out
 
 
+def _step_time_signals(job: RunningJob, reports: JobReports) -> dict[str, Signal]:
+    """The job's own view: per node of the job, the median of its ranks' recent step times (the
+    per-rank times a framework's straggler detector reads), as one more rate the robust rule
+    compares across the job's nodes. A rank on a slow GPU or link holds its node's steps up."""
+    out: dict[str, Signal] = {}
+    for node, times in reports.step_times(job.job_id).items():
+        if node in job.nodes and times:
+            recent = sorted(times[-50:])
+            median = recent[len(recent) // 2]
+            out[node] = Signal("step time", "median of its ranks", median, "s", "high")
+    return out
+
+
 def _waits_toward(profile: NodeProfile, waits: Sequence[LinkWait]) -> list[Signal]:
     """The credit waits of the leaf ports sending to the node's compute HCAs: high on several of
     its links at once, the node is slow to take what its job sends it."""
@@ -361,6 +378,7 @@ def run_cycle(
     policy: Watch,
     now: float,
     probing: Probing | None = None,
+    reports: JobReports | None = None,
 ) -> CycleResult:
     """One cycle against `state` (updated in place; the caller saves it): read, judge, probe
     the idle nodes when the spec allows it and it is their turn, act by `policy.policy`, and
@@ -454,6 +472,10 @@ def run_cycle(
         found, probed = _probe(cluster, policy, probing, jobs, states, serials, state, now)
         findings += found
 
+    if reports is not None:
+        for job in jobs:
+            for node, signal in _step_time_signals(job, reports).items():
+                signals.setdefault(node, []).append(signal)
     slow = find_slow(jobs, signals, policy)
     findings += judge_stragglers(slow, state.stragglers, jobs, policy)
 
@@ -462,7 +484,7 @@ def run_cycle(
         released, extra = _release(policy, state, slurm, now)
         findings += extra
     actions, drained, extra = _act(
-        cluster, policy, findings, jobs, states, slurm, state, slurm_ok, now
+        cluster, policy, findings, jobs, states, slurm, state, slurm_ok, now, reports
     )
     actions = released + actions
     findings += extra
@@ -560,6 +582,7 @@ def _act(
     state: WatchState,
     slurm_ok: bool,
     now: float,
+    reports: JobReports | None = None,
 ) -> tuple[list[Action], list[str], list[Finding]]:
     """Drain and requeue by policy; returns the actions, the nodes the watcher now holds
     drained, and the findings acting raised (`watch.fleet`, `watch.slurm`)."""
@@ -611,25 +634,119 @@ def _act(
         ours[node] = f.check
         actions.append(Action("drain", f.check, node=node, detail=reason))
     if policy.policy == "requeue":
-        done = set(state.requeued)
-        for job in jobs:
-            hit = sorted(set(job.nodes) & set(ours))
-            if not hit or not opted_in(job, policy.requeue_marker):
-                continue
-            found_id = ours[hit[0]]
-            if (job.job_id, found_id) in done:
-                continue
-            try:
-                slurm.requeue(job.job_id)
-            except SlurmError as exc:
-                extra.append(_slurm_finding(f"requeue job {job.job_id}", exc))
-                continue
-            done.add((job.job_id, found_id))
-            state.requeued.append((job.job_id, found_id))
-            state.held[job.job_id] = now
-            why = f"{found_id} on {', '.join(hit)}"
-            actions.append(Action("requeue", found_id, node=hit[0], job_id=job.job_id, detail=why))
+        found, more = _requeue(policy, jobs, ours, slurm, state, now, reports)
+        actions += found
+        extra += more
     return actions, sorted(ours), extra
+
+
+def _requeue(
+    policy: Watch,
+    jobs: Sequence[RunningJob],
+    ours: Mapping[str, str],
+    slurm: SlurmAdmin,
+    state: WatchState,
+    now: float,
+    reports: JobReports | None,
+) -> tuple[list[Action], list[Finding]]:
+    """Requeue the opted-in jobs on the nodes the watcher holds drained, each told first: its
+    batch step gets SIGUSR1 (what `plan --sbatch` jobs trap to checkpoint, requeue themselves
+    and exit) and up to `checkpoint_grace_s` to report a new complete checkpoint or to end;
+    then a job still running is requeued. The grace is judged once a cycle. A job that did not
+    opt in is never signalled nor requeued."""
+    actions: list[Action] = []
+    extra: list[Finding] = []
+    done = set(state.requeued)
+    running = {j.job_id for j in jobs}
+    for job_id, sig in sorted(state.signalled.items()):
+        if job_id in running:
+            continue
+        # It ended (or requeued itself) after the signal: nothing more to do but release it.
+        del state.signalled[job_id]
+        done.add((job_id, sig["check"]))
+        state.requeued.append((job_id, sig["check"]))
+        state.held[job_id] = now
+        waited = now - sig["at"]
+        saved = _saved_since(reports, job_id, sig)
+        actions.append(
+            Action(
+                "checkpointed" if saved else "requeue",
+                sig["check"],
+                node=sig["node"],
+                job_id=job_id,
+                detail=(
+                    f"left within {waited:.0f} s of the checkpoint signal"
+                    + (f", checkpoint iteration {saved}" if saved else ", no new checkpoint seen")
+                ),
+                grace_s=waited,
+            )
+        )
+    for job in jobs:
+        hit = sorted(set(job.nodes) & set(ours))
+        if not hit or not opted_in(job, policy.requeue_marker):
+            continue
+        found_id = ours[hit[0]]
+        if (job.job_id, found_id) in done:
+            continue
+        pending = state.signalled.get(job.job_id)
+        if pending is None and policy.checkpoint_grace_s > 0:
+            before = reports.checkpoint(job.job_id) if reports is not None else None
+            try:
+                slurm.signal_batch(job.job_id, "USR1")
+            except SlurmError as exc:
+                extra.append(_slurm_finding(f"signal job {job.job_id}", exc))
+                continue
+            state.signalled[job.job_id] = {
+                "at": now,
+                "check": found_id,
+                "node": hit[0],
+                "before": None if before is None else before.iteration,
+            }
+            actions.append(
+                Action(
+                    "signal",
+                    found_id,
+                    node=hit[0],
+                    job_id=job.job_id,
+                    detail=f"SIGUSR1 to its batch step: {policy.checkpoint_grace_s} s to "
+                    f"checkpoint ({found_id} on {', '.join(hit)})",
+                )
+            )
+            continue
+        waited = None if pending is None else now - pending["at"]
+        saved = None if pending is None else _saved_since(reports, job.job_id, pending)
+        if pending is not None and saved is None and (waited or 0.0) < policy.checkpoint_grace_s:
+            continue  # still within its grace
+        try:
+            slurm.requeue(job.job_id)
+        except SlurmError as exc:
+            extra.append(_slurm_finding(f"requeue job {job.job_id}", exc))
+            continue
+        state.signalled.pop(job.job_id, None)
+        done.add((job.job_id, found_id))
+        state.requeued.append((job.job_id, found_id))
+        state.held[job.job_id] = now
+        why = f"{found_id} on {', '.join(hit)}"
+        if waited is not None:
+            why += (
+                f"; checkpoint iteration {saved} {waited:.0f} s after the signal"
+                if saved is not None
+                else f"; no new checkpoint in its {waited:.0f} s grace"
+            )
+        actions.append(
+            Action("requeue", found_id, node=hit[0], job_id=job.job_id, detail=why, grace_s=waited)
+        )
+    return actions, extra
+
+
+def _saved_since(reports: JobReports | None, job_id: str, sig: Mapping[str, Any]) -> int | None:
+    """The iteration of a complete checkpoint the job reported after it was signalled."""
+    cp = reports.checkpoint(job_id) if reports is not None else None
+    if cp is None or cp.at < sig["at"]:
+        return None
+    if sig.get("before") is not None and cp.iteration <= sig["before"]:
+        return None
+    return cp.iteration
 
 
 # A job the watcher requeued waits in `state.held` until Slurm's requeue has finished (the job

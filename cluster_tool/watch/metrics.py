@@ -23,6 +23,7 @@ NODE_DRAINED = "cluster_tool_watch_node_drained"
 BUSBW = "cluster_tool_watch_busbw_gbps"
 BUSBW_BASELINE = "cluster_tool_watch_busbw_baseline_gbps"
 LAST_CYCLE = "cluster_tool_watch_last_cycle_timestamp_seconds"
+CHECKPOINT_GRACE = "cluster_tool_watch_checkpoint_grace_seconds"
 
 METRICS: tuple[str, ...] = (
     PORT_COUNTER_RATE,
@@ -31,6 +32,7 @@ METRICS: tuple[str, ...] = (
     NODE_DRAINED,
     BUSBW,
     BUSBW_BASELINE,
+    CHECKPOINT_GRACE,
     LAST_CYCLE,
 )
 
@@ -53,6 +55,7 @@ def render_textfile(
     drained: list[str],
     ber: dict[tuple[str, str], float] | None = None,
     busbw: dict[tuple[str, int], tuple[float, float | None]] | None = None,
+    graces: dict[str, float] | None = None,
 ) -> str:
     """The textfile of one cycle. `rates`: node -> HCA -> counter -> per second (data in
     bytes); `findings`: (node, check, severity) per finding; `ber`: (node, HCA) -> raw BER
@@ -104,6 +107,14 @@ def render_textfile(
         latest.labels(node, str(rail)).set(now_gbps)
         if baseline is not None:
             base.labels(node, str(rail)).set(baseline)
+    grace = Gauge(
+        CHECKPOINT_GRACE,
+        "Seconds a job had between the checkpoint signal and its requeue (or its own end), "
+        "for the jobs requeued this cycle",
+        ["job"], registry=registry,
+    )  # fmt: skip
+    for job, seconds in sorted((graces or {}).items()):
+        grace.labels(job).set(seconds)
     Gauge(LAST_CYCLE, "When the last watch cycle ended (Unix time)", registry=registry).set(at)
     return generate_latest(registry).decode("utf-8")
 

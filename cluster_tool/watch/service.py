@@ -15,6 +15,7 @@ from cluster_tool.spec.models import Cluster, Watch
 from cluster_tool.watch.cycle import CycleResult, run_cycle
 from cluster_tool.watch.metrics import render_textfile, write_textfile
 from cluster_tool.watch.probes import PROBE_STORE, Prober, Probing
+from cluster_tool.watch.reports import FileJobReports, JobReports
 from cluster_tool.watch.signals import Sources
 from cluster_tool.watch.state import EventLog, load_state, save_state
 
@@ -33,14 +34,19 @@ def watch_once(
     textfile: Path | None = None,
     now: float | None = None,
     prober: Prober | None = None,
+    reports: JobReports | None = None,
 ) -> CycleResult:
-    """Read the state, run one cycle, write the state, the event log and the textfile. With a
-    `prober`, the cycle runs the NCCL probes when the spec allows it, their baselines kept in
-    the state directory (`probe-history.sqlite`)."""
+    """Read the state, run one cycle, write the state, the event log and the textfile. Jobs'
+    checkpoint reports are read from `reports`, by default the spec's `training.reports_dir`
+    (through the shared filesystem). With a `prober`, the cycle runs the NCCL probes when the
+    spec allows it, their baselines kept in the state directory (`probe-history.sqlite`)."""
     at = time.time() if now is None else now
     loaded = load_state(state_dir)
     probing = None if prober is None else Probing(prober, state_dir / PROBE_STORE)
-    result = run_cycle(cluster, loaded.state, sources, slurm, policy, at, probing)
+    if reports is None:
+        folder = cluster.training.reports(cluster.storage)
+        reports = None if folder is None else FileJobReports(Path(folder))
+    result = run_cycle(cluster, loaded.state, sources, slurm, policy, at, probing, reports)
     if loaded.reset_because is not None:
         reset = Finding(
             check="watch.state-reset",
@@ -62,6 +68,7 @@ def watch_once(
         findings=[(f.node, f.check, f.severity) for f in result.findings],
         drained=result.drained,
         busbw=result.busbw,
+        graces={a.job_id: a.grace_s for a in result.actions if a.job_id and a.grace_s is not None},
     )
     write_textfile(textfile or state_dir / TEXTFILE, text)
     return result

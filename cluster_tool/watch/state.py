@@ -94,6 +94,11 @@ class WatchState:
     # The last NCCL probe of each node per rail: node -> rail -> [busbw GB/s, baseline or None].
     probe_busbw: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     stragglers: dict[str, dict[str, int]] = field(default_factory=dict)  # job -> node -> streak
+    # Jobs sent the checkpoint signal and not yet requeued: job id -> {at, check, node, before}
+    # (`before`: the iteration of its newest complete checkpoint when signalled, or None).
+    signalled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Per-rank step times read from the job reports: job -> node -> slow-cycle streak.
+    rank_stragglers: dict[str, dict[str, int]] = field(default_factory=dict)
     cycles: int = 0
     last_cycle_at: float | None = None
 
@@ -113,6 +118,8 @@ class WatchState:
             "probe_busbw": self.probe_busbw,
             "held": dict(sorted(self.held.items(), key=lambda kv: kv[1])[-REQUEUED_MAX:]),
             "stragglers": self.stragglers,
+            "signalled": self.signalled,
+            "rank_stragglers": self.rank_stragglers,
         }
 
     @classmethod
@@ -138,6 +145,19 @@ class WatchState:
                 stragglers={
                     str(job): {str(n): int(s) for n, s in nodes.items()}
                     for job, nodes in data.get("stragglers", {}).items()
+                },
+                signalled={
+                    str(job): {
+                        "at": float(v["at"]),
+                        "check": str(v["check"]),
+                        "node": str(v["node"]),
+                        "before": None if v.get("before") is None else int(v["before"]),
+                    }
+                    for job, v in data.get("signalled", {}).items()
+                },
+                rank_stragglers={
+                    str(job): {str(n): int(s) for n, s in nodes.items()}
+                    for job, nodes in data.get("rank_stragglers", {}).items()
                 },
                 cycles=int(data.get("cycles", 0)),
                 last_cycle_at=None if at is None else float(at),

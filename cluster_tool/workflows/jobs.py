@@ -530,6 +530,9 @@ class _Offline:
     def requeue(self, job_id: str) -> None:
         self._refuse()
 
+    def signal_batch(self, job_id: str, signal: str) -> None:
+        self._refuse()
+
     def start_now(self, job_id: str) -> None:
         self._refuse()
 

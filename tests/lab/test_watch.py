@@ -39,6 +39,9 @@ def _watch_spec(converged: Converged, dest: Path) -> Path:
         "max_drained_share": 0.25,  # one node of four
         "straggler_cycles": 2,
         "requeue_marker": "watch-requeue",
+        # A sleep job writes no checkpoint: requeued at once, as this test was written (the
+        # signal and its grace: tests/unit/watch/test_checkpoint_signal.py).
+        "checkpoint_grace_s": 0,
     }
     spec = dest / "lab-watch.yml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))

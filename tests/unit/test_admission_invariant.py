@@ -316,6 +316,7 @@ class AdmissionMachine(RuleBasedStateMachine):
         self.slurm = AuditSlurm(list(NODES), down=set(NODES))
         self.nc_drained_for: dict[str, set[str]] = {}
         self.watch_state = WatchState()
+        self.jobs_started = 0
         self.now = 1000.0
         self.killed: RunRecord | None = None
         self.killed_node: str | None = None
@@ -500,7 +501,17 @@ class AdmissionMachine(RuleBasedStateMachine):
             for n in NODES
         }
         self.now += 60.0
-        policy = LAB.watch.model_copy(update={"policy": "drain"})
+        # Under requeue with a checkpoint grace: an opted-in job over every node is signalled
+        # when the watcher drains one of them, and requeued a cycle or two later; whatever it
+        # does, the watcher's drains still go through the door.
+        if not self.slurm.running:
+            self.jobs_started += 1
+            self.slurm.running[str(9000 + self.jobs_started)] = (
+                "gpu[001-004]",
+                "",
+                "watch-requeue",
+            )
+        policy = LAB.watch.model_copy(update={"policy": "requeue", "checkpoint_grace_s": 90})
         self._as(
             "watch",
             lambda: run_cycle(

@@ -117,6 +117,7 @@ class WatchSlurm(SlurmCluster):
     # previous run's epilog runs, then PENDING for BeginTime (a test moves it on).
     queued: dict[str, tuple[str, str]] = field(default_factory=dict)
     started: list[str] = field(default_factory=list)
+    signalled: list[tuple[str, str]] = field(default_factory=list)  # (job id, signal)
     # What `scontrol show node` adds for a node: its State= as Slurm would print it (a reboot:
     # `DOWN+REBOOT_ISSUED Reason=Reboot ASAP : reboot issued`) and its BootTime.
     shown: dict[str, str] = field(default_factory=dict)
@@ -132,6 +133,11 @@ class WatchSlurm(SlurmCluster):
                 f"{token}|{job}|{nodes}|{features or '(null)'}|{comment or '(null)'}\n"
                 for job, (nodes, features, comment) in self.running.items()
             )
+        if argv[:2] == ["scancel", "--batch"]:
+            self.calls.append(argv)
+            assert argv[2].startswith("--signal=") and len(argv) == 4, argv
+            self.signalled.append((argv[3], argv[2].split("=", 1)[1]))
+            return ""
         if argv[:2] == ["scontrol", "requeue"]:
             self.calls.append(argv)
             self.requeued.append(argv[2])

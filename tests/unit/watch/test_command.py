@@ -67,8 +67,10 @@ def test_once_json_prints_findings_and_actions_and_writes_the_state_dir(
     assert out["policy"] == "requeue" and out["status"] == "fail"
     assert [(a["action"], a["node"], a["job_id"]) for a in out["actions"]] == [
         ("drain", "gpu002", None),
-        ("requeue", "gpu002", "101"),
+        # The spec's default checkpoint grace: the job is told first, requeued later.
+        ("signal", "gpu002", "101"),
     ]
+    assert fake.signalled == [("101", "USR1")] and fake.requeued == []
     flap = [f for f in out["findings"] if f["check"] == "link.flap"]
     assert flap[0]["node"] == "gpu002" and flap[0]["first_seen"] is not None
     assert fake.drained["gpu002"].startswith("cluster-tool watch: link.flap mlx5_0")

@@ -32,7 +32,9 @@ def lab() -> Cluster:
 
 
 def policy(name: str = "requeue", **more: object) -> Watch:
-    return Watch.model_validate({"policy": name, **more})
+    # Requeue at once (no checkpoint grace) unless a test says otherwise: these tests are about
+    # what is drained and requeued; test_checkpoint_signal.py is about the signal before it.
+    return Watch.model_validate({"policy": name, "checkpoint_grace_s": 0, **more})
 
 
 def slurm_with_jobs(**drained: str) -> WatchSlurm:

@@ -49,7 +49,7 @@ def one_cycle(
     }
     readings = {n: NodeReading() for n in NODES}
     readings["gpu002"] = gpu002
-    watch = Watch.model_validate({"policy": policy})
+    watch = Watch.model_validate({"policy": policy, "checkpoint_grace_s": 0})
     result = run_cycle(lab, WatchState(), CapturedSources(readings), admin(fake), watch, 1000.0)
     return fake, result
 

@@ -59,7 +59,7 @@ def test_state_survives_a_restart(lab: Cluster, tmp_path: Path) -> None:
     """Each call reads the state directory as a new process would: the baseline of the first
     call makes the flap of the second visible, and the requeue of the second is not repeated
     by the third."""
-    fake, watch = fake_slurm(), Watch(policy="requeue")
+    fake, watch = fake_slurm(), Watch(policy="requeue", checkpoint_grace_s=0)
     flap = {"gpu002": BOOT_LOG + flapping(3)}
     first = watch_once(lab, sources(), admin(fake), watch, tmp_path, now=1000.0)
     assert first.actions == []
@@ -81,7 +81,7 @@ def test_state_survives_a_restart(lab: Cluster, tmp_path: Path) -> None:
 
 def test_without_the_state_the_second_cycle_is_a_new_baseline(lab: Cluster, tmp_path: Path) -> None:
     """What the restart test relies on: with the state gone, the same flap is not seen."""
-    fake, watch = fake_slurm(), Watch(policy="requeue")
+    fake, watch = fake_slurm(), Watch(policy="requeue", checkpoint_grace_s=0)
     watch_once(lab, sources(), admin(fake), watch, tmp_path / "a", now=1000.0)
     flap = {"gpu002": BOOT_LOG + flapping(3)}
     second = watch_once(lab, sources(flap), admin(fake), watch, tmp_path / "b", now=1060.0)

@@ -84,7 +84,7 @@ def run(
     ports sending to `toward[node]`'s rails count it on the fabric's side."""
     fake = WatchSlurm(NODES)
     fake.running = {"7001": ("gpu[001-004]", "", "ckpt watch-requeue")}
-    policy = Watch(policy="requeue")
+    policy = Watch(policy="requeue", checkpoint_grace_s=0)
     state, out = WatchState(), []
     for i in range(cycles):
         readings = {

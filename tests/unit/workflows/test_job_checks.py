@@ -79,6 +79,12 @@ class FakeNode:
             "nccl-conf": rendered,
             "nvidia-smi-topo": _topo_for_profile(),
             "port-counters": counters,
+            # The lab spec has no storage section: the build host's real mounts will do.
+            "storage": (
+                Path(__file__).resolve().parents[2] / "fixtures/storage/build-host-mounts-df.txt"
+            )
+            .read_text(encoding="utf-8")
+            .split("\n", 1)[1],
         }
         self.ran: list[str] = []
 

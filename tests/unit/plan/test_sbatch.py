@@ -1,0 +1,140 @@
+"""`plan --sbatch`: the job for the example specs is valid bash, asks Slurm for what the layout
+needs (nodes, GPUs, requeue, the signal ahead of the end, the container) and names every
+Megatron-LM flag of the layout; run with Slurm's commands stood in, it resumes from the newest
+complete checkpoint and sets a torn newer one aside."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cluster_tool.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _plan(capsys: pytest.CaptureFixture[str], spec: str, model: str, tmp: Path) -> tuple[dict, str]:
+    script = tmp / "job.sbatch"
+    args = ["plan", "--spec", str(EXAMPLES / spec), "--model", model]
+    assert main([*args, "--sbatch", str(script), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    return doc, script.read_text(encoding="utf-8")
+
+
+def _array(text: str, name: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"{name}=("))
+    return shlex.split(line[len(name) + 2 : -1])
+
+
+@pytest.mark.parametrize(
+    ("spec", "model", "save_interval", "image"),
+    [
+        ("h100-1su.yml", "llama3-70b", "500", "nvcr.io#nvidia/pytorch:24.05-py3"),
+        ("h200-4su.yml", "llama3-405b", "250", "nvcr.io#nvidia/nemo:24.07"),
+    ],
+)
+def test_the_example_specs_give_a_valid_job_with_every_flag_of_the_layout(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    spec: str,
+    model: str,
+    save_interval: str,
+    image: str,
+) -> None:
+    doc, text = _plan(capsys, spec, model, tmp_path)
+    subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
+    lay = doc["layouts"][0]
+    nodes = lay["placement"]["nodes"]
+    directives = {ln for ln in text.splitlines() if ln.startswith("#SBATCH ")}
+    assert {
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR1@300",
+        "#SBATCH --comment=watch-requeue",
+    } <= directives
+    args = _array(text, "MEGATRON_ARGS")
+    pairs = dict(zip(args, [*args[1:], ""], strict=True))
+    # The layout's own numbers, from the plan's JSON (not from the flag list itself).
+    assert pairs["--tensor-model-parallel-size"] == str(lay["tp"])
+    assert pairs["--pipeline-model-parallel-size"] == str(lay["pp"])
+    assert pairs["--context-parallel-size"] == str(lay["cp"])
+    assert pairs["--micro-batch-size"] == str(lay["micro_batch"])
+    assert pairs["--num-layers"] == str(doc["model"]["layers"])
+    for flag in doc["launch"]["megatron_args"]:
+        words = shlex.split(flag)
+        at = args.index(words[0])
+        assert args[at : at + len(words)] == words, flag
+    # Checkpoints: saved to scratch, loaded from the shared filesystem, on the spec's interval.
+    assert '--save "$LOCAL" --load "$CKPT" --save-interval "$SAVE_INTERVAL"' in text
+    assert f"SAVE_INTERVAL={save_interval}" in text
+    assert "--exit-signal-handler" in text
+    assert f"--container-image={image}" in text
+    assert "export NCCL_IB_HCA==mlx5_0,mlx5_3," in text
+    assert _array(text, "PLACEMENT") == lay["placement"]["hostfile"]
+
+
+def test_sbatch_without_a_spec_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["plan", "--nodes", "4", "--model", "llama3-8b", "--sbatch", "/tmp/never"])
+    assert rc == 2
+    assert "--sbatch needs --spec" in capsys.readouterr().err
+    assert not Path("/tmp/never").exists()
+
+
+def _stub(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text("#!/bin/bash\n" + body, encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_the_job_resumes_from_the_newest_complete_checkpoint_never_a_torn_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _, text = _plan(capsys, "h100-1su.yml", "llama3-8b", tmp_path)
+    shared, scratch = tmp_path / "shared", tmp_path / "scratch"
+    text = text.replace("CKPT_ROOT=/shared/checkpoints", f"CKPT_ROOT={shared}/checkpoints")
+    text = text.replace("LOCAL_ROOT=/scratch/checkpoints", f"LOCAL_ROOT={scratch}/checkpoints")
+    text = text.replace("REPORTS_ROOT=/shared/cluster-tool/jobs", f"REPORTS_ROOT={shared}/jobs")
+    (tmp_path / "job.sbatch").write_text(text, encoding="utf-8")
+    run = shared / "checkpoints" / "llama3-8b"
+    (run / "iter_0000500").mkdir(parents=True)
+    (run / "iter_0000500" / ".complete").touch()
+    (run / "iter_0001000").mkdir()  # killed mid-write: parts, no marker
+    (run / "iter_0001000" / ".synced.gpu001").touch()
+    (run / "latest_checkpointed_iteration.txt").write_text("1000\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stub(bin_dir, "scontrol", "echo gpu002; echo gpu001\n")
+    # The trainer's srun records how it was launched; the sync helpers' srun does nothing.
+    _stub(
+        bin_dir,
+        "srun",
+        f'case "$1" in --overlap) exit 0;; esac\necho "$@" > {tmp_path}/srun.args\n',
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "gpu[001-002]",
+        "SLURM_NTASKS_PER_NODE": "8",
+    }
+    out = subprocess.run(
+        ["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert "resuming from complete checkpoint iteration 500" in out.stdout
+    assert (run / "latest_checkpointed_iteration.txt").read_text().strip() == "500"
+    assert not (run / "iter_0001000").exists()
+    assert any(p.name.startswith("torn-iter_0001000") for p in run.iterdir())
+    launched = (tmp_path / "srun.args").read_text()
+    assert f"--load {run}" in launched and f"--save {scratch}/checkpoints/llama3-8b" in launched
+    hostfile = (shared / "jobs" / "77" / "hostfile").read_text().split()
+    assert hostfile[:1] == ["gpu001"] and len(hostfile) == 16  # the placement's order, 8 per node
