@@ -29,6 +29,7 @@ from cluster_tool.verdicts import (
     NodeVerdict,
     Proof,
     RunVerdict,
+    Scope,
     judge_nodes,
     judge_run,
     may_admit,
@@ -291,7 +292,8 @@ def run_bringup(
 
     proof = Proof()
     proof.add(CONVERGE, reached)
-    proof.add(HEALTH, [n for n in candidates if n not in set(validation.unreachable)])
+    unreachable = set(validation.unreachable)
+    proof.add(HEALTH, [n for n in candidates if n not in unreachable])
     if validation.fabric_checked:
         proof.add(FABRIC, candidates)
     else:
@@ -313,7 +315,8 @@ def run_bringup(
             lift=[n for n in gate_nodes if n in pending],
             hold_again=PENDING_REASON,
         )
-        outside = [n for n in gpu_nodes if n not in set(scope)]
+        members = set(scope)
+        outside = [n for n in gpu_nodes if n not in members]
         outcome, phase = gate_phase(door, deps.gate, gate_nodes, proof, outside=outside, hold=hold)
         findings += outcome.findings
         busbw = outcome.busbw
@@ -338,13 +341,15 @@ def run_bringup(
     findings += unproven
     admit = [n for n in candidates if may_admit(verdicts[n], admit_unproven=options.admit_unproven)]
     waived = [n for n in admit if verdicts[n].verdict != "pass"]
-    out = [n for n in scope if n not in admit]
+    admitted = set(admit)
+    out = [n for n in scope if n not in admitted]
+    index = Scope(scope)
     for node in out:
         if node in failed_hosts or node in held:
             continue  # drained already: by the converge's verdict, or by an operator
         if node not in new and only_unproven(verdicts[node]):
             continue  # in service before this run and nothing against it: not ours to pull
-        door.hold([node], workflow_reason(keeping_out(node, findings, scope)))
+        door.hold([node], workflow_reason(keeping_out(node, findings, index)))
     # Through the door: only a complete proof from this run, and only the nodes held back by
     # cluster-tool (pending validation, an earlier run's verdict) come back; one already in
     # service, drained by an operator or drained again during the run is left as it is.
@@ -396,7 +401,8 @@ def _counters_phase(
     next validation's)."""
     started = time.monotonic()
     after = read()
-    mine = [f for f in after.findings if f.node is None or f.node in set(scope)]
+    members = set(scope)
+    mine = [f for f in after.findings if f.node is None or f.node in members]
     findings += mine
     return Phase(
         "counters",

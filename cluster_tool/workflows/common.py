@@ -25,7 +25,7 @@ from cluster_tool.polling import poll_delays
 from cluster_tool.registry import FABRIC_CHECKS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
-from cluster_tool.verdicts import NodeVerdict, Proof
+from cluster_tool.verdicts import NodeVerdict, Proof, Scope
 
 
 @dataclass
@@ -327,15 +327,15 @@ def admit_proven(
     return [n for n in admit if n not in refused], found
 
 
-def keeping_out(node: str, findings: Sequence[Finding], scope: Sequence[str]) -> list[Finding]:
+def keeping_out(
+    node: str, findings: Sequence[Finding], scope: Sequence[str] | Scope
+) -> list[Finding]:
     """The error findings that keep `node` out of service: its own first, then those that cover
-    it (a fleet stop, a full job, a path), so its drain reason names the right id."""
-    from cluster_tool.verdicts import covered_nodes
-
+    it (a fleet stop, a full job, a path), so its drain reason names the right id. For many
+    nodes, pass the scope indexed once (`verdicts.Scope`)."""
+    index = scope if isinstance(scope, Scope) else Scope(scope)
     own = [f for f in findings if f.fails and f.node == node]
-    return own + [
-        f for f in findings if f.fails and f.node != node and node in covered_nodes(f, scope)
-    ]
+    return own + [f for f in findings if f.fails and f.node != node and index.covers(f, node)]
 
 
 def _slurm_text(st: NodeState | None) -> str | None:

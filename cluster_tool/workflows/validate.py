@@ -27,6 +27,7 @@ from cluster_tool.verdicts import (
     NodeVerdict,
     Proof,
     RunVerdict,
+    Scope,
     judge_nodes,
     judge_run,
     may_admit,
@@ -134,7 +135,8 @@ def run_after_maintenance(
     findings += health.findings
     planned = {**fabric.planned, **health.planned}
     skipped = {**fabric.skipped, **health.skipped}
-    bad = {f.node for f in findings if f.fails and f.node in set(nodes)}
+    members = set(nodes)
+    bad = {f.node for f in findings if f.fails and f.node in members}
     phases.append(
         Phase(
             "health",
@@ -144,7 +146,8 @@ def run_after_maintenance(
         )
     )
     proof = Proof()
-    proof.add(HEALTH, [n for n in nodes if n not in set(health.unreachable)])
+    unreachable = set(health.unreachable)
+    proof.add(HEALTH, [n for n in nodes if n not in unreachable])
     if fabric.fabric_checked:
         proof.add(FABRIC, nodes)
     else:
@@ -190,9 +193,11 @@ def run_after_maintenance(
     if admit:
         admitted = [n for n in nodes if may_admit(judged[n], admit_unproven=admit_unproven)]
         waived = [n for n in admitted if judged[n].verdict != "pass"]
-        kept = [n for n in nodes if n not in admitted]
+        resumed = set(admitted)
+        kept = [n for n in nodes if n not in resumed]
+        index = Scope(nodes)
         for node in kept:
-            door.hold([node], workflow_reason(keeping_out(node, findings, nodes)))
+            door.hold([node], workflow_reason(keeping_out(node, findings, index)))
         # --admit is the operator's word: what is proven comes back, whoever had drained it
         # when the run began; a drain set during the run is its owner's to lift.
         proofs = prove(
