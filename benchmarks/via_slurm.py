@@ -17,7 +17,14 @@ Targets, said in the output:
   before the measurement from those same outputs (on a cluster the nodes compute it). Node
   states come from a fake `scontrol show node -o`, all idle.
 
-Run (as root): `.venv/bin/python benchmarks/via_slurm.py [--repeat N] [--spec FILE]`.
+`--sizes 256 1024 4096` measures the step path alone at those fleet sizes, side by side:
+examples/h100-1su.yml widened (benchmarks/validate_controller.py's), every node's record the
+node-check of the real 8x H100 captures that benchmark answers with, laid down by the fake
+srun. Prints ms of controller CPU per node and its growth against the smallest size (the node
+files written, the step, each record read and judged).
+
+Run (as root): `.venv/bin/python benchmarks/via_slurm.py [--repeat N] [--spec FILE]`, or
+`.venv/bin/python benchmarks/via_slurm.py --sizes 256 1024 4096 [--repeat N]` (no root).
 """
 
 from __future__ import annotations
@@ -176,11 +183,67 @@ def lab_paths() -> (
     )
 
 
+def step_at_sizes(sizes: Sequence[int], repeat: int) -> int:
+    """The Slurm step's controller CPU per node at each fleet size, the sizes taking turns."""
+    from validate_controller import node_outputs, widened  # benchmarks/validate_controller.py
+
+    from cluster_tool.probes import ProbeOutput
+
+    with tempfile.TemporaryDirectory(prefix="via-slurm-sizes-") as tmp:
+        paths: dict[int, Callable[[], ValidateResult]] = {}
+        for n in sorted(sizes):
+            cluster = widened(n)
+            outputs = {k: ProbeOutput(rc, text) for k, (rc, text) in node_outputs(cluster).items()}
+            first = cluster.gpu_nodes()[0].name
+            # One node-check record, as every node of a healthy fleet would write its own.
+            template = json.dumps(
+                Report.from_findings(
+                    check_node(expectations_for(cluster, first), outputs), {"node": first}
+                ).to_json()
+            )
+            work = Path(tmp) / str(n)
+            (work / "records").mkdir(parents=True)
+            (work / "shared").mkdir()
+            nodes = [h.name for h in cluster.gpu_nodes()]
+            records = {name: template.replace(f'"{first}', f'"{name}') for name in nodes}
+            fake = FakeStepSlurm(nodes, records, work / "records")
+
+            def via_slurm(
+                cluster: Cluster = cluster,
+                fake: FakeStepSlurm = fake,
+                shared: Path = work / "shared",
+            ) -> ValidateResult:
+                return run_validate(
+                    cluster, fabric=False, dcgm=False, slurm=fake.slurm(), shared=shared
+                )
+
+            paths[n] = via_slurm
+        best = dict.fromkeys(paths, float("inf"))
+        for _ in range(repeat):
+            for n, run in paths.items():
+                cpu, result = measured(run)
+                assert result.report.summary["slurm_step"]["nodes"] == n, result.report.summary
+                best[n] = min(best[n], cpu / n)
+    first_cost = best[min(best)]
+    print(f"{'N':>6} {'ms per node':>12} {'x smallest':>10}")
+    for n, cost in best.items():
+        print(f"{n:>6} {cost * 1e3:>12.2f} {cost / first_cost:>10.2f}")
+    worst = max(cost / first_cost for cost in best.values())
+    print(
+        f"\nvalidate --via slurm (fake srun), controller CPU with children, best of {repeat}; "
+        f"worst growth per node {worst:.2f}x"
+    )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--spec", type=Path, default=REPO / "examples" / "h100-1su.yml")
+    parser.add_argument("--sizes", type=int, nargs="+")
     args = parser.parse_args()
+    if args.sizes:
+        return step_at_sizes(args.sizes, args.repeat)
     with tempfile.TemporaryDirectory(prefix="via-slurm-bench-") as tmp:
         found = lab_paths()
         what, cluster, over_ssh, via_slurm = found or fake_paths(args.spec, Path(tmp))

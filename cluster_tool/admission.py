@@ -30,7 +30,7 @@ from cluster_tool.drains import may_lift as may_lift_reason
 from cluster_tool.findings import Finding
 from cluster_tool.registry import CHECKS, GATE_CHECKS, Plan, relift
 from cluster_tool.slurm import NodeState, Slurm, SlurmAdmin
-from cluster_tool.verdicts import NodeVerdict, covered_nodes, may_admit
+from cluster_tool.verdicts import NodeVerdict, Scope, may_admit
 
 __all__ = [
     "WORKFLOW_SUITES",
@@ -148,13 +148,14 @@ def prove(
 ) -> dict[str, NodeProof]:
     """Each node's proof from what the run planned per suite (a node's name, or `fabric` for the
     cables every node shares), what did not run and why, and the findings: a check failed for a
-    node when an error of it covers the node (`verdicts.covered_nodes`), did not run when its
+    node when an error of it covers the node (`verdicts.Scope.covered`), did not run when its
     suite skipped it, else passed."""
     requires = required_checks(suites)
+    index = Scope(scope)
     failed: dict[tuple[str, str], str] = {}
     for f in findings:
         if f.fails:
-            for node in covered_nodes(f, scope):
+            for node in index.covered(f):
                 failed.setdefault((node, f.check), f.message)
     waiving = set(waived)
     proofs: dict[str, NodeProof] = {}

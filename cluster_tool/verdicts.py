@@ -10,6 +10,8 @@ unlocalised `nccl.path`) holds every node it covers; a check that could not run 
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,12 +48,15 @@ _FABRIC_NOT_RUN = frozenset(c for c in NOT_RUN if CHECKS[c].plan == "fabric")
 
 @dataclass
 class Proof:
-    """What a run proved, per node: the stages that ran to a pass, and the partners of each
-    multi-node job it passed. `trusted` are nodes outside the run already in service (a
-    re-imaged node's known-good partner); `not_run` says why a stage did not run at all."""
+    """What a run proved, per node: the stages that ran to a pass, and each multi-node job it
+    passed (its members are each other's partners). `trusted` are nodes outside the run already
+    in service (a re-imaged node's known-good partner); `not_run` says why a stage did not run at
+    all."""
 
     passed: dict[str, set[str]] = field(default_factory=dict)
-    partners: dict[str, set[str]] = field(default_factory=dict)
+    # Each passed multi-node job once, its distinct members sorted: a full job of N nodes is N
+    # names here, not the N² partner pairs it proves.
+    jobs: list[tuple[str, ...]] = field(default_factory=list)
     trusted: set[str] = field(default_factory=set)
     not_run: dict[str, str] = field(default_factory=dict)
     # Proven and admitted by an earlier run of the same record (a resumed re-image reads it
@@ -64,8 +69,9 @@ class Proof:
 
     def add_job(self, nodes: Sequence[str]) -> None:
         """A multi-node job over `nodes` passed: each proved the others as partners."""
-        for node in nodes:
-            self.partners.setdefault(node, set()).update(n for n in nodes if n != node)
+        members = tuple(sorted(set(nodes)))
+        if len(members) > 1:  # a job of one node proves no partner
+            self.jobs.append(members)
 
     def merge_gate(self, gate_proof: Mapping[str, Any]) -> None:
         """The gate's `summary["proof"]`: `{"single": [nodes], "jobs": [[nodes], ...]}`."""
@@ -93,31 +99,71 @@ class NodeVerdict:
         }
 
 
-def covered_nodes(finding: Finding, scope: Sequence[str]) -> list[str]:
+def covered_nodes(finding: Finding, scope: Sequence[str] | Scope) -> list[str]:
     """The nodes of `scope` a finding speaks for: the node it names; for a node-less finding the
     nodes its component names (`path a <-> b`, `job <hostlist>`), else every node. A finding on
     a host outside the scope speaks for none of it, unless the fabric's tools could not run
     there (`fabric.discover`, `ib.counters-unread` on the subnet-manager host: no cable of the
-    scope was judged)."""
-    if finding.node is not None:
-        if finding.node in scope:
-            return [finding.node]
-        # The subnet manager's tools could not run there: no cable of the scope was judged. Any
-        # other host outside the scope (a login node that did not answer) speaks for none of it;
-        # a fabric host that did not answer at all leaves the fabric stage unproven instead.
-        return list(scope) if finding.check in _FABRIC_NOT_RUN else []
+    scope was judged). Over many findings, index the scope once: `Scope(nodes)`."""
+    return (scope if isinstance(scope, Scope) else Scope(scope)).covered(finding)
+
+
+class Scope:
+    """A run's nodes in their order, with a membership index: finding which of them a finding
+    covers costs what the finding names, not the size of the fleet."""
+
+    def __init__(self, nodes: Sequence[str]) -> None:
+        self.nodes = nodes
+        self.order: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            self.order.setdefault(node, i)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.order
+
+    def covered(self, finding: Finding) -> list[str]:
+        """`covered_nodes(finding, self.nodes)`."""
+        if finding.node is not None:
+            if finding.node in self.order:
+                return [finding.node]
+            # The subnet manager's tools could not run there: no cable of the scope was judged.
+            # Any other host outside the scope (a login node that did not answer) speaks for
+            # none of it; a fabric host that did not answer at all leaves the fabric stage
+            # unproven instead.
+            return list(self.nodes) if finding.check in _FABRIC_NOT_RUN else []
+        named = _named(finding)
+        if not named:
+            return list(self.nodes)
+        inside = {n for n in named if n in self.order}
+        if len(inside) == len(self.order):
+            return list(self.nodes)  # in the scope's order, duplicates and all
+        return sorted(inside, key=self.order.__getitem__)
+
+    def covers(self, finding: Finding, node: str) -> bool:
+        """Whether `node` is among `covered(finding)`, without listing the scope."""
+        if node not in self.order:
+            return False
+        if finding.node is not None:
+            return finding.node == node or (
+                finding.node not in self.order and finding.check in _FABRIC_NOT_RUN
+            )
+        named = _named(finding)
+        return not named or node in named
+
+
+def _named(finding: Finding) -> list[str]:
+    """The nodes a node-less finding's component names (`path a <-> b`, `job <hostlist>`); none
+    when it names none (it speaks for every node)."""
     comp = finding.component or ""
-    named: list[str] = []
     if comp.startswith("path ") and "<->" in comp:
-        named = [p.strip() for p in comp.removeprefix("path ").split("<->")]
-    elif comp.startswith("job "):
+        return [p.strip() for p in comp.removeprefix("path ").split("<->")]
+    if comp.startswith("job "):
         text = comp.removeprefix("job ")
         try:
-            named = list(NodeSet(text.replace(" + ", ",")))
+            return list(NodeSet(text.replace(" + ", ",")))
         except NodeSetException:
-            named = []
-    inside = [n for n in scope if n in set(named)]
-    return inside if named else list(scope)
+            return []
+    return []
 
 
 def judge_nodes(
@@ -130,47 +176,71 @@ def judge_nodes(
     could not run for it or a required stage has no proof; else `held` when a node-less error
     covers it; else `pass`. A multi-node proof counts only with a partner that is itself proven
     (clean and through every other stage) or trusted."""
-    errors = [f for f in findings if f.fails]
+    index = Scope(scope)
     failing: dict[str, list[Finding]] = {}
     not_run: dict[str, list[Finding]] = {}
     holding: dict[str, list[Finding]] = {}
-    for f in errors:
-        for node in covered_nodes(f, scope):
-            named = f.node == node
+    for f in findings:
+        if not f.fails:
+            continue
+        for node in index.covered(f):
             if f.check in NOT_RUN:
                 not_run.setdefault(node, []).append(f)
-            elif named:
+            elif f.node == node:
                 failing.setdefault(node, []).append(f)
             else:
                 holding.setdefault(node, []).append(f)
 
-    def clean(node: str) -> bool:
-        return node not in failing and node not in not_run and node not in holding
+    alone = [s for s in required if s != GATE_MULTI]  # what a node proves without a partner
 
-    def gaps(node: str, *, partner_check: bool) -> list[str]:
+    def gaps_alone(node: str) -> list[str]:
         if node in proof.earlier:
             return []
         have = proof.passed.get(node, set())
-        missing = []
-        for stage in required:
-            if stage == GATE_MULTI:
-                if not partner_check:
-                    continue
-                good = [
-                    p
-                    for p in sorted(proof.partners.get(node, ()))
-                    if p in proof.trusted
-                    or p in proof.earlier
-                    or (p in scope and clean(p) and not partial(p))
-                ]
-                if not good:
-                    missing.append(stage)
-            elif stage not in have:
-                missing.append(stage)
-        return missing
+        return [s for s in alone if s not in have]
 
-    def partial(node: str) -> list[str]:
-        return gaps(node, partner_check=False)
+    # Whether a node may stand as another's partner, decided once per node (not once per pair):
+    # trusted or proven earlier, or in this run, clean and through every stage but the partner.
+    good: dict[str, bool] = {}
+
+    def is_good(node: str) -> bool:
+        if node not in good:
+            good[node] = (
+                node in proof.trusted
+                or node in proof.earlier
+                or (
+                    node in index
+                    and node not in failing
+                    and node not in not_run
+                    and node not in holding
+                    and not gaps_alone(node)
+                )
+            )
+        return good[node]
+
+    # A node has a proven partner when one of its jobs holds a good node other than itself: count
+    # each job's good members once, and each node asks only its own jobs.
+    jobs_of: dict[str, list[int]] = {}
+    good_in: list[int] = []
+    for j, job in enumerate(proof.jobs):
+        good_in.append(sum(map(is_good, job)))
+        for node in job:
+            jobs_of.setdefault(node, []).append(j)
+
+    def has_good_partner(node: str) -> bool:
+        own = int(is_good(node))
+        return any(good_in[j] > own for j in jobs_of.get(node, ()))
+
+    def gaps(node: str) -> list[str]:
+        if node in proof.earlier:
+            return []
+        have = proof.passed.get(node, set())
+        return [
+            stage
+            for stage in required
+            if (stage == GATE_MULTI and not has_good_partner(node))
+            or (stage != GATE_MULTI and stage not in have)
+        ]
 
     verdicts: dict[str, NodeVerdict] = {}
     for node in scope:
@@ -180,8 +250,8 @@ def judge_nodes(
                 "fail", bad[0].message, tuple(sorted({f.check for f in bad}))
             )
             continue
-        missing = gaps(node, partner_check=True)
-        unproven = tuple(_why(stage, node, proof) for stage in missing)
+        missing = gaps(node)
+        unproven = tuple(_why(stage, node, proof, jobs_of) for stage in missing)
         gap = frozenset(missing)
         if node in not_run:
             f = not_run[node][0]
@@ -199,13 +269,23 @@ def judge_nodes(
     return verdicts
 
 
-def _why(stage: str, node: str, proof: Proof) -> str:
+# How many partners a reason names: it ends up in a drain reason and a report line, and a node of
+# a 4,096-node full job has 4,095.
+_PARTNERS_SHOWN = 8
+
+
+def _why(stage: str, node: str, proof: Proof, jobs_of: Mapping[str, Sequence[int]]) -> str:
     if stage in proof.not_run:
         return f"{stage} did not run ({proof.not_run[stage]})"
     if stage == GATE_MULTI:
-        if not proof.partners.get(node):
+        if not jobs_of.get(node):
             return f"{GATE_MULTI}: no multi-node job passed"
-        return f"{GATE_MULTI}: no proven partner ({', '.join(sorted(proof.partners[node]))})"
+        # The first partners in name order, from the jobs' sorted members, without expanding them.
+        merged = heapq.merge(*(proof.jobs[j] for j in jobs_of[node]))
+        distinct = (p for p, _ in itertools.groupby(merged) if p != node)
+        shown = list(itertools.islice(distinct, _PARTNERS_SHOWN + 1))
+        more = ", ..." if len(shown) > _PARTNERS_SHOWN else ""
+        return f"{GATE_MULTI}: no proven partner ({', '.join(shown[:_PARTNERS_SHOWN])}{more})"
     return f"{stage} not passed"
 
 

@@ -16,7 +16,8 @@ from cluster_tool.checks.versions import (
 )
 from cluster_tool.errors import EXIT_UNREACHABLE
 from cluster_tool.findings import Finding, Report
-from cluster_tool.probes import ProbeOutput
+from cluster_tool.probes import ProbeOutput, Readings
+from cluster_tool.probes.node import NvidiaSmiQ
 from cluster_tool.probes.versions import PROBE_NAME, Versions
 from cluster_tool.spec.models import Cluster
 
@@ -53,16 +54,19 @@ class FleetVersions:
         return EXIT_UNREACHABLE if self.unreachable else self.report.exit_code
 
 
-def node_versions(name: str, outputs: Mapping[str, ProbeOutput]) -> NodeVersions:
+def node_versions(name: str, outputs: Mapping[str, ProbeOutput] | Readings) -> NodeVersions:
     """A node's versions from its probe outputs: the version probe, or for a capture made
     before it existed, `nvidia-smi -q` and `ibstat` (driver, VBIOS, adapters only); ParseError
-    when the text is not what the tools print."""
+    when the text is not what the tools print. Given the node's `Readings`, an `nvidia-smi -q`
+    the health checks parsed is not parsed again."""
+    readings = outputs if isinstance(outputs, Readings) else Readings(outputs)
+    outputs = readings.outputs
     if PROBE_NAME in outputs:
-        read = from_version_lines(name, Versions().process(outputs[PROBE_NAME].stdout.split("\n")))
-        smi = outputs.get("nvidia-smi-q")
+        read = from_version_lines(name, readings.read(Versions()))
+        smi = outputs.get(NvidiaSmiQ.name)
         if smi is not None and smi.rc == 0 and smi.stdout.strip():
             # The VBIOS per GPU is nvidia-smi's to tell.
-            vbios = read_node_versions(name, nvidia_smi_q=smi.stdout).vbios
+            vbios = tuple(gpu.vbios_version for gpu in readings.read(NvidiaSmiQ()).gpus)
             read = NodeVersions(read.node, read.nvidia_driver, read.hcas, vbios, read.other)
         return read
     texts = {

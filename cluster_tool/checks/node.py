@@ -38,7 +38,7 @@ from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.link_events import parse_link_events
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport
-from cluster_tool.probes import Probe, ProbeOutput, lines
+from cluster_tool.probes import Probe, ProbeOutput, Readings, lines
 from cluster_tool.probes.node import (
     DcgmiDiag,
     Ibstat,
@@ -59,6 +59,7 @@ from cluster_tool.spec.models import Cluster, HealthThresholds, NodeProfile
 __all__ = [
     "NODE_FILE",
     "NODE_FILE_VERSION",
+    "FleetExpectations",
     "NodeExpectations",
     "check_node",
     "expectations_for",
@@ -103,6 +104,63 @@ class NodeExpectations:
         }
 
 
+class FleetExpectations:
+    """What each GPU node of one cluster is held to, worked out once per run: the rendered
+    nccl.conf, the GPUDirect mode and the cabling plan by node. A node's expectations then cost
+    what the node has, not what the fleet has (the plan of 4,096 nodes is 32,768 rows)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        nccl_conf: str | None = None,
+        gpudirect_mode: str | None = None,
+    ) -> None:
+        self.cluster = cluster
+        if nccl_conf is None:
+            from cluster_tool.render.engine import render_nccl_conf
+
+            nccl_conf = render_nccl_conf(cluster)
+        self.nccl_conf = nccl_conf
+        if gpudirect_mode is None:
+            mode = cluster.ansible_vars.get("gpudirect_rdma_mode")
+            gpudirect_mode = mode if mode in ("dmabuf", "peermem") else None
+        self.gpudirect_mode = gpudirect_mode
+        self.storage = storage_expectations(cluster)
+        self._cables: dict[str, list[tuple[str, str, int]]] | None = None
+
+    def cables(self, node: str) -> tuple[tuple[str, str, int], ...]:
+        """(HCA, leaf, leaf port) of each of the node's cables, in the plan's order."""
+        if self._cables is None:
+            from cluster_tool.fabric.plan import cabling_plan
+
+            self._cables = {}
+            for r in cabling_plan(self.cluster):
+                self._cables.setdefault(r.node, []).append((r.hca, r.leaf, r.leaf_port))
+        return tuple(self._cables.get(node, ()))
+
+    def __call__(self, node: str) -> NodeExpectations:
+        """A GPU node's expectations (UsageError for a host without a profile)."""
+        cluster = self.cluster
+        try:
+            host = cluster.host(node)
+        except KeyError:
+            raise UsageError(f"{node} is not a host of cluster {cluster.name}") from None
+        if host.profile is None:
+            raise UsageError(f"{node} is not a GPU node (no profile): nothing to health-check")
+        return NodeExpectations(
+            node=node,
+            profile=host.profile,
+            thresholds=cluster.thresholds.health,
+            nccl_conf=self.nccl_conf,
+            gpudirect_mode=self.gpudirect_mode,
+            profile_name=host.profile_name,
+            cluster=cluster.name,
+            cables=self.cables(node),
+            storage=self.storage,
+        )
+
+
 def expectations_for(
     cluster: Cluster,
     node: str,
@@ -110,34 +168,9 @@ def expectations_for(
     nccl_conf: str | None = None,
     gpudirect_mode: str | None = None,
 ) -> NodeExpectations:
-    """A GPU node's expectations from the spec (UsageError for a host without a profile)."""
-    try:
-        host = cluster.host(node)
-    except KeyError:
-        raise UsageError(f"{node} is not a host of cluster {cluster.name}") from None
-    if host.profile is None:
-        raise UsageError(f"{node} is not a GPU node (no profile): nothing to health-check")
-    if nccl_conf is None:
-        from cluster_tool.render.engine import render_nccl_conf
-
-        nccl_conf = render_nccl_conf(cluster)
-    from cluster_tool.fabric.plan import cabling_plan
-
-    cables = tuple((r.hca, r.leaf, r.leaf_port) for r in cabling_plan(cluster) if r.node == node)
-    if gpudirect_mode is None:
-        mode = cluster.ansible_vars.get("gpudirect_rdma_mode")
-        gpudirect_mode = mode if mode in ("dmabuf", "peermem") else None
-    return NodeExpectations(
-        node=node,
-        profile=host.profile,
-        thresholds=cluster.thresholds.health,
-        nccl_conf=nccl_conf,
-        gpudirect_mode=gpudirect_mode,
-        profile_name=host.profile_name,
-        cluster=cluster.name,
-        cables=cables,
-        storage=storage_expectations(cluster),
-    )
+    """A GPU node's expectations from the spec (UsageError for a host without a profile). For
+    many nodes of one run, build one `FleetExpectations` and ask it for each."""
+    return FleetExpectations(cluster, nccl_conf=nccl_conf, gpudirect_mode=gpudirect_mode)(node)
 
 
 def read_node_file(path: Path = NODE_FILE) -> NodeExpectations:
@@ -194,11 +227,9 @@ def _probe_problem(
     )
 
 
-def _read(
-    node: str, outputs: Mapping[str, ProbeOutput], probe: Probe, problems: list[Finding]
-) -> Any:
+def _read(node: str, readings: Readings, probe: Probe, problems: list[Finding]) -> Any:
     """The probe's parsed output, or None with the finding that says why it has none."""
-    output = outputs.get(probe.name)
+    output = readings.outputs.get(probe.name)
     if output is None or output.not_installed:
         problems.append(_probe_problem(node, probe, output))
         return None
@@ -206,7 +237,7 @@ def _read(
         problems.append(_probe_problem(node, probe, output))
         return None
     try:
-        return probe.process(lines(output.stdout))
+        return readings.read(probe)
     except ParseError as exc:
         problems.append(_probe_problem(node, probe, output, str(exc)))
         return None
@@ -240,7 +271,7 @@ def _dcgm(node: str, output: ProbeOutput, probe: DcgmiDiag) -> list[Finding]:
     asked: one killed by its timeout is never read as a pass, whatever it printed first."""
     if output.rc not in _KILLED_BY_TIMEOUT:
         problems: list[Finding] = []
-        diag = _read(node, {probe.name: output}, probe, problems)
+        diag = _read(node, Readings({probe.name: output}), probe, problems)
         if diag is None:
             return problems
         return check_dcgm(node, diag, level=probe.level)
@@ -259,37 +290,40 @@ def _dcgm(node: str, output: ProbeOutput, probe: DcgmiDiag) -> list[Finding]:
 
 def check_node(
     expect: NodeExpectations,
-    outputs: Mapping[str, ProbeOutput],
+    outputs: Mapping[str, ProbeOutput] | Readings,
     *,
     dcgm: DcgmiDiag | None = None,
 ) -> list[Finding]:
     """Every node check over one node's probe outputs (HEALTH_PROBES); a probe that failed
     or printed something unreadable is itself a finding, never a crash. `dcgm` is the DCGM
-    probe that ran (its level and timeout: the burn-in's `-r 3`), `-r 1`'s when not given."""
+    probe that ran (its level and timeout: the burn-in's `-r 3`), `-r 1`'s when not given.
+    Given `Readings`, what it parses stays there for the node's other readers (its versions)."""
     node, profile, t = expect.node, expect.profile, expect.thresholds
+    readings = outputs if isinstance(outputs, Readings) else Readings(outputs)
+    outputs = readings.outputs
     findings: list[Finding] = []
 
-    smi: NvidiaSmiReport | None = _read(node, outputs, NvidiaSmiQ(), findings)
+    smi: NvidiaSmiReport | None = _read(node, readings, NvidiaSmiQ(), findings)
     if smi is not None:
         findings += check_gpus(node, profile, t, smi)
         findings += check_gpu_clocks(node, profile, smi)
 
     # With nvidia-smi itself failing, `topo -m` fails for the same reason: say it once.
     topo_problems: list[Finding] = []
-    topo = _read(node, outputs, NvidiaSmiTopo(), topo_problems)
+    topo = _read(node, readings, NvidiaSmiTopo(), topo_problems)
     if smi is not None:
         findings += topo_problems
     if topo is not None:
         present = [g.pci for g in smi.gpus] if smi is not None else None
         findings += check_affinity(node, profile, topo, present)
 
-    cas = _read(node, outputs, Ibstat(), findings)
+    cas = _read(node, readings, Ibstat(), findings)
     if cas is not None:
         findings += check_ibstat(node, profile, cas)
 
     log = outputs.get(KernelLog.name)
     if log is not None and log.rc == 0:
-        events = _read(node, outputs, KernelLog(), findings)
+        events = _read(node, readings, KernelLog(), findings)
         if events is not None:
             pcis = [g.pci for g in smi.gpus] if smi is not None else []
             findings += check_xids(node, profile, t, events, pcis)
@@ -306,14 +340,14 @@ def check_node(
     # existed has none of them.
     if NvlinkErrorCounters.name in outputs:
         nvlink_problems: list[Finding] = []
-        links = _read(node, outputs, NvlinkErrorCounters(), nvlink_problems)
+        links = _read(node, readings, NvlinkErrorCounters(), nvlink_problems)
         if smi is not None:  # nvidia-smi failing is gpu.driver's, said once
             findings += nvlink_problems
         if links is not None:
             findings += check_nvlink_errors(node, links, t)
 
     if Mlxlink.name in outputs:
-        ports = _read(node, outputs, Mlxlink(), findings)
+        ports = _read(node, readings, Mlxlink(), findings)
         mlxlink_out = outputs[Mlxlink.name]
         if ports is not None and mlxlink_out.rc != 0:
             findings.append(_probe_problem(node, Mlxlink(), mlxlink_out))  # one device failed
@@ -322,14 +356,14 @@ def check_node(
             findings += check_mlxlink(node, [p for p in ports if p.device in compute], t)
 
     if Lspci.name in outputs:
-        functions = _read(node, outputs, Lspci(), findings)
+        functions = _read(node, readings, Lspci(), findings)
         if functions is not None:
             pcie = check_pcie_links(node, profile, functions, t)
             # With nvidia-smi read, its own gpu.pcie judged the same link registers.
             findings += [f for f in pcie if smi is None or f.check != "gpu.pcie"]
 
     if Storage.name in outputs:
-        reading = _read(node, outputs, Storage(), findings)
+        reading = _read(node, readings, Storage(), findings)
         if reading is not None:
             findings += check_storage(node, expect.storage, reading, t)
 

@@ -161,8 +161,8 @@ def gate(
     raise typer.Exit(result.report.exit_code)
 
 
-# A simulated gate grows faster than the fleet (2,048 nodes take about 35 s on one core); past
-# a few thousand it would run for hours, and no fleet the gate runs on is larger.
+# The simulated gate's cost per node is flat (benchmarks/gate_simulate.py: 4,096 nodes in well
+# under a minute of one core); no fleet the gate runs on is larger.
 SIMULATE_MAX_NODES = 4096
 
 
@@ -244,6 +244,10 @@ def simulate_command(
         out.print(
             f"{result.fault_model}: rounds={result.rounds} jobs={result.jobs} "
             f"gpu_hours={result.gpu_hours}"
+        )
+        out.print(
+            "gpu_hours by rung: "
+            + ", ".join(f"{rung}={hours:g}" for rung, hours in result.gpu_hours_by_rung.items())
         )
         for node, fault in result.faults.items():
             out.print(f"planted {node}: " + " ".join(f"{k}={v}" for k, v in fault.items()))

@@ -114,13 +114,18 @@ class _Ladder:
         self._seen: set[tuple[str, str | None, str | None, str]] = set()
         self._round = 0
         self.node_seconds = 0.0
+        # Node-seconds per rung and what its rounds were for (`pairs screen`, `full split`):
+        # where the gate's GPU-hours go.
+        self.node_seconds_by: dict[str, float] = {}
         self.jobs = 0
         self.gdr_evidence: list[tuple[tuple[str, ...], dict[str, GdrUse]]] = []
         self.proof: dict[str, list[Any]] = {"single": [], "jobs": []}
 
-    def _run(self, jobs: list[GateJob]) -> list[JobOutcome]:
+    def _run(self, jobs: list[GateJob], spent_on: str) -> list[JobOutcome]:
         runs = self.runner.run(jobs)
-        self.node_seconds += sum(r.node_seconds for r in runs)
+        spent = sum(r.node_seconds for r in runs)
+        self.node_seconds += spent
+        self.node_seconds_by[spent_on] = self.node_seconds_by.get(spent_on, 0.0) + spent
         self.jobs += len(runs)
         outcomes = [self._judge(r) for r in runs]
         for o in outcomes:
@@ -198,7 +203,7 @@ class _Ladder:
             self.findings.append(f)
 
     def single(self, nodes: list[str]) -> list[str]:
-        outcomes = self._run([single_job(n, self.params) for n in nodes])
+        outcomes = self._run([single_job(n, self.params) for n in nodes], "single")
         admitted: list[str] = []
         nvls: dict[str, float] = {}
         for o in outcomes:
@@ -258,7 +263,8 @@ class _Ladder:
         while pairs := loc.next_round():
             self._round += 1
             jobs = [self._pair_job(name, rung, p) for p in pairs]
-            loc.record([o.as_pair_result(profile) for o in self._run(jobs)])
+            outcomes = self._run(jobs, f"{name} {loc.phase}")
+            loc.record([o.as_pair_result(profile) for o in outcomes])
         result = loc.verdict()
         exp = self.thresholds.expect(rung, "all_reduce")
         check = "nccl.rail" if rung is Rung.RAILS else "nccl.pair"
@@ -288,7 +294,8 @@ class _Ladder:
             self.rungs["full"] = {"jobs": 0, "skipped": "fewer than two admitted nodes"}
             return
         self._round += 1
-        (o,) = self._run([multi_node_job(f"r{self._round}-full", Rung.FULL, nodes, self.params)])
+        full = multi_node_job(f"r{self._round}-full", Rung.FULL, nodes, self.params)
+        (o,) = self._run([full], "full")
         bad = o.first_failure
         split: FullSplit | None = None
         if bad is not None and "pairs" in self.options.rungs and not o.hung:
@@ -342,7 +349,7 @@ class _Ladder:
                 multi_node_job(f"r{self._round}-split{i}", Rung.FULL, g, self.params)
                 for i, g in enumerate(groups)
             ]
-            split.record([o.as_pair_result(profile) for o in self._run(jobs)])
+            split.record([o.as_pair_result(profile) for o in self._run(jobs, "full split")])
         return split
 
 
@@ -414,6 +421,10 @@ def run_gate(
             "admitted": len(admitted),
             "jobs": ladder.jobs,
             "gpu_hours": round(ladder.node_seconds * thresholds.profile.gpus_per_node / 3600, 2),
+            "gpu_hours_by_rung": {
+                spent_on: round(seconds * thresholds.profile.gpus_per_node / 3600, 2)
+                for spent_on, seconds in ladder.node_seconds_by.items()
+            },
             "drain": plan.lines(),
         },
     )

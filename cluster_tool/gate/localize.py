@@ -186,6 +186,11 @@ class Localizer:
 
     # -- driving ---------------------------------------------------------------------------
 
+    @property
+    def phase(self) -> str:
+        """What the round `next_round` planned is for: `screen`, `retest` or `confirm`."""
+        return self._phase
+
     def next_round(self) -> list[tuple[str, ...]]:
         """The jobs of the next round (each a tuple of nodes run together); [] when done."""
         planned: list[tuple[str, ...]] = []

@@ -402,12 +402,15 @@ class SimulationResult:
     faults: dict[str, dict[str, Any]] = field(default_factory=dict)
     paths: list[list[str]] = field(default_factory=list)
     nodes: int = 0
+    # Where the GPU-hours went: per rung, and for the pairs what their rounds were for.
+    gpu_hours_by_rung: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
             "rounds": self.rounds,
             "jobs": self.jobs,
             "gpu_hours": self.gpu_hours,
+            "gpu_hours_by_rung": self.gpu_hours_by_rung,
             "bad_nodes": self.bad_nodes,
             "found": self.found,
             "fault_model": self.fault_model,
@@ -481,5 +484,6 @@ def simulate(
         faults={n: f.describe() for n, f in sorted(faults.items())},
         paths=sorted(sorted(p) for p in fleet.bad_paths),
         nodes=len(fleet.nodes),
+        gpu_hours_by_rung=dict(gate.report.summary.get("gpu_hours_by_rung", {})),
     )
     return result, gate

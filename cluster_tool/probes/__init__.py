@@ -8,10 +8,13 @@ without pyinfra itself: run through pyinfra's API it was slower than the tool's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Probe", "ProbeOutput", "Shell", "lines"]
+from cluster_tool.errors import ParseError
+
+__all__ = ["Probe", "ProbeOutput", "Readings", "Shell", "lines"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +84,28 @@ class Shell(Probe):
 
     def __repr__(self) -> str:
         return f"Shell({self.name!r}, {self._command!r}, timeout_s={self.timeout_s})"
+
+
+class Readings:
+    """One node's probe outputs, each parsed at most once however many checks read it (the
+    health checks and the version checks both read `nvidia-smi -q`, 40 kB a node)."""
+
+    def __init__(self, outputs: Mapping[str, ProbeOutput]) -> None:
+        self.outputs = outputs
+        self._read: dict[str, Any] = {}
+        self._unreadable: dict[str, ParseError] = {}
+
+    def read(self, probe: Probe) -> Any:
+        """`probe.process` over its output (KeyError when it was not collected); the same
+        ParseError, each time it is asked, when the output cannot be read. Keyed by the probe's
+        name: one output per name, whichever probe of that name reads it."""
+        name = probe.name
+        if name in self._unreadable:
+            raise self._unreadable[name]
+        if name not in self._read:
+            try:
+                self._read[name] = probe.process(lines(self.outputs[name].stdout))
+            except ParseError as exc:
+                self._unreadable[name] = exc
+                raise
+        return self._read[name]

@@ -1420,6 +1420,8 @@ class Cluster(StrictModel):
     )
 
     _hosts: list[Node] | None = PrivateAttr(default=None)
+    # Name -> host, built with `_hosts`: `host()` is asked once per node of a run.
+    _host_index: dict[str, Node] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -1488,10 +1490,12 @@ class Cluster(StrictModel):
 
     def host(self, name: str) -> Node:
         """One host by name (KeyError if absent)."""
-        for node in self.hosts():
-            if node.name == name:
-                return node
-        raise KeyError(name)
+        if self._host_index is None:
+            index: dict[str, Node] = {}
+            for node in self.hosts():
+                index.setdefault(node.name, node)  # the first, as a scan would find it
+            self._host_index = index
+        return self._host_index[name]
 
     @property
     def su_count(self) -> int:

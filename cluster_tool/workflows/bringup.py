@@ -25,6 +25,7 @@ from cluster_tool.verdicts import (
     GATE_MULTI,
     GATE_SINGLE,
     HEALTH,
+    Scope,
     judge_nodes,
     may_admit,
     only_unproven,
@@ -282,7 +283,8 @@ def run_bringup(
             lift=[n for n in gate_nodes if n in pending],
             hold_again=PENDING_REASON,
         )
-        outside = [n for n in gpu_nodes if n not in set(scope)]
+        members = set(scope)
+        outside = [n for n in gpu_nodes if n not in members]
         run_phase(run, gate_phase(door, deps.gate, gate_nodes, outside=outside, hold=hold))
         if deps.counters is not None and run.fabric_checked:
             run_phase(run, _counters_phase(deps.counters, scope))
@@ -325,13 +327,15 @@ def _admit_phase(
             n for n in candidates if may_admit(verdicts[n], admit_unproven=options.admit_unproven)
         ]
         waived = [n for n in admit if verdicts[n].verdict != "pass"]
-        out = [n for n in scope if n not in admit]
+        admitting = set(admit)
+        out = [n for n in scope if n not in admitting]
+        index = Scope(scope)
         for node in out:
             if node in failed_hosts or node in held:
                 continue  # drained already: by the converge's verdict, or by an operator
             if node not in new and only_unproven(verdicts[node]):
                 continue  # in service before this run and nothing against it: not ours to pull
-            door.hold([node], workflow_reason(keeping_out(node, run.findings, scope)))
+            door.hold([node], workflow_reason(keeping_out(node, run.findings, index)))
         # Through the door: only a complete proof from this run, and only the nodes held back
         # by cluster-tool (pending validation, an earlier run's verdict) come back; one already
         # in service, drained by an operator or drained again during the run is left as it is.
@@ -369,9 +373,11 @@ def _counters_phase(read: Callable[[], Validation], scope: Sequence[str]) -> Run
     run's nodes join the run (a link of a node outside the run is its own business and the
     next validation's)."""
 
+    members = set(scope)
+
     def counters(run: RunResult) -> PhaseResult:
         after = read()
-        mine = [f for f in after.findings if f.node is None or f.node in set(scope)]
+        mine = [f for f in after.findings if f.node is None or f.node in members]
         run.take(Validation(mine, after.unreachable, after.fabric_checked, after.planned))
         return PhaseResult(
             "failed" if any(f.fails for f in mine) else "passed",

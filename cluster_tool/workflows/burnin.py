@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster_tool.checks.node import check_node, expectations_for
+from cluster_tool.checks.node import FleetExpectations, check_node
 from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
@@ -24,7 +24,6 @@ from cluster_tool.gate.soak import (
 from cluster_tool.probes import Probe
 from cluster_tool.probes.node import HEALTH_PROBES, DcgmiDiag
 from cluster_tool.remote.fanout import Target, collect, save_capture
-from cluster_tool.render.engine import render_nccl_conf
 from cluster_tool.slurm import SlurmError
 from cluster_tool.spec.models import Cluster
 from cluster_tool.workflows.common import GateOutcome
@@ -134,7 +133,7 @@ class BurnInLive(Live):
         )
         self._captures += 1
         save_capture(self.record.raw_dir() / f"{self._captures:02d}-burnin", results)
-        nccl_conf = render_nccl_conf(self.cluster)
+        expectations = FleetExpectations(self.cluster)
         findings: list[Finding] = []
         for n in nodes:
             result = results[n]
@@ -149,8 +148,7 @@ class BurnInLive(Live):
                     )
                 )
                 continue
-            expect = expectations_for(self.cluster, n, nccl_conf=nccl_conf)
-            findings += check_node(expect, result.outputs, dcgm=DcgmiDiagLevel(level))
+            findings += check_node(expectations(n), result.outputs, dcgm=DcgmiDiagLevel(level))
         return findings
 
 

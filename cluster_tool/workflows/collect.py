@@ -13,12 +13,12 @@ from pathlib import Path
 from cluster_tool.checks.counters import CounterSnapshot, snapshot
 from cluster_tool.checks.fabric import fabric_findings
 from cluster_tool.checks.fleet_versions import node_versions
-from cluster_tool.checks.node import check_node, expectations_for
+from cluster_tool.checks.node import FleetExpectations, check_node
 from cluster_tool.checks.versions import NodeVersions, check_fleet_outliers, check_node_versions
 from cluster_tool.errors import EXIT_UNREACHABLE, ParseError, UsageError
 from cluster_tool.findings import Finding, Report
 from cluster_tool.parsers.ibcounters import parse_ibqueryerrors
-from cluster_tool.probes import Probe, ProbeOutput
+from cluster_tool.probes import Probe, ProbeOutput, Readings
 from cluster_tool.probes.fabric import FABRIC_PROBES
 from cluster_tool.probes.node import HEALTH_PROBES
 from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
@@ -38,7 +38,6 @@ from cluster_tool.remote.fanout import (
     load_capture,
     save_capture,
 )
-from cluster_tool.render.engine import render_nccl_conf
 from cluster_tool.report.junit import validate_junit
 from cluster_tool.slurm import SlurmSteps
 from cluster_tool.spec.models import Cluster
@@ -159,8 +158,10 @@ def run_validate(
             results[name] = HostResult(name, error=why)
         for name in step.findings:
             results[name] = HostResult(name)
-    order = [*jobs, *(n for n in selected if n not in jobs)]
-    unreachable = sorted((n for n, r in results.items() if not r.reachable), key=order.index)
+    order: dict[str, int] = {}
+    for n in [*jobs, *(n for n in selected if n not in jobs)]:
+        order.setdefault(n, len(order))
+    unreachable = sorted((n for n, r in results.items() if not r.reachable), key=order.__getitem__)
     for name in unreachable:
         stepped = step is not None and name in step.no_record
         findings.append(
@@ -176,17 +177,21 @@ def run_validate(
         )
     unread_versions: dict[str, str] = {}
     if health:
-        nccl_conf = render_nccl_conf(cluster)
+        expectations = FleetExpectations(cluster)
+        versions: dict[str, NodeVersions | str] = {}
         for name in over_ssh:
             result = results[name]
             if not result.reachable:
                 continue
-            expect = expectations_for(cluster, name, nccl_conf=nccl_conf)
-            findings += check_node(expect, result.outputs)
+            # One reading of each probe per node, for its health checks and its versions; gone
+            # with the node, so a fleet's parsed outputs are never all held at once.
+            readings = Readings(result.outputs)
+            findings += check_node(expectations(name), readings)
+            versions[name] = _node_versions(name, readings)
         if step is not None:
             for node_findings in step.findings.values():
                 findings += node_findings
-        version_findings, unread_versions = _version_findings(cluster, over_ssh, results, step)
+        version_findings, unread_versions = _version_findings(cluster, versions, step)
         findings += version_findings
     read: CounterSnapshot | None = None
     if fabric_host is not None and results[fabric_host].reachable:
@@ -235,34 +240,32 @@ def run_validate(
     return ValidateResult(report, results, selected, fabric_host, unreachable, skipped, read)
 
 
+def _node_versions(name: str, readings: Readings) -> NodeVersions | str:
+    """What the version probe read on one node, or why it was not judged: a probe that did not
+    answer (timed out, failed, printed nothing), a capture made before the probe rode with the
+    health probes, or output that could not be read (its version checks did not run)."""
+    out = readings.outputs.get(VERSIONS_PROBE)
+    if out is None or out.rc != 0 or not out.stdout.strip():
+        # Not judged is not passed: a node whose probe timed out may run an unpinned driver.
+        why = "not collected" if out is None else f"exit {out.rc}" if out.rc else "no output"
+        return f"the version probe did not answer ({why})"
+    try:
+        return node_versions(name, readings)
+    except ParseError as exc:
+        return f"the version probe's output: {exc}"
+
+
 def _version_findings(
     cluster: Cluster,
-    nodes: Sequence[str],
-    results: dict[str, HostResult],
+    versions: Mapping[str, NodeVersions | str],
     step: StepOutcome | None = None,
 ) -> tuple[list[Finding], dict[str, str]]:
-    """What the version probe read, judged as `cluster-tool versions` judges it: drift from the
-    spec's pins and broken matrix rules per node, outliers across the nodes read. A node whose
-    probe did not answer (timed out, failed, printed nothing), or a capture made before the
-    probe rode with the health probes, is not judged, and neither is one whose output could not
-    be read: each is returned with why (its version checks did not run). The nodes of a Slurm
+    """What the nodes' version probes read (`_node_versions`), judged as `cluster-tool versions`
+    judges it: drift from the spec's pins and broken matrix rules per node, outliers across the
+    nodes read. Returns the findings and the nodes not judged, with why. The nodes of a Slurm
     step (`step`) report what they run themselves."""
-    read: list[NodeVersions] = []
-    unread: dict[str, str] = {}
-    for name in nodes:
-        result = results[name]
-        if not result.reachable:
-            continue  # os.unreachable says so; every check of the node is skipped with it
-        out = result.outputs.get(VERSIONS_PROBE)
-        if out is None or out.rc != 0 or not out.stdout.strip():
-            # Not judged is not passed: a node whose probe timed out may run an unpinned driver.
-            why = "not collected" if out is None else f"exit {out.rc}" if out.rc else "no output"
-            unread[name] = f"the version probe did not answer ({why})"
-            continue
-        try:
-            read.append(node_versions(name, result.outputs))
-        except ParseError as exc:
-            unread[name] = f"the version probe's output: {exc}"
+    read = [v for v in versions.values() if isinstance(v, NodeVersions)]
+    unread = {name: v for name, v in versions.items() if isinstance(v, str)}
     if step is not None:
         read += step.versions.values()
         unread.update(step.unread_versions)
@@ -315,6 +318,10 @@ def skipped_checks(
     node's `collected` probes, and the checks whose probe failed (`NEEDS`;
     `registry.node_checks_not_run`)."""
     skipped: dict[str, dict[str, str]] = {}
+    # Each node's own findings, gathered once: not every finding of the fleet for every node.
+    own: dict[str | None, list[Finding]] = {}
+    for f in findings:
+        own.setdefault(f.node, []).append(f)
     for node in nodes:
         mine = skipped.setdefault(node, {})
         if node in unreachable:
@@ -323,15 +330,15 @@ def skipped_checks(
             mine.update({c: why for c in unrun if c != "os.unreachable"})
             continue
         seen = None if collected is None else collected.get(node)
-        mine.update(node_checks_not_run(node, findings, seen))
+        mine.update(node_checks_not_run(node, own.get(node, ()), seen))
         if not dcgm:
             mine.update({c: "--no-dcgm" for c in NODE_CHECKS if CHECKS[c].probe == "dcgmi-diag"})
     if fabric_host is not None:
         fab: dict[str, str] = {}
         if fabric_host in unreachable:
             fab = {c: f"{fabric_host} unreachable" for c in FABRIC_CHECKS}
-        for f in findings:
-            if f.node == fabric_host and f.fails and f.check in NEEDS:
+        for f in own.get(fabric_host, ()):
+            if f.fails and f.check in NEEDS:
                 fab.update({c: f"{f.check}: {f.message}" for c in NEEDS[f.check]})
         skipped["fabric"] = fab
     return {suite: why for suite, why in skipped.items() if why}

@@ -31,6 +31,7 @@ from cluster_tool.verdicts import (
     NodeVerdict,
     Proof,
     RunVerdict,
+    Scope,
     judge_run,
 )
 
@@ -434,15 +435,15 @@ def admit_proven(
     return [n for n in admit if n not in refused], found
 
 
-def keeping_out(node: str, findings: Sequence[Finding], scope: Sequence[str]) -> list[Finding]:
+def keeping_out(
+    node: str, findings: Sequence[Finding], scope: Sequence[str] | Scope
+) -> list[Finding]:
     """The error findings that keep `node` out of service: its own first, then those that cover
-    it (a fleet stop, a full job, a path), so its drain reason names the right id."""
-    from cluster_tool.verdicts import covered_nodes
-
+    it (a fleet stop, a full job, a path), so its drain reason names the right id. For many
+    nodes, pass the scope indexed once (`verdicts.Scope`)."""
+    index = scope if isinstance(scope, Scope) else Scope(scope)
     own = [f for f in findings if f.fails and f.node == node]
-    return own + [
-        f for f in findings if f.fails and f.node != node and node in covered_nodes(f, scope)
-    ]
+    return own + [f for f in findings if f.fails and f.node != node and index.covers(f, node)]
 
 
 def _slurm_text(st: NodeState | None) -> str | None:

@@ -21,6 +21,7 @@ from cluster_tool.verdicts import (
     GATE_MULTI,
     GATE_SINGLE,
     HEALTH,
+    Scope,
     judge_nodes,
     may_admit,
     settle,
@@ -120,7 +121,8 @@ def run_after_maintenance(
 
     run_phase(run, RunPhase("fabric", (FABRIC,), fabric))
     run_phase(run, RunPhase("health", (HEALTH,), health))
-    bad = {f.node for f in run.findings if f.fails and f.node in set(nodes)}
+    members = set(nodes)
+    bad = {f.node for f in run.findings if f.fails and f.node in members}
     gate_nodes = [n for n in nodes if n not in bad]
     if gate and gate_nodes:
         # With --admit the nodes may still be drained from the maintenance, by anyone: --admit
@@ -179,8 +181,9 @@ def _admit(door: Door, nodes: Sequence[str], admit_unproven: bool, admitted: lis
         judged = run.verdicts
         chosen = [n for n in nodes if may_admit(judged[n], admit_unproven=admit_unproven)]
         waived = [n for n in chosen if judged[n].verdict != "pass"]
+        index = Scope(nodes)
         for node in (n for n in nodes if n not in chosen):
-            door.hold([node], workflow_reason(keeping_out(node, run.findings, nodes)))
+            door.hold([node], workflow_reason(keeping_out(node, run.findings, index)))
         proofs = prove(
             nodes,
             judged,

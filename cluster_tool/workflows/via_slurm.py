@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from cluster_tool.checks.fleet_versions import node_versions
-from cluster_tool.checks.node import expectations_for
+from cluster_tool.checks.node import FleetExpectations
 from cluster_tool.checks.versions import Hca, NodeVersions
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.fileio import atomic_write, fresh_dir, read_input_bytes
@@ -31,7 +31,6 @@ from cluster_tool.probes.node import NvidiaSmiQ
 from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
 from cluster_tool.probes.versions import Versions
 from cluster_tool.remote.fanout import LocalTransport, Target, Transport, collect
-from cluster_tool.render.engine import render_nccl_conf
 from cluster_tool.slurm import NodeState, SlurmError, SlurmSteps, srun_argv
 from cluster_tool.spec.models import Cluster
 
@@ -123,9 +122,9 @@ def run_node_checks_via_slurm(
         return outcome
     folder = _run_folder(shared)
     outcome.folder = folder
-    nccl_conf = render_nccl_conf(cluster)
+    expectations = FleetExpectations(cluster)
     for name in stepped:
-        expect = expectations_for(cluster, name, nccl_conf=nccl_conf)
+        expect = expectations(name)
         text = json.dumps(expect.to_node_file(), indent=2, sort_keys=True) + "\n"
         atomic_write(folder / "nodes" / f"{name}.json", text, mode=0o644)  # read by the nodes
     # $SLURMD_NODENAME is Slurm's name for the node the task runs on: each task reads the node

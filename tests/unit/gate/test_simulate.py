@@ -97,3 +97,16 @@ def test_ideal_and_adversarial_fleets_differ_and_are_deterministic() -> None:
         simulate(adversarial)[0]
         == simulate(plant_fleet(128, 4, seed=2, fault_model="adversarial"))[0]
     )
+
+
+def test_gpu_hours_are_told_per_rung_and_add_up() -> None:
+    # 32 healthy nodes, 6-minute jobs, 8 GPUs a node: the single rung is 32 one-node jobs, the
+    # full job one of 32 nodes (25.6 GPU-hours each); every pair job of the screens is 2 nodes.
+    fleet = plant_fleet(32, 0, seed=9, fault_model="ideal", job_minutes=6.0)
+    result, gate = simulate(fleet)
+    by_rung = result.gpu_hours_by_rung
+    assert by_rung["single"] == pytest.approx(25.6)
+    assert by_rung["full"] == pytest.approx(25.6)
+    assert by_rung["pairs screen"] == pytest.approx(gate.rungs["pairs"]["jobs"] * 2 * 6 * 8 / 60)
+    assert sum(by_rung.values()) == pytest.approx(result.gpu_hours)
+    assert result.to_json()["gpu_hours_by_rung"] == by_rung
