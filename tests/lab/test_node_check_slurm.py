@@ -1,11 +1,13 @@
 """Slurm's HealthCheckProgram, Prolog and Epilog run cluster-tool on the node (issue 18 finding
 10, issue 22): the cluster_tool_node role installed it and the node file, slurmd runs the slurm
 role's wrapper every HealthCheckInterval, and a fault injected on an idle node drains it within
-one interval with the finding id in the reason; healed, the next run resumes it (an ECC error:
-a state node-check reads afresh). The prolog script refuses the faulted node; the epilog script
-drains for an Xid that came during a job, with a reason node-check leaves alone. A drain that
-`node-check --slurm --dcgm` wrote for a DCGM failure survives the next periodic check, which
-runs without DCGM (issue 30, item 4); the next `--dcgm` run, clean, lifts it.
+one interval with the finding id in the reason; healed, the next run resumes it (an application
+clock set below its default: a state node-check reads afresh). The prolog script refuses the
+faulted node; the epilog script drains for an Xid that came during a job, with a reason
+node-check leaves alone. A drain that `node-check --slurm --dcgm` wrote for a double-bit ECC
+error (DCGM fails it; the driver logs Xid 48) survives the next periodic check, which runs
+without DCGM, and the next clean `--dcgm` run too: an Xid is not re-proven by a later reading
+(issue 30, item 4); the operator lifts it.
 
 The lab's spec leaves the periodic check off (other lab tests inject faults on idle nodes for
 their own tools to find); this test turns it on every 15 s on idle nodes, as the slurm role renders
@@ -16,6 +18,7 @@ Costs about two health-check intervals and a few node-check runs.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -97,11 +100,11 @@ def test_healthcheckprogram_drains_a_faulted_node_within_one_interval_and_resume
     assert converged.sinfo()[NODE][0] in ("idle", "mixed"), converged.sinfo()[NODE]
 
     # The role's check runs from slurmd: nothing here calls node-check for the drain or the resume.
-    fault = converged.inject("gpu-ecc", NODE, "3")
+    fault = converged.inject("gpu-clock", NODE, "3", "1200")
     try:
         drained = _wait(
             "HealthCheckProgram drained the node",
-            lambda: converged.sinfo()[NODE][1].startswith("cluster-tool: gpu.ecc GPU3"),
+            lambda: converged.sinfo()[NODE][1].startswith("cluster-tool: gpu.clocks GPU3"),
             interval + 20,
         )
         state, reason = converged.sinfo()[NODE]
@@ -142,9 +145,9 @@ def test_healthcheckprogram_drains_a_faulted_node_within_one_interval_and_resume
         lab.ssh("head", f"scontrol update nodename={NODE} state=resume")
 
     # A drain the deep check wrote (`node-check --slurm --dcgm`, as a site runs it from a
-    # maintenance job) for a failure DCGM sees: the periodic check, which runs without DCGM,
-    # does not count it as re-proven and leaves the node drained; the next deep check, clean,
-    # lifts it.
+    # maintenance job) for a double-bit error: DCGM fails it and the driver logs Xid 48. The
+    # periodic check, which runs without DCGM, keeps it; so does the next deep check, clean: an
+    # Xid is evidence a later reading cannot re-prove. The operator lifts it.
     deep = "/usr/local/bin/cluster-tool node-check --slurm --dcgm --json"
     fault = converged.inject("gpu-ecc", NODE, "2")
     try:
@@ -152,7 +155,8 @@ def test_healthcheckprogram_drains_a_faulted_node_within_one_interval_and_resume
         assert out.returncode == 1, out.stdout + out.stderr
         state, reason = converged.sinfo()[NODE]
         assert state in ("drained", "draining"), (state, reason)
-        assert reason.startswith("cluster-tool: gpu.ecc GPU2") and "gpu.dcgm" in reason, reason
+        assert reason.startswith("cluster-tool: gpu.ecc GPU2"), reason
+        assert "gpu.dcgm" in reason and "gpu.xid" in reason, reason
     finally:
         converged.heal(fault)
     try:
@@ -161,6 +165,8 @@ def test_healthcheckprogram_drains_a_faulted_node_within_one_interval_and_resume
         assert converged.sinfo()[NODE] == (state, reason), "the periodic check lifted it"
         again = lab.ssh(NODE, deep)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert converged.sinfo()[NODE][0] in ("idle", "mixed"), converged.sinfo()[NODE]
+        action = json.loads(again.stdout)["slurm"]
+        assert action["action"] == "kept" and "gpu.xid" in action["why"], action
+        assert converged.sinfo()[NODE] == (state, reason), "the deep check lifted an Xid's drain"
     finally:
         lab.ssh("head", f"scontrol update nodename={NODE} state=resume")

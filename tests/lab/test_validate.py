@@ -344,9 +344,29 @@ def test_node_check_drains_and_resumes_through_slurm(converged_lab: LabHandle) -
         assert state.startswith("drained|cluster-tool: gpu.ecc GPU3 volatile uncorrectable 1"), (
             state
         )
+        # A double-bit error also logs Xid 48: the reason names it, with the row remap and reset.
+        assert "gpu.xid" in state, state
     finally:
         lab_cli(lab, "heal", str(record.get("id", "--all")))
-    # Healthy again: node-check lifts its own drain.
+    # Clean again, but the drain names an Xid, which a later reading cannot re-prove (the line
+    # may have rotated out of the log, or the node rebooted): node-check keeps it for a person.
+    kept = lab.ssh("gpu002", "cluster-tool node-check --slurm --json")
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    action = json.loads(kept.stdout)["slurm"]
+    assert action["action"] == "kept" and "gpu.xid" in action["why"], action
+    assert sinfo(lab, "gpu002") == state
+    lab.ssh("head", "scontrol update nodename=gpu002 state=resume")
+    # A state a fresh reading re-proves (an application clock set below its default): healthy
+    # again, node-check lifts its own drain.
+    record = lab_cli(lab, "inject", "gpu-clock", "gpu002", "3", "1200")
+    try:
+        check = lab.ssh("gpu002", "cluster-tool node-check --slurm")
+        assert check.returncode == 1, check.stdout + check.stderr
+        assert sinfo(lab, "gpu002").startswith("drained|cluster-tool: gpu.clocks GPU3"), sinfo(
+            lab, "gpu002"
+        )
+    finally:
+        lab_cli(lab, "heal", str(record.get("id", "--all")))
     assert lab.ssh("gpu002", "cluster-tool node-check --slurm").returncode == 0
     # (sinfo's `*` suffix: slurmd slow to answer on a busy lab machine, not a drain)
     assert sinfo(lab, "gpu002").split("|")[0].rstrip("*~#!%$@^-") in ("idle", "mixed", "allocated")
