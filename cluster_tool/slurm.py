@@ -240,6 +240,17 @@ def _node_flags(state: str) -> tuple[str, frozenset[str]]:
     return parts[0], frozenset(parts[1:])
 
 
+def _without_stamp(reason: str) -> str:
+    """The reason without the `[user@time]` Slurm appends (cut in code: the pattern
+    `\\s*\\[...\\]$` backtracks quadratically over a long blank run in a reason)."""
+    body = reason.rstrip()
+    if body.endswith("]"):
+        at = body.rfind("[")
+        if at >= 0 and "@" in body[at:] and "]" not in body[at:-1]:
+            return body[:at].rstrip()
+    return reason
+
+
 def parse_scontrol_nodes(text: str) -> list[NodeState]:
     """`scontrol show node -o`: one line per node (NodeName=… State=IDLE+DRAIN … Reason=…)."""
     nodes: list[NodeState] = []
@@ -250,7 +261,7 @@ def parse_scontrol_nodes(text: str) -> list[NodeState]:
         if "NodeName" not in fields or "State" not in fields:
             raise ParseError("expected NodeName=… State=…", line_no=no, line=line)
         base, flags = _node_flags(fields["State"])
-        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", fields.get("Reason", ""))  # [user@time]
+        reason = _without_stamp(fields.get("Reason", ""))
         nodes.append(NodeState(fields["NodeName"].split()[0], base, reason, flags))
     return nodes
 
