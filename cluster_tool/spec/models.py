@@ -15,6 +15,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -128,6 +129,43 @@ InterfaceName = Annotated[
     str,
     _matching("an interface name (letters, digits, `_`, `.`, `-`; 15 at most)", _IFNAME_RE, 15),
     _schema(f"^{_IFNAME_RE}$", 15, "A network interface name, e.g. `eno1` or `ibp24s0`."),
+]
+
+
+def _scope_is_an_interface(address: ipaddress.IPv6Address) -> ipaddress.IPv6Address:
+    # Python takes any text after `%` as the scope id, line breaks and blanks included
+    # (`fe80::1%eth0\nserver 203.0.113.66 iburst` passed): RFC 4007 zones name an interface.
+    scope = address.scope_id
+    if scope is not None and not re.fullmatch(_IFNAME_RE, scope):
+        raise ValueError(f"the zone of an IPv6 address is an interface name, not {scope!r}")
+    return address
+
+
+def _time_server(value: Any) -> str:
+    # One check with one message: a union of types reported the IPv4 refusal of an IPv6 value.
+    if not isinstance(value, str):
+        raise ValueError("a time server is a string: an IPv4 or IPv6 address or a DNS name")
+    text = value
+    if ":" in text:
+        try:
+            address = ipaddress.IPv6Address(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv6 address") from None
+        return str(_scope_is_an_interface(address))
+    if re.fullmatch(r"[0-9.]+", text):
+        try:
+            return str(ipaddress.IPv4Address(text))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv4 address") from None
+    if len(text) > 253 or not re.fullmatch(_DOMAIN_RE, text):
+        raise ValueError(f"{text!r} is not an IPv4 or IPv6 address or a DNS name")
+    return text
+
+
+TimeServer = Annotated[
+    str,
+    BeforeValidator(_time_server),
+    Field(description="An NTP server: IPv4 or IPv6 address (zone: an interface) or DNS name."),
 ]
 
 # Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
@@ -405,7 +443,7 @@ class Management(StrictModel):
         "(`NCCL_SOCKET_IFNAME`). Default `eno1`.",
     )
     domain: DomainName | None = Field(None, description="DNS domain of the hosts, if any.")
-    time_servers: list[ipaddress.IPv4Address | ipaddress.IPv6Address | DomainName] = Field(
+    time_servers: list[TimeServer] = Field(
         default_factory=list,
         max_length=16,
         description="NTP servers the cluster's time server (the Slurm controller) follows; every "
