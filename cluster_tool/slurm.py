@@ -20,6 +20,7 @@ from typing import Protocol
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.bounds import HostlistError, HostlistTooLarge, expand_hostlist
 from cluster_tool.errors import ClusterToolError, ParseError
 
 # States after which a job will never run again (sacct/squeue long names).
@@ -164,6 +165,15 @@ def parse_squeue(text: str) -> dict[str, JobState]:
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z/_]*)=")
 
 
+def _nodes_of(hostlist: str, line_no: int, line: str) -> list[str]:
+    """A node list Slurm printed, through the one bounded expansion; ParseError naming the line
+    when it is not a hostlist or names more hosts than any cluster has."""
+    try:
+        return expand_hostlist(hostlist, "node list")
+    except (HostlistError, HostlistTooLarge) as exc:
+        raise ParseError(str(exc), line_no=line_no, line=line) from None
+
+
 def parse_squeue_nodes(text: str) -> dict[str, list[str]]:
     """`squeue -h -o %i|%N` lines (`123|gpu[001-002]`): the job ids running on each node."""
     found: dict[str, list[str]] = {}
@@ -173,7 +183,7 @@ def parse_squeue_nodes(text: str) -> dict[str, list[str]]:
         parts = line.split("|")
         if len(parts) != 2:
             raise ParseError("expected JOBID|NODELIST", line_no=no, line=line)
-        for node in NodeSet(parts[1].strip()):
+        for node in _nodes_of(parts[1].strip(), no, line):
             found.setdefault(node, []).append(parts[0].strip())
     return found
 
@@ -216,7 +226,7 @@ def parse_squeue_running(text: str, token: str | None = None) -> list[RunningJob
         jobs.append(
             RunningJob(
                 parts[0].strip(),
-                tuple(NodeSet(parts[1].strip())),
+                tuple(_nodes_of(parts[1].strip(), no, line)),
                 "" if features == "(null)" else features,
                 "" if comment == "(null)" else comment,
             )

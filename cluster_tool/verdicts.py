@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
+from cluster_tool.bounds import HostlistError, expand_hostlist
 from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from cluster_tool.findings import Finding
 
@@ -117,8 +116,8 @@ def covered_nodes(finding: Finding, scope: Sequence[str]) -> list[str]:
     elif comp.startswith("job "):
         text = comp.removeprefix("job ")
         try:
-            named = list(NodeSet(text.replace(" + ", ",")))
-        except NodeSetException:
+            named = expand_hostlist(text.replace(" + ", ","), f"finding {finding.check}")
+        except HostlistError:
             named = []
     inside = [n for n in scope if n in set(named)]
     return inside if named else list(scope)

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from cluster_tool.bounds import host_name
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.fileio import PRIVATE_FILE, atomic_write, private_dir, read_input_bytes
 from cluster_tool.probes import Probe, ProbeOutput
@@ -359,6 +360,8 @@ def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[st
             continue
         if not isinstance(entry, dict) or not isinstance(entry.get("probes", []), list):
             raise UsageError(f"{manifest_path}: host {name!r}: not a capture entry")
+        # A host's name is a host name (never a range a report would expand), and a path.
+        host_name(name, f"{manifest_path}: host")
         folder = directory / _capture_name(name, manifest_path)
         meta_path = folder / "probes.json"
         meta = _capture_json(meta_path) if meta_path.is_file() else {}

@@ -33,7 +33,8 @@ Mark = tuple[int, int]  # 1-based line, column
 MAX_YAML_VALUES = 200_000
 # Nesting a spec may have; its deepest real path (ansible_vars) is well under this.
 MAX_YAML_DEPTH = 64
-_HOSTLIST_TEXT = re.compile(r"[A-Za-z0-9\[\],._-]*\[[A-Za-z0-9\[\],._-]*")
+# A range or a comma list: a 70,000-name comma list is as costly as `gpu[1-70000]`.
+_HOSTLIST_TEXT = re.compile(r"[A-Za-z0-9\[\],._-]*+[\[,][A-Za-z0-9\[\],._-]*+")
 
 
 class _Marks:

@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -22,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from cluster_tool.bounds import HostlistError, HostlistTooLarge
+from cluster_tool.bounds import expand_hostlist as bounded_expand
 from cluster_tool.spec.profiles import BUILTIN_PROFILES
 
 API_VERSION = "cluster-tool/v1"
@@ -41,16 +42,10 @@ class StrictModel(BaseModel):
 
 
 def _check_hostlist(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9\[\],._-]*", value):
-        raise ValueError(
-            f"not a valid hostlist {value!r}: only letters, digits, `[`, `]`, `,`, `.`, `_`, `-`"
-        )
     try:
-        NodeSet(value)
-    except NodeSetException as exc:
-        raise ValueError(f"not a valid hostlist {value!r}: {exc}") from exc
-    if "@" in value:
-        raise ValueError(f"not a valid hostlist {value!r}: node groups (@) are not supported")
+        expand_hostlist(value)
+    except (HostlistError, HostlistTooLarge) as exc:
+        raise ValueError(str(exc).removeprefix("hostlist: ")) from None
     return value
 
 
@@ -291,8 +286,9 @@ NodeDescriptionFormat = Annotated[
 
 
 def expand_hostlist(value: str) -> list[str]:
-    """The hosts of a hostlist in NodeSet order (`gpu[001-003]` -> gpu001, gpu002, gpu003)."""
-    return list(NodeSet(value)) if value else []
+    """The hosts of a hostlist in NodeSet order (`gpu[001-003]` -> gpu001, gpu002, gpu003),
+    through the one bounded expansion (`cluster_tool.bounds.expand_hostlist`)."""
+    return bounded_expand(value, "hostlist")
 
 
 # --- node profiles -------------------------------------------------------------------

@@ -12,9 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ClusterShell.NodeSet import NodeSet
-
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
+from cluster_tool.bounds import expand_hostlist
 from cluster_tool.drains import PENDING_REASON, Owner, may_lift, workflow_reason
 from cluster_tool.findings import Finding
 from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
@@ -197,7 +196,7 @@ def run_bringup(
     findings: list[Finding] = []
     scope = list(gpu_nodes)
     if options.limit:
-        wanted = set(NodeSet(options.limit))
+        wanted = set(expand_hostlist(options.limit, "--limit"))
         scope = [n for n in gpu_nodes if n in wanted]
 
     # Which nodes are new is read before the converge: once their slurmd starts they look idle.

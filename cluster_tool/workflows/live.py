@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet
-
 from cluster_tool.ansible.runner import (
     REPO_ROOT,
     PlaybookEvent,
@@ -18,6 +16,7 @@ from cluster_tool.ansible.runner import (
     forget_facts,
     run_playbook,
 )
+from cluster_tool.bounds import expand_hostlist
 from cluster_tool.checks.counters import CounterSnapshot
 from cluster_tool.checks.registry import FABRIC_CHECKS, NODE_CHECKS
 from cluster_tool.drains import REIMAGE_REASON
@@ -61,7 +60,7 @@ def ansible_limit(hostlist: str | Sequence[str] | None) -> str | None:
     """Ansible does not read ClusterShell ranges (`gpu[001-004]`): expand to a comma list."""
     if hostlist is None:
         return None
-    names = list(NodeSet(hostlist)) if isinstance(hostlist, str) else list(hostlist)
+    names = expand_hostlist(hostlist, "--limit") if isinstance(hostlist, str) else list(hostlist)
     return ",".join(names) or None
 
 

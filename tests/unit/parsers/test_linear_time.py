@@ -83,6 +83,10 @@ def _others() -> dict[str, tuple[Callable[[str], object], str]]:
         "sinfo": (slurm.parse_sinfo_nodes, (CAPTURED / "sinfo_nodes.txt").read_text()),
         "squeue": (slurm.parse_squeue, (CAPTURED / "squeue.txt").read_text()),
         "sacct": (slurm.parse_sacct, (CAPTURED / "sacct.txt").read_text()),
+        "squeue-running": (
+            slurm.parse_squeue_running,
+            "4106|gpu[001-002]|(null)|ckpt requeue\n4107|gpu003|h100|(null)\n",
+        ),
         "versions": (
             parse_versions,
             "kernel 6.1.0-27-amd64\nmodule nvidia 550.127.08\nfabricmanager 550.127.08\n"
