@@ -29,7 +29,13 @@ from typing import Any, Protocol
 
 from cluster_tool.bounds import host_name
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.fileio import PRIVATE_FILE, atomic_write, private_dir, read_input_bytes
+from cluster_tool.fileio import (
+    PRIVATE_FILE,
+    atomic_write,
+    load_json,
+    private_dir,
+    read_input_bytes,
+)
 from cluster_tool.probes import Probe, ProbeOutput
 from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.remote.probes import composite_script, outputs_to_json, split_output
@@ -328,10 +334,7 @@ def save_capture(directory: Path, results: Mapping[str, HostResult]) -> None:
 
 def _capture_json(path: Path) -> dict:
     """A JSON object of a capture; a capture from elsewhere that is not one is a UsageError."""
-    try:
-        data = json.loads(read_input_bytes(path))
-    except ValueError as exc:
-        raise UsageError(f"{path}: not a capture file: {exc}") from None
+    data = load_json(read_input_bytes(path), f"{path}: not a capture file")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: not a capture file: expected a JSON object")
     return data
@@ -343,6 +346,21 @@ def _capture_name(name: object, path: Path) -> str:
     if not text or "/" in text or "\x00" in text or text.startswith("."):
         raise UsageError(f"{path}: {text!r} cannot name a file of the capture")
     return text
+
+
+def _is_entry(entry: object) -> bool:
+    """A manifest entry as `save_capture` writes it (a capture from elsewhere may hold anything)."""
+    if not isinstance(entry, dict):
+        return False
+    probes, elapsed = entry.get("probes", []), entry.get("elapsed_s", 0.0)
+    return (
+        isinstance(probes, list)
+        and all(isinstance(p, str) for p in probes)
+        and isinstance(elapsed, int | float)
+        and not isinstance(elapsed, bool)
+        and isinstance(entry.get("error"), str | None)
+        and isinstance(entry.get("reachable", True), bool)
+    )
 
 
 def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[str, HostResult]:
@@ -358,11 +376,11 @@ def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[st
     for name, entry in manifest["hosts"].items():
         if wanted is not None and name not in wanted:
             continue
-        if not isinstance(entry, dict) or not isinstance(entry.get("probes", []), list):
+        if not _is_entry(entry):
             raise UsageError(f"{manifest_path}: host {name!r}: not a capture entry")
-        # A host's name is a host name (never a range a report would expand), and a path.
-        host_name(name, f"{manifest_path}: host")
+        # A host's name becomes a path, and is a host name (never a range a report expands).
         folder = directory / _capture_name(name, manifest_path)
+        host_name(name, f"{manifest_path}: host")
         meta_path = folder / "probes.json"
         meta = _capture_json(meta_path) if meta_path.is_file() else {}
         outputs = {}

@@ -25,7 +25,9 @@ from cluster_tool.fileio import (
     PRIVATE_DIR,
     PRIVATE_FILE,
     atomic_write,
+    load_json,
     private_dir,
+    read_input_bytes,
     read_input_text,
 )
 from cluster_tool.findings import Finding, Report
@@ -293,10 +295,7 @@ class RunRecord:
     def inputs(self) -> dict[str, Any]:
         """The run's inputs.json; a record from elsewhere that is not JSON is a UsageError."""
         path = self.path / "inputs.json"
-        try:
-            data = json.loads(read_input_text(path))
-        except ValueError as exc:
-            raise UsageError(f"{path}: not a run record: {exc}") from None
+        data = load_json(read_input_bytes(path), f"{path}: not a run record")
         return data if isinstance(data, dict) else {}
 
     # --- writing -------------------------------------------------------------------------
@@ -361,8 +360,8 @@ class RunRecord:
         entries: list[JournalEntry] = []
         for line in read_input_text(path).splitlines():
             try:
-                data = json.loads(line)
-            except ValueError:
+                data = load_json(line, path)
+            except UsageError:
                 continue
             if isinstance(data, dict) and "step" in data and "status" in data:
                 entries.append(
@@ -466,12 +465,13 @@ def last_failed(runs_dir: Path, spec: Path) -> list[str]:
         path = record.path / SUMMARY
         if not path.is_file():
             continue
-        summary = RunSummary.from_json(json.loads(read_input_text(path)))
+        summary = RunSummary.from_json(load_json(read_input_bytes(path), path))
         failed = [n for n, v in summary.nodes.items() if v.get("verdict") != "pass"]
         findings_path = record.path / FINDINGS
         if findings_path.is_file():
             # An earlier run's record: read as data, as any record from elsewhere.
-            findings = json.loads(read_input_text(findings_path)).get("findings", [])
+            findings = load_json(read_input_bytes(findings_path), findings_path)
+            findings = findings.get("findings", []) if isinstance(findings, dict) else []
             failed += [
                 str(f["node"])
                 for f in findings
