@@ -161,8 +161,31 @@ def parse_squeue(text: str) -> dict[str, JobState]:
     return states
 
 
-# A `Key=value` field of `scontrol show node -o`; values may hold spaces (Reason, OS).
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z/_]*)=")
+# The keys of `scontrol show node -o`, in the order Slurm prints them (slurm_sprint_node_table
+# in src/api/node_info.c, https://github.com/SchedMD/slurm; the keys of older releases at their
+# places). A value runs to the next of these keys that Slurm prints after it: text inside a value
+# that looks like an earlier key (`NodeName=`, `State=` in a drain reason) stays in the value.
+_NODE_KEYS = (
+    "NodeName", "Arch", "CpuBind", "CoresPerSocket", "CPUAlloc", "CPUEfctv", "CPUErr", "CPUTot",
+    "CPULoad", "AvailableFeatures", "ActiveFeatures", "Features", "Gres", "GresDrain",
+    "GresUsed", "NodeAddr", "NodeHostName", "BcastAddr", "Port", "Version", "OS", "RealMemory",
+    "AllocMem", "FreeMem", "Sockets", "Boards", "CoreSpecCount", "CPUSpecList", "MemSpecLimit",
+    "RestrictedCoresPerGPU", "State", "ThreadsPerCore", "TmpDisk", "Weight", "Owner",
+    "MCS_label", "NextState", "Partitions", "BootTime", "SlurmdStartTime", "LastBusyTime",
+    "ResumeAfterTime", "CfgTRES", "AllocTRES", "CapWatts", "CurrentWatts", "AveWatts",
+    "LowestJoules", "ConsumedJoules", "ExtSensorsJoules", "ExtSensorsWatts", "ExtSensorsTemp",
+    "Reason", "Comment", "Extra", "InstanceId", "InstanceType", "ReservationName",
+)  # fmt: skip
+_NODE_ORDER = {key: at for at, key in enumerate(_NODE_KEYS)}
+_NODE_KEY = re.compile(r"(?:^|(?<=\s))(" + "|".join(_NODE_KEYS) + r")=")
+# Free text: the OS string is the node's own (slurmd reports uname), a reason, comment or extra
+# whatever an operator or a tool wrote. Such a value ends only at a key that can follow it.
+_FREE_TEXT_END = {
+    "OS": re.compile(r"\sRealMemory=\d{1,20} AllocMem=\d{1,20} FreeMem="),
+    "Reason": re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)="),
+    "Comment": re.compile(r"\s(?:Extra|InstanceId|InstanceType|ReservationName)="),
+    "Extra": re.compile(r"\s(?:InstanceId|InstanceType|ReservationName)="),
+}
 
 
 def _nodes_of(hostlist: str, line_no: int, line: str) -> list[str]:
@@ -235,13 +258,28 @@ def parse_squeue_running(text: str, token: str | None = None) -> list[RunningJob
 
 
 def parse_scontrol_fields(line: str) -> dict[str, str]:
-    """Split one `scontrol show ... -o` line into its fields, keeping spaces inside values."""
-    matches = list(_FIELD.finditer(line))
+    """Split one `scontrol show node -o` line into its fields, keeping spaces inside values. A
+    field starts only at a known key printed after the one before it; a free-text value (OS,
+    Reason, Comment, Extra) ends only at a key that can follow it, so a reason reading
+    `NodeName=gpu009 State=IDLE` neither renames nor "undrains" the node."""
     fields: dict[str, str] = {}
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        fields[m.group(1)] = line[m.end() : end].strip()
-    return fields
+    key: str | None = None
+    start = 0
+    at = 0
+    while True:
+        found = _FREE_TEXT_END[key].search(line, at) if key in _FREE_TEXT_END else None
+        if found is not None or key in ("Reason", "Comment", "Extra"):
+            match = _NODE_KEY.match(line, found.start() + 1) if found else None
+        else:  # a structured value, or an OS string no later field follows as Slurm prints it
+            match = _NODE_KEY.search(line, at)
+            while match and key is not None and _NODE_ORDER[match[1]] <= _NODE_ORDER[key]:
+                match = _NODE_KEY.search(line, match.end())
+        end = match.start() if match else len(line)
+        if key is not None:
+            fields[key] = line[start:end].strip()
+        if match is None:
+            return fields
+        key, start, at = match[1], match.end(), match.end()
 
 
 def _node_flags(state: str) -> tuple[str, frozenset[str]]:
