@@ -23,6 +23,7 @@ from cluster_tool.fabric.plan import (
     switch_links,
     switch_links_csv,
 )
+from cluster_tool.render import guards
 from cluster_tool.render.output_dir import OutputDirError, publish, read_rendered
 from cluster_tool.spec.models import (
     ROLE_CONTROLLER,
@@ -249,6 +250,14 @@ _LINE_MAX = 120  # the project's yamllint line-length
 
 
 def _to_yaml(data: Any) -> str:
+    text = _dump_yaml(data)
+    # The guard for a block: read back as Ansible's loader reads it, it is exactly the data.
+    if load_rendered_yaml(text) != data:
+        raise RenderError("group_vars/all.yml would not read back as the values rendered")
+    return Checked(text, lines=True)
+
+
+def _dump_yaml(data: Any) -> str:
     text = yaml.dump(
         data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=110
     )
@@ -269,16 +278,18 @@ def _yaml_scalar(value: Any) -> str:
     """One YAML scalar: ints and bools as such, strings plain when safe, else quoted;
     `Unsafe` strings tagged for Ansible."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return Checked("true" if value else "false")
     if isinstance(value, int):
-        return str(value)
+        return Checked(str(value))
     text = str(value)
     if isinstance(value, Unsafe):
-        return f"{UNSAFE_TAG} {json.dumps(text)}"
+        written = f"{UNSAFE_TAG} {json.dumps(text)}"
     # PyYAML's own implicit resolver says whether a plain scalar would stay a string.
-    if _PLAIN.match(text) and _resolves_to_str(text):
-        return text
-    return json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
+    elif _PLAIN.match(text) and _resolves_to_str(text):
+        written = text
+    else:
+        written = json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
+    return _guarded("yaml", written, value=text)
 
 
 # slurm.conf and its includes: `Key=Value` words split on whitespace, `#` starts a comment
@@ -289,10 +300,10 @@ _SLURM_PLAIN = re.compile(r"[A-Za-z0-9_.,:/\[\]+@%-]+")
 def _slurm_value(value: Any) -> str:
     text = str(value)
     if _SLURM_PLAIN.fullmatch(text):
-        return text
+        return _guarded("slurm", text)
     if not text or any(c in text for c in '"#=\\') or not text.isprintable():
         raise RenderError(f"{text!r} cannot be written as a Slurm config value")
-    return f'"{text}"'
+    return _guarded("slurm", f'"{text}"')
 
 
 # nccl.conf: NCCL reads `NAME=VALUE` up to the end of the line, with no quoting at all, and
@@ -306,12 +317,12 @@ def _env_line(name: str, value: Any) -> str:
         raise RenderError(f"{name!r} cannot be written as an environment variable name")
     if not text.isprintable() or len(text) > 1023:
         raise RenderError(f"{name}: {text!r} cannot be written into nccl.conf")
-    return f"{name}={text}"
+    return _guarded("nccl", f"{name}={text}")
 
 
 def _sh_quote(value: Any) -> str:
     """One shell word, whatever it holds (`shlex.quote`: single quotes when needed)."""
-    return shlex.quote(str(value))
+    return _guarded("shell", shlex.quote(str(value)))
 
 
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_.,:/\[\]+@%=-]+")
@@ -323,7 +334,51 @@ def _sbatch_value(value: Any) -> str:
     text = str(value)
     if not _SBATCH_PLAIN.fullmatch(text):
         raise RenderError(f"{text!r} cannot be written as an #SBATCH option value")
-    return text
+    return _guarded("sbatch", text)
+
+
+def _comment(value: Any) -> str:
+    """Text on a comment line the template wrote: it stays on that line."""
+    return _guarded("comment", str(value))
+
+
+# --- the guard after rendering ----------------------------------------------------------------
+# Each filter above writes a value in its file's grammar; the guard then checks the text it
+# wrote (whatever type the value came through) against that grammar, and `_finalize` checks
+# every value a template writes without a filter against its file's. Either refuses with a
+# RenderError (exit 2) before anything is written.
+
+
+class Checked(str):
+    """Text a filter wrote and the guard of its format passed; `lines` for a YAML block."""
+
+    lines: bool
+
+    def __new__(cls, text: str, lines: bool = False) -> Checked:
+        made = super().__new__(cls, text)
+        made.lines = lines
+        return made
+
+
+def _guarded(fmt: str, text: str, value: Any = None) -> Checked:
+    try:
+        return Checked(guards.check(fmt, text, value=value))
+    except guards.UnsafeValue as exc:
+        raise RenderError(str(exc)) from None
+
+
+@jinja2.pass_context
+def _finalize(context: jinja2.runtime.Context, value: Any) -> Any:
+    """Every `{{ ... }}` a template writes: a filter's checked text passes (one line unless it is
+    a YAML block), anything else is checked against the grammar of the template's file."""
+    if isinstance(value, Checked):
+        if not value.lines and guards.FORMATS["comment"](value) is not None:
+            raise RenderError(f"{value!r} would break a line of {context.name}")
+        return value
+    if isinstance(value, bool | int) or value is None:
+        return value
+    fmt = guards.format_of(context.name or "")
+    return _guarded(fmt, str(value), value=str(value) if fmt == "yaml" else None)
 
 
 def _environment() -> jinja2.Environment:
@@ -336,6 +391,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,  # plain config files, not HTML
+        finalize=_finalize,
     )
     env.filters["to_yaml"] = _to_yaml
     env.filters["yaml_scalar"] = _yaml_scalar
@@ -344,6 +400,7 @@ def _environment() -> jinja2.Environment:
     env.filters["sh"] = _sh_quote
     env.filters["sbatch"] = _sbatch_value
     env.filters["fold"] = _fold
+    env.filters["comment"] = _comment
     return env
 
 
@@ -626,6 +683,11 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     # repository URLs at its mirror, a site refers to its vault.
     group_vars.update(cluster.ansible_vars)
     group_vars.update(cluster.ansible_connection_vars)
+    # What the roles write into chrony.conf, slurm.conf and systemd units meets that grammar too.
+    try:
+        guards.check_role_variables(group_vars)
+    except guards.UnsafeValue as exc:
+        raise RenderError(str(exc)) from None
 
     node_lines = []
     for name, run in _runs(gpu_nodes, lambda n: n.profile_name):

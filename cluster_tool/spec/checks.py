@@ -30,6 +30,10 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     """Every cross-field violation in a structurally valid spec (empty when the spec is good)."""
     problems: list[Problem] = []
     problems += _check_profiles(cluster)
+    if not all(_fits(g.address, len(expand_hostlist(g.hosts))) for g in cluster.nodes):
+        # Past 255.255.255.255 there is no address to derive a host from: every later check
+        # reads the hosts, so this one says what is wrong and they wait for a fixed spec.
+        return problems + _check_hosts(cluster, derive=False)
     problems += _check_hosts(cluster)
     problems += _check_references(cluster)
     problems += _check_fabric(cluster)
@@ -181,7 +185,7 @@ def _check_profiles(cluster: Cluster) -> list[Problem]:
     return problems
 
 
-def _check_hosts(cluster: Cluster) -> list[Problem]:
+def _check_hosts(cluster: Cluster, *, derive: bool = True) -> list[Problem]:
     problems: list[Problem] = []
     net = cluster.management.network
     seen_names: dict[str, int] = {}
@@ -234,7 +238,8 @@ def _check_hosts(cluster: Cluster) -> list[Problem]:
                 )
                 break
             seen_addresses[address] = name
-    problems += _check_bmc(cluster)
+    if derive:
+        problems += _check_bmc(cluster)
     return problems
 
 

@@ -11,16 +11,18 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     model_validator,
 )
 
+from cluster_tool.bounds import HostlistError, HostlistTooLarge
+from cluster_tool.bounds import expand_hostlist as bounded_expand
 from cluster_tool.spec.profiles import BUILTIN_PROFILES
 
 API_VERSION = "cluster-tool/v1"
@@ -40,16 +42,10 @@ class StrictModel(BaseModel):
 
 
 def _check_hostlist(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9\[\],._-]*", value):
-        raise ValueError(
-            f"not a valid hostlist {value!r}: only letters, digits, `[`, `]`, `,`, `.`, `_`, `-`"
-        )
     try:
-        NodeSet(value)
-    except NodeSetException as exc:
-        raise ValueError(f"not a valid hostlist {value!r}: {exc}") from exc
-    if "@" in value:
-        raise ValueError(f"not a valid hostlist {value!r}: node groups (@) are not supported")
+        expand_hostlist(value)
+    except (HostlistError, HostlistTooLarge) as exc:
+        raise ValueError(str(exc).removeprefix("hostlist: ")) from None
     return value
 
 
@@ -128,6 +124,43 @@ InterfaceName = Annotated[
     str,
     _matching("an interface name (letters, digits, `_`, `.`, `-`; 15 at most)", _IFNAME_RE, 15),
     _schema(f"^{_IFNAME_RE}$", 15, "A network interface name, e.g. `eno1` or `ibp24s0`."),
+]
+
+
+def _scope_is_an_interface(address: ipaddress.IPv6Address) -> ipaddress.IPv6Address:
+    # Python takes any text after `%` as the scope id, line breaks and blanks included
+    # (`fe80::1%eth0\nserver 203.0.113.66 iburst` passed): RFC 4007 zones name an interface.
+    scope = address.scope_id
+    if scope is not None and not re.fullmatch(_IFNAME_RE, scope):
+        raise ValueError(f"the zone of an IPv6 address is an interface name, not {scope!r}")
+    return address
+
+
+def _time_server(value: Any) -> str:
+    # One check with one message: a union of types reported the IPv4 refusal of an IPv6 value.
+    if not isinstance(value, str):
+        raise ValueError("a time server is a string: an IPv4 or IPv6 address or a DNS name")
+    text = value
+    if ":" in text:
+        try:
+            address = ipaddress.IPv6Address(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv6 address") from None
+        return str(_scope_is_an_interface(address))
+    if re.fullmatch(r"[0-9.]+", text):
+        try:
+            return str(ipaddress.IPv4Address(text))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv4 address") from None
+    if len(text) > 253 or not re.fullmatch(_DOMAIN_RE, text):
+        raise ValueError(f"{text!r} is not an IPv4 or IPv6 address or a DNS name")
+    return text
+
+
+TimeServer = Annotated[
+    str,
+    BeforeValidator(_time_server),
+    Field(description="An NTP server: IPv4 or IPv6 address (zone: an interface) or DNS name."),
 ]
 
 # Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
@@ -253,8 +286,9 @@ NodeDescriptionFormat = Annotated[
 
 
 def expand_hostlist(value: str) -> list[str]:
-    """The hosts of a hostlist in NodeSet order (`gpu[001-003]` -> gpu001, gpu002, gpu003)."""
-    return list(NodeSet(value)) if value else []
+    """The hosts of a hostlist in NodeSet order (`gpu[001-003]` -> gpu001, gpu002, gpu003),
+    through the one bounded expansion (`cluster_tool.bounds.expand_hostlist`)."""
+    return bounded_expand(value, "hostlist")
 
 
 # --- node profiles -------------------------------------------------------------------
@@ -405,7 +439,7 @@ class Management(StrictModel):
         "(`NCCL_SOCKET_IFNAME`). Default `eno1`.",
     )
     domain: DomainName | None = Field(None, description="DNS domain of the hosts, if any.")
-    time_servers: list[ipaddress.IPv4Address | ipaddress.IPv6Address | DomainName] = Field(
+    time_servers: list[TimeServer] = Field(
         default_factory=list,
         max_length=16,
         description="NTP servers the cluster's time server (the Slurm controller) follows; every "

@@ -10,6 +10,7 @@ import pytest
 from cluster_tool.cli import main
 from cluster_tool.render import diff_rendered, render, render_files
 from cluster_tool.render.engine import RenderError, load_rendered_yaml
+from cluster_tool.render.output_dir import MARKER
 from cluster_tool.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +39,7 @@ def test_golden_files(h100_files: dict[str, str]) -> None:
 def test_committed_example_inventory_is_current(h100_files: dict[str, str]) -> None:
     example = ROOT / "inventory" / "example"
     committed = {str(p.relative_to(example)) for p in example.rglob("*") if p.is_file()}
-    assert committed == set(h100_files)
+    assert committed == {*h100_files, MARKER}  # the marker: a folder render made
     for rel, text in h100_files.items():
         assert (example / rel).read_text(encoding="utf-8") == text, (
             f"inventory/example/{rel} is stale: "
@@ -149,10 +150,12 @@ def test_render_replaces_the_folder_and_reports_changes(tmp_path: Path) -> None:
     cluster = load_spec(EXAMPLES / "lab.yml")
     first = render(cluster, out)
     assert first.changed == first.files
-    (out / "stale.txt").write_text("left over")
+    # A file an earlier render wrote (a collective the spec no longer names) goes; a file of
+    # the operator's is never deleted (tests/unit/render/test_render_output_folder.py).
+    (out / "nccl-tests" / "broadcast.sbatch").write_text("left over")
     second = render(cluster, out)
-    assert second.changed == ["stale.txt"]
-    assert not (out / "stale.txt").exists()
+    assert second.changed == ["nccl-tests/broadcast.sbatch"]
+    assert not (out / "nccl-tests" / "broadcast.sbatch").exists()
     assert render(cluster, out).changed == []
     assert [p.name for p in tmp_path.iterdir()] == ["inv"]  # no temp folders left behind
 

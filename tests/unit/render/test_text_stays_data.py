@@ -255,7 +255,7 @@ def test_a_newline_cannot_add_a_slurm_line() -> None:
         update={"max_time": "INFINITE\nPartitionName=pwn Nodes=ALL"}
     )
     slurm = cluster.slurm.model_copy(update={"partitions": [part]})
-    with pytest.raises(RenderError, match="Slurm config value"):
+    with pytest.raises(RenderError, match="Slurm config"):
         render_files(cluster.model_copy(update={"slurm": slurm}))
 
 
