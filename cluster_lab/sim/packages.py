@@ -410,7 +410,13 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             # openibd loads DOCA's mlx5_core/ib_core in place of the inbox stack, which stays
             # loaded after the install until openibd restarts or the node reboots; modinfo
             # answers for DOCA's modules (what modprobe would load now).
-            tools={"usr/sbin/openibd-lab": "openibd", "usr/local/sbin/modinfo": "modinfo"},
+            tools={
+                "usr/sbin/openibd-lab": "openibd",
+                "usr/local/sbin/modinfo": "modinfo",
+                # DOCA's ofed-scripts ship ibdev2netdev (the real one reads sysfs links the
+                # lab's tree cannot hold; this one reads the model the tree is written from).
+                "usr/bin/ibdev2netdev": "ibdev2netdev",
+            },
             services={"openibd": "/usr/sbin/openibd-lab"},
             carries_simulator=True,
             postinst=_INBOX_MLX5_AT_INSTALL,

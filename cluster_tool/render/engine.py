@@ -621,6 +621,18 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             "sharp": fabric.sharp,
         },
         "cluster_compute_hcas": compute_hcas,
+        # Per node profile (each GPU host's `node_profile`): the compute HCAs by PCI address,
+        # the one identity a renamed device keeps, and the ports that are not compute, so a role
+        # checks the HCAs it expects and only lists the rest (a DGX H100 shows twelve).
+        "cluster_node_profiles": {
+            name: {
+                "compute_hcas": [
+                    {"device": h.device, "pci": h.pci, "rail": h.rail} for h in p.compute_hcas
+                ],
+                "nics": [{"device": n.device, "pci": n.pci, "purpose": n.purpose} for n in p.nics],
+            }
+            for name, p in cluster.gpu_profiles().items()
+        },
         "cluster_cabling_csv": "{{ inventory_dir }}/cabling.csv",
         "cluster_switch_links_csv": "{{ inventory_dir }}/switch-links.csv",
         "cluster_thresholds": cluster.thresholds.model_dump(mode="json"),

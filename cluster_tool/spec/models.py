@@ -311,6 +311,14 @@ class Nic(StrictModel):
     pci: PciAddress
     purpose: Literal["storage", "management", "inband"] = Field(description="What it carries.")
     netdev: InterfaceName | None = Field(None, description="Network interface name.")
+    link_layer: Literal["InfiniBand", "Ethernet"] | None = Field(
+        None,
+        description="Link layer its port runs (ibstat `Link layer`): a ConnectX-7 or BlueField-3 "
+        "port is InfiniBand or Ethernet as its firmware is set; unset: not stated.",
+    )
+    rate_gbps: int | None = Field(
+        None, ge=1, description="Link rate as ibstat reports it, where the site fixes one."
+    )
 
 
 class NodeProfile(StrictModel):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cluster_tool.ansible.runner import run_playbook
+from cluster_tool.parsers.ibstat import parse_ibstat
 from tests.conftest import REPO
 from tests.lab.conftest import Converged
 
@@ -87,6 +88,54 @@ def test_peermem_mode_loads_nvidia_peermem_after_the_bringup(
             node,
             "rm -f /etc/modules-load.d/cluster-tool-nvidia-peermem.conf; modprobe nvidia_peermem",
         )
+
+
+# The storage and in-band ports of a DGX H100's two dual-port ConnectX-7s (DGX BasePOD guide).
+NON_COMPUTE = {"mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"}
+
+
+def test_dgx_layout_nodes_come_up_with_their_storage_and_inband_ports(
+    converged: Converged, tmp_path: Path
+) -> None:
+    """Issue 29's DOCA trap: every lab GPU node shows the twelve RDMA devices of a DGX H100, and
+    the bring-up (the doca_ofed role's check included, which counted /sys/class/infiniband and
+    failed such a node at f6ed0da) went through with no finding on a non-compute port. The role
+    checks each compute HCA at its PCI address: one named otherwise there fails it, both names
+    said."""
+    lab = converged.lab
+    for node in GPU_NODES:
+        devices = lab.ssh(node, "ls /sys/class/infiniband").stdout.split()
+        assert len(devices) == 12 and set(devices) >= NON_COMPUTE, (node, devices)
+    cas = {ca.name: ca for ca in parse_ibstat(lab.ssh("gpu002", "ibstat").stdout)}
+    assert (cas["mlx5_2"].ports[0].link_layer, cas["mlx5_2"].ports[0].state) == (
+        "Ethernet",
+        "Active",
+    )
+    assert (cas["mlx5_1"].ports[0].link_layer, cas["mlx5_1"].ports[0].state) == (
+        "InfiniBand",
+        "Down",
+    )
+    netdevs = lab.ssh("gpu002", "ibdev2netdev").stdout.splitlines()
+    assert "mlx5_0 port 1 ==> ibp24s0 (Up)" in netdevs and len(netdevs) == 12
+    findings = json.loads((Path(converged.bringup["run_dir"]) / "findings.json").read_text())
+    named = [f for f in findings["findings"] if (f.get("component") or "") in NON_COMPUTE]
+    assert named == []
+
+    # gpu002's rail-1 HCA (0000:40:00.0) is mlx5_3; a profile calling it mlx5_1 is a mismatch.
+    wrong = [{"device": "mlx5_1", "pci": "0000:40:00.0", "rail": 1}]
+    result = run_playbook(
+        REPO / "playbooks" / "phases" / "fabric.yml",
+        lab.inventory,
+        limit="gpu002",
+        tags="doca_ofed-start",
+        extravars={"doca_ofed_compute_hcas": wrong},
+        private_data_dir=tmp_path / "ansible",
+    )
+    assert not result.succeeded
+    failed = [e.message for e in result.events if e.failed]
+    assert any(
+        "0000:40:00.0 is mlx5_3 on this node, mlx5_1 (rail 1) in the profile" in m for m in failed
+    ), failed
 
 
 def test_slurm_runs_its_cgroup_plugins_and_a_job_step_lives_in_its_jobs_cgroup(

@@ -123,6 +123,24 @@ def test_nccl_conf_names_the_compute_hcas_exactly(h100_files: dict[str, str]) ->
     assert "NCCL_COLLNET_ENABLE" not in sharp and "SHARP_COLL_ENABLE_SAT=1" in sharp
 
 
+def test_group_vars_give_each_profiles_compute_hcas_by_pci_address(
+    h100_files: dict[str, str],
+) -> None:
+    """What the doca_ofed role checks a node against: each compute HCA at its PCI address (the
+    DGX H100 User Guide's OSFP ports: mlx5_0 at bus 0x18 for GPU0 ... mlx5_11 at 0xdc for GPU7),
+    and the storage/in-band ports apart, never among them."""
+    group_vars = load_rendered_yaml(h100_files["group_vars/all.yml"])
+    profile = group_vars["cluster_node_profiles"]["hgx-h100-8x-ndr"]
+    hcas = {h["device"]: (h["pci"], h["rail"]) for h in profile["compute_hcas"]}
+    assert hcas["mlx5_0"] == ("0000:18:00.0", 0)
+    assert hcas["mlx5_3"] == ("0000:40:00.0", 1)
+    assert hcas["mlx5_11"] == ("0000:dc:00.0", 7)
+    assert len(hcas) == 8
+    assert {n["device"] for n in profile["nics"]} == {"mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"}
+    hosts = load_rendered_yaml(h100_files["hosts.yml"])
+    assert hosts["all"]["hosts"]["gpu001"]["node_profile"] == "hgx-h100-8x-ndr"
+
+
 def test_nccl_tests_jobs(h100_files: dict[str, str]) -> None:
     job = h100_files["nccl-tests/all_reduce.sbatch"]
     assert job.startswith("#!/bin/bash\n")
