@@ -434,6 +434,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             entry["index_in_su"] = node.index_in_su
         if node.profile_name is not None:
             entry["node_profile"] = mark_unsafe(node.profile_name)
+        if node.os is not None:
+            # The OS the spec says this host runs; the preflight holds the host to it.
+            entry["node_os"] = node.os
         inventory_hosts.append({"name": node.name, "vars": entry})
     inventory_groups: dict[str, list[str]] = {}
     for role, group in GROUPS.items():
@@ -512,8 +515,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "sharp_enabled": fabric.sharp,
         "sharp_hpcx_version": software.hpcx_version,
         "sharp_plugin_version": software.sharp_plugin_version,
-        "slurm_version": software.slurm_version,
-        "slurm_download_url": repos.slurm,
+        "slurm_package_source": slurm.packages,
+        "slurm_uid": slurm.uid,
+        "slurm_gid": slurm.gid,
         "slurm_cluster_name": cluster.slurm_cluster_name,
         "slurm_partitions": partitions,
         "slurm_nodes_conf_file": "{{ inventory_dir }}/slurm/nodes.conf",
@@ -530,6 +534,14 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "enroot_download_url": repos.enroot,
         "pyxis_repo_url": repos.pyxis,
     }
+    if software.slurm_version is not None:
+        group_vars["slurm_version"] = software.slurm_version
+    if slurm.repository is not None:
+        group_vars["slurm_site_repo_uri"] = slurm.repository.url
+        group_vars["slurm_site_repo_suites"] = list(slurm.repository.suites)
+        group_vars["slurm_site_repo_components"] = list(slurm.repository.components)
+        if slurm.repository.key_url is not None:
+            group_vars["slurm_site_repo_signed_by"] = slurm.repository.key_url
     # Per-OS repositories reach the roles only when the spec names a mirror: otherwise every
     # node gets its own OS release's repository from the role defaults.
     for name, url in (

@@ -122,9 +122,15 @@ def test_role_defaults_the_check_assumes_are_the_roles() -> None:
 
 
 def test_slurm_too_old_for_cgroup_v2_and_nccl_too_old_for_the_plugin_are_located() -> None:
-    text = with_tail('software:\n  slurm_version: "21.08.8"\n  nccl_version: "2.7.2-1+cuda11.0"\n')
+    # SchedMD's packages at 21.08 (the distribution's Slurm is the OS's own: not pinned here).
+    text = with_tail(
+        'software:\n  slurm_version: "21.08.8"\n  nccl_version: "2.7.2-1+cuda11.0"\n'
+    ).replace(
+        "  controller: head\n",
+        "  controller: head\n  packages: schedmd\n  repository: {url: 'http://repo.example.net/'}\n",
+    )
     problems = problems_of(text)
-    assert len(problems) == 2
+    assert len(problems) == 2, problems
     nccl = next(p for p in problems if "nccl_version" in p)
     assert nccl.startswith(
         f"c.yml:{line_of(text, 'nccl_version')}:17: software.nccl_version: "
