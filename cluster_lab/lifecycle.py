@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from cluster_lab import bmc, fabric, nodes, releases, repo
+from cluster_lab import bmc, fabric, flavours, nodes, releases, repo, schedmd
 from cluster_lab import model as hw
 from cluster_lab.base import ensure_base, ensure_layer
 from cluster_lab.config import DEFAULT_SPEC, LabConfig
@@ -40,6 +40,7 @@ from cluster_lab.host import (
 from cluster_lab.sim.packages import publish_to_lab_repo
 from cluster_lab.state import LabState, load_state, running_lab, save_state
 from cluster_lab.topology import LabPlan, build_model, load_plan
+from cluster_tool.ansible.runner import forget_facts
 from cluster_tool.errors import UsageError
 
 # Packages the head node boots with (a cached layer): the subnet manager lives outside it, so the
@@ -139,14 +140,21 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         _check_plan(config, plan)
         base = ensure_base(config)
         repo.ensure_repo(config, base)
+        # SchedMD's Slurm packages, as a site builds them, for `slurm.packages: schedmd`.
+        schedmd.publish_schedmd(config)
         # The device simulators go in under the vendors' package names and versions, so
         # the roles install them exactly as they would the real ones.
         publish_to_lab_repo(config)
         # What a cluster downloads from GitHub releases and a registry (enroot, pyxis, an image).
         releases.publish_releases(config)
         head_layer = ensure_layer(config, base, "head-fabric", HEAD_FABRIC_PACKAGES)
+        # Nodes of another OS than the base's (the spec's `os`): its archive and image layer.
+        os_layers = {}
+        for flavour in _flavours(plan).values():
+            flavours.publish_flavour(config, flavour)
+            os_layers[flavour.name] = str(flavours.ensure_layer(config, base, flavour))
         try:
-            state = _build(config, plan, base, head_layer)
+            state = _build(config, plan, base, head_layer, os_layers)
         except BaseException:
             _teardown(config, load_state(config.state_file))
             raise
@@ -155,7 +163,23 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         return result
 
 
-def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> LabState:
+def _flavours(plan: LabPlan) -> dict[str, flavours.Flavour]:
+    """The flavours the plan's nodes run (by the spec's `os`)."""
+    found: dict[str, flavours.Flavour] = {}
+    for host in plan.hosts:
+        flavour = flavours.flavour_of(host.os)
+        if flavour is not None:
+            found[flavour.name] = flavour
+    return found
+
+
+def _build(
+    config: LabConfig,
+    plan: LabPlan,
+    base: Path,
+    head_layer: Path,
+    os_layers: dict[str, str] | None = None,
+) -> LabState:
     lab_name = f"{plan.cluster.name}-{config.prefix}"
     state = LabState(
         prefix=config.prefix,
@@ -168,6 +192,7 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
     )
     state.extra["lab_name"] = lab_name
     state.extra["head_layer"] = str(head_layer)
+    state.extra["os_layers"] = dict(os_layers or {})
     timings: dict[str, float] = {}
     state.extra["timings"] = timings
     mark = time.monotonic()
@@ -180,6 +205,9 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
 
     save_state(config.state_file, state)
     config.log_dir.mkdir(parents=True, exist_ok=True)
+    # The nodes boot bare, perhaps as another OS than a lab of the same inventory had: what
+    # Ansible cached about them is stale (as after a re-image).
+    forget_facts(config.inventory_dir, [host.name for host in plan.hosts])
 
     nodes.ensure_bridge(config)
 
@@ -316,11 +344,16 @@ def _write_fake_sysfs(config: LabConfig, model: hw.HardwareModel) -> None:
 
 
 def _lower(state: LabState, plan: LabPlan, name: str) -> str:
-    """The node's overlay lower layers: the base, and on the head its fabric-tools layer."""
+    """The node's overlay lower layers: the base, on the head its fabric-tools layer, and on a
+    node of another OS that OS's layer (its identity and preinstalled packages)."""
+    layers = [state.base]
+    os_layer = dict(state.extra.get("os_layers") or {}).get(str(plan.host(name).os))
+    if os_layer:
+        layers.insert(0, os_layer)
     layer = state.extra.get("head_layer")
     if name == _head(plan) and layer:
-        return f"{layer}:{state.base}"
-    return state.base
+        layers.insert(0, layer)
+    return ":".join(layers)
 
 
 def _h(state: LabState) -> list[nodes.CgroupHierarchy]:
@@ -386,6 +419,7 @@ def config_from_json(data: dict[str, Any]) -> LabConfig:
 
 def node_spec(config: LabConfig, plan: LabPlan, name: str) -> nodes.NodeSpec:
     host = plan.host(name)
+    flavour = flavours.flavour_of(host.os)
     hosts_lines = ["127.0.0.1\tlocalhost", f"{config.host_address}\tlab-repo"]
     domain = plan.cluster.management.domain
     for h in plan.hosts:
@@ -402,7 +436,7 @@ def node_spec(config: LabConfig, plan: LabPlan, name: str) -> nodes.NodeSpec:
         address=host.address,
         hosts_file="\n".join(hosts_lines) + "\n",
         authorized_key=config.ssh_key.with_suffix(".pub").read_text(),
-        apt_source=repo.apt_source_line(config),
+        apt_source=flavour.apt_source(config.repo_url) if flavour else repo.apt_source_line(config),
         extra_files=extra,
     )
 
@@ -411,6 +445,11 @@ def node_spec(config: LabConfig, plan: LabPlan, name: str) -> nodes.NodeSpec:
 
 
 def _check_plan(config: LabConfig, plan: LabPlan) -> None:
+    for host in plan.hosts:
+        try:
+            flavours.flavour_of(host.os)
+        except LabError as exc:
+            raise UsageError(f"{plan.spec_path}: {host.name}: {exc}") from exc
     reserved = {config.host_address, config.ibsim_address, config.bmc_address}
     seen: set[str] = set()
     for host in plan.hosts:
@@ -573,6 +612,23 @@ def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
         update={"ansible_vars": {**plan.cluster.ansible_vars, **lab_vars}}
     )
     render(cluster, config.inventory_dir)
+    # A node of another OS takes every repository from that OS's archive in the lab's repository
+    # (the render's os_<name> group), as a site's per-OS mirrors.
+    for flavour in _flavours(plan).values():
+        url = f"{config.repo_url}/{flavour.path}/"
+        os_vars = {
+            key: url
+            for key, value in lab_vars.items()
+            if key.endswith(("_repo_url", "_repo_uri"))
+            and key != "lab_repo_url"
+            and value == f"{config.repo_url}/"
+        }
+        os_vars["lab_apt_source"] = flavour.apt_source(config.repo_url)
+        path = config.inventory_dir / "group_vars" / f"os_{flavour.name}.yml"
+        path.write_text(
+            "---\n# Written by `cluster-tool lab up`: this OS's archive in the lab's repository.\n"
+            + yaml.safe_dump(os_vars, sort_keys=True)
+        )
 
 
 # --- running commands on nodes -----------------------------------------------------------------

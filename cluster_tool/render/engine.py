@@ -445,6 +445,10 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             inventory_groups[group] = members
     for su, group in enumerate(su_groups, start=1):
         inventory_groups[group] = [n.name for n in gpu_nodes if n.su == su]
+    # One group per stated OS (os_ubuntu2204, ...): where a site's per-OS settings go (mirrors,
+    # group_vars/os_<name>.yml).
+    for os_name in sorted({n.os for n in hosts if n.os is not None}):
+        inventory_groups[f"os_{os_name}"] = [n.name for n in hosts if n.os == os_name]
 
     profile = _first_gpu_profile(cluster)
     compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
