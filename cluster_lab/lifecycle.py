@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from cluster_lab import bmc, fabric, flavours, nodes, releases, repo, schedmd
+from cluster_lab import bmc, fabric, flavours, nodes, releases, repo, schedmd, ufm
 from cluster_lab import model as hw
 from cluster_lab.base import ensure_base, ensure_layer
 from cluster_lab.config import DEFAULT_SPEC, LabConfig
@@ -230,6 +230,15 @@ def _build(
 
     state.services["repo"] = repo.start_server(config).to_json()
     save_state(config.state_file, state)
+    # The UFM stand-in (mode `ufm` asks it); its credentials are the lab's, in its context.
+    import secrets as token
+
+    ufm_credentials = {
+        ufm.USER_ENV: f"lab-ufm-{token.token_hex(3)}",
+        ufm.PASSWORD_ENV: token.token_urlsafe(18),
+    }
+    state.services["ufm"] = ufm.start(config, ufm_credentials, plan.cluster.fabric.sharp).to_json()
+    save_state(config.state_file, state)
 
     nodes.add_netns(config, fabric.FABRIC_NS, config.ibsim_address)
     state.netns.append(fabric.FABRIC_NS)
@@ -268,7 +277,7 @@ def _build(
                 _wait_bmc(host.bmc_address, lab_name, host.name)
     lap("BMCs answering")
 
-    written = _write_context(config, plan)
+    written = _write_context(config, plan, ufm_credentials)
     if written is not None:
         state.extra["context"] = str(written)
     state.complete = True
@@ -283,7 +292,9 @@ def _written_by(config: LabConfig) -> str:
     return f"cluster-tool lab up ({config.lab_dir})"
 
 
-def _write_context(config: LabConfig, plan: LabPlan) -> Path | None:
+def _write_context(
+    config: LabConfig, plan: LabPlan, extra_env: dict[str, str] | None = None
+) -> Path | None:
     """The lab is a cluster like any other: its context says how workflows reach it (the lab's
     inventory, SSH config, Slurm controller, shared folder for the gate, its BMC emulators'
     plain http) and holds the lab-only secrets generated here (slurmdbd password, the BMC
@@ -303,7 +314,7 @@ def _write_context(config: LabConfig, plan: LabPlan) -> Path | None:
         other = _LAB_WRITER.fullmatch(existing.written_by)
         if other is None or (Path(other.group(1)) / "state.json").exists():
             return None
-    env = {"CLUSTER_TOOL_SLURMDBD_PASSWORD": token.token_urlsafe(18)}
+    env = {"CLUSTER_TOOL_SLURMDBD_PASSWORD": token.token_urlsafe(18), **(extra_env or {})}
     creds = cluster.bmc.credentials
     if creds.username.env:
         env[creds.username.env] = f"lab-admin-{token.token_hex(3)}"
@@ -401,6 +412,7 @@ def config_to_json(config: LabConfig) -> dict[str, Any]:
         "repo_port": config.repo_port,
         "redfish_port": config.redfish_port,
         "agent_port": config.agent_port,
+        "ufm_port": config.ufm_port,
     }
 
 
@@ -414,6 +426,8 @@ def config_from_json(data: dict[str, Any]) -> LabConfig:
         repo_port=int(data["repo_port"]),
         redfish_port=int(data["redfish_port"]),
         agent_port=int(data["agent_port"]),
+        # A lab recorded before the UFM stand-in: its default port.
+        ufm_port=int(data.get("ufm_port", LabConfig.ufm_port)),
     )
 
 
@@ -509,7 +523,7 @@ def _check_addresses_free(config: LabConfig) -> None:
         # narrower one means something else already uses these addresses.
         if network.overlaps(config.subnet) and network.prefixlen >= config.subnet.prefixlen:
             raise UsageError(f"address range {config.subnet} overlaps the route {line.strip()}")
-    for port in (config.repo_port, config.agent_port):
+    for port in (config.repo_port, config.agent_port, config.ufm_port):
         if _listening(config.host_address, port):
             raise UsageError(
                 f"{config.host_address}:{port} is already in use by another process "
@@ -608,6 +622,9 @@ def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
             "ansible_control_path_dir": str(config.control_dir),
         }
     )
+    if plan.cluster.fabric.subnet_manager_mode == "ufm":
+        # The lab's UFM is its stand-in on the bridge.
+        lab_vars["cluster_ufm_url"] = config.ufm_url
     cluster = plan.cluster.model_copy(
         update={"ansible_vars": {**plan.cluster.ansible_vars, **lab_vars}}
     )

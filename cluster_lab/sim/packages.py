@@ -56,6 +56,8 @@ DEFAULT_VERSIONS: dict[str, str] = {
     "nccl-rdma-sharp-plugins": "2.7-1",
     "nccl-tests": "2.13.11-1",
     "opensm-ibsim": "1.0-1",
+    # SHARP's aggregation manager, as DOCA-Host ships it (the sharp role's pin is 3.9.*).
+    "sharp": "3.9.0-1",
     # NVIDIA's container toolkit library and CLI, which enroot's GPU hook runs.
     "libnvidia-container1": "1.17.1",
     "libnvidia-container-tools": "1.17.1",
@@ -409,6 +411,35 @@ def kernel_headers_package(release: str) -> SimPackage:
     )
 
 
+# SHARP's aggregation manager: a daemon that holds its place (the lab's switches aggregate nothing)
+# and the script NVIDIA's SHARP deployment guide registers it with (`sharp_daemons_setup.sh -s -d
+# sharp_am`: a systemd unit; here also the lab's init script that runs it).
+SHARP_AM = """#!/bin/sh
+# cluster-tool lab: SHARP's aggregation manager (simulated: it runs, and aggregates nothing).
+while :; do sleep 3600; done
+"""
+SHARP_AM_UNIT = """[Unit]
+Description=SHARP Aggregation Manager (sharp_am)
+After=network.target
+
+[Service]
+ExecStart=/opt/mellanox/sharp/bin/sharp_am
+
+[Install]
+WantedBy=multi-user.target
+"""
+SHARP_DAEMONS_SETUP = """#!/bin/sh
+# cluster-tool lab: sharp_daemons_setup.sh -s -d sharp_am registers the daemon as a service.
+set -e
+if [ "$1" != -s ] || [ "$2" != -d ] || [ "$3" != sharp_am ]; then
+    echo "usage: $0 -s -d sharp_am" >&2
+    exit 2
+fi
+install -m 0644 /opt/mellanox/sharp/share/sharp_am.service /etc/systemd/system/sharp_am.service
+install -m 0755 /opt/mellanox/sharp/share/sharp_am.init /etc/init.d/sharp_am
+"""
+
+
 def packages_for(branch: str = DRIVER_BRANCH, kernel: str | None = None) -> list[SimPackage]:
     """Every simulator package (Debian's names) for driver `branch` and the running kernel."""
     driver_doc = "/usr/share/doc/cluster-tool-lab/MODULES"
@@ -514,6 +545,20 @@ def packages_for(branch: str = DRIVER_BRANCH, kernel: str | None = None) -> list
                 "/lib/systemd/system/opensm-ibsim.service": OPENSM_IBSIM_UNIT,
             },
             depends=("opensm", "ibsim-utils"),
+        ),
+        SimPackage(
+            "sharp",
+            "NVIDIA SHARP: the aggregation manager and its service setup (simulated)",
+            files={
+                "/opt/mellanox/sharp/share/sharp_am.service": SHARP_AM_UNIT,
+            },
+            executables={
+                "/opt/mellanox/sharp/bin/sharp_am": SHARP_AM,
+                "/opt/mellanox/sharp/sbin/sharp_daemons_setup.sh": SHARP_DAEMONS_SETUP,
+                "/opt/mellanox/sharp/share/sharp_am.init": _INIT.format(
+                    service="sharp_am", daemon="/opt/mellanox/sharp/bin/sharp_am"
+                ),
+            },
         ),
         SimPackage(
             "libnvidia-container1",

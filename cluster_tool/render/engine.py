@@ -476,10 +476,15 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "cluster_slurmdbd_host": slurm.accounting_host or "",
         "cluster_login_nodes": expand_hostlist(slurm.login_nodes or ""),
         "cluster_subnet_manager": fabric.subnet_manager,
-        # The opensm role: primary first (the higher sm_priority), or an external UFM.
+        # The opensm role: primary first (the higher sm_priority), or an external UFM, which runs
+        # the SM (and SHARP's aggregation manager) itself: then no host runs OpenSM or sharp_am.
         "opensm_mode": fabric.subnet_manager_mode,
-        "opensm_hosts": [fabric.subnet_manager]
-        + ([fabric.standby_subnet_manager] if fabric.standby_subnet_manager else []),
+        "opensm_hosts": (
+            [fabric.subnet_manager]
+            + ([fabric.standby_subnet_manager] if fabric.standby_subnet_manager else [])
+            if fabric.subnet_manager_mode == "opensm"
+            else []
+        ),
         "opensm_adaptive_routing": fabric.adaptive_routing or fabric.sharp,
         "cluster_management_network": str(cluster.management.network),
         "cluster_management_interface": cluster.management.interface,
@@ -538,6 +543,8 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "enroot_download_url": repos.enroot,
         "pyxis_repo_url": repos.pyxis,
     }
+    if fabric.ufm_url is not None:
+        group_vars["cluster_ufm_url"] = fabric.ufm_url
     if software.slurm_version is not None:
         group_vars["slurm_version"] = software.slurm_version
     if slurm.repository is not None:

@@ -333,6 +333,13 @@ def _check_references(cluster: Cluster) -> list[Problem]:
     need(("fabric", "standby_subnet_manager"), standby, "standby subnet manager")
     if standby and standby == cluster.fabric.subnet_manager:
         problems.append((("fabric", "standby_subnet_manager"), "the standby must be another host"))
+    if cluster.fabric.ufm_url and cluster.fabric.subnet_manager_mode != "ufm":
+        problems.append(
+            (
+                ("fabric", "ufm_url"),
+                "only `subnet_manager_mode: ufm` asks a UFM; set it, or remove ufm_url",
+            )
+        )
     if standby and cluster.fabric.subnet_manager_mode == "ufm":
         problems.append(
             (

@@ -546,6 +546,14 @@ class Fabric(StrictModel):
         "`subnet_manager` (and `standby_subnet_manager`); `ufm`: an external UFM manages the "
         "subnet, the role installs nothing and only checks that an SM answers.",
     )
+    ufm_url: Url | None = Field(
+        None,
+        description="Mode `ufm`: the UFM server's URL (`https://ufm.example.net`). The opensm "
+        "and sharp roles ask its REST API (`/ufmRest/app/ufm_version`, basic auth from "
+        "CLUSTER_TOOL_UFM_USERNAME / CLUSTER_TOOL_UFM_PASSWORD) that it runs the subnet manager "
+        "and, with `sharp`, the SHARP aggregation manager; left out, they check only that an SM "
+        "answers (`sminfo`).",
+    )
     standby_subnet_manager: HostName | None = Field(
         None,
         description="Second OpenSM host, at a lower `sm_priority` than `subnet_manager` "
