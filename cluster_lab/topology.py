@@ -36,6 +36,7 @@ class LabHost:
     role: str  # "head" or "gpu"
     roles: tuple[str, ...]
     bmc_address: str | None
+    os: str | None = None  # its group's `os` in the spec (cluster_lab/flavours.py)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def load_plan(spec_path: Path, inventory_dir: Path) -> LabPlan:
             role="gpu" if node.is_gpu else "head",
             roles=tuple(node.roles),
             bmc_address=node.bmc_address,
+            os=node.os,
         )
         for node in cluster.hosts()
     )

@@ -555,6 +555,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             entry["index_in_su"] = node.index_in_su
         if node.profile_name is not None:
             entry["node_profile"] = mark_unsafe(node.profile_name)
+        if node.os is not None:
+            # The OS the spec says this host runs; the preflight holds the host to it.
+            entry["node_os"] = node.os
         inventory_hosts.append({"name": node.name, "vars": entry})
     inventory_groups: dict[str, list[str]] = {}
     for role, group in GROUPS.items():
@@ -563,6 +566,10 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             inventory_groups[group] = members
     for su, group in enumerate(su_groups, start=1):
         inventory_groups[group] = [n.name for n in gpu_nodes if n.su == su]
+    # One group per stated OS (os_ubuntu2204, ...): where a site's per-OS settings go (mirrors,
+    # group_vars/os_<name>.yml).
+    for os_name in sorted({n.os for n in hosts if n.os is not None}):
+        inventory_groups[f"os_{os_name}"] = [n.name for n in hosts if n.os == os_name]
 
     profile = _first_gpu_profile(cluster)
     compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
@@ -591,10 +598,15 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "cluster_slurmdbd_host": slurm.accounting_host or "",
         "cluster_login_nodes": expand_hostlist(slurm.login_nodes or ""),
         "cluster_subnet_manager": fabric.subnet_manager,
-        # The opensm role: primary first (the higher sm_priority), or an external UFM.
+        # The opensm role: primary first (the higher sm_priority), or an external UFM, which runs
+        # the SM (and SHARP's aggregation manager) itself: then no host runs OpenSM or sharp_am.
         "opensm_mode": fabric.subnet_manager_mode,
-        "opensm_hosts": [fabric.subnet_manager]
-        + ([fabric.standby_subnet_manager] if fabric.standby_subnet_manager else []),
+        "opensm_hosts": (
+            [fabric.subnet_manager]
+            + ([fabric.standby_subnet_manager] if fabric.standby_subnet_manager else [])
+            if fabric.subnet_manager_mode == "opensm"
+            else []
+        ),
         "opensm_adaptive_routing": fabric.adaptive_routing or fabric.sharp,
         "cluster_management_network": str(cluster.management.network),
         "cluster_management_interface": cluster.management.interface,
@@ -646,8 +658,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "sharp_enabled": fabric.sharp,
         "sharp_hpcx_version": software.hpcx_version,
         "sharp_plugin_version": software.sharp_plugin_version,
-        "slurm_version": software.slurm_version,
-        "slurm_download_url": repos.slurm,
+        "slurm_package_source": slurm.packages,
+        "slurm_uid": slurm.uid,
+        "slurm_gid": slurm.gid,
         "slurm_cluster_name": cluster.slurm_cluster_name,
         "slurm_partitions": partitions,
         "slurm_nodes_conf_file": "{{ inventory_dir }}/slurm/nodes.conf",
@@ -672,6 +685,16 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     if dcgm_major.isdigit():
         group_vars["dcgm_major"] = int(dcgm_major)
     group_vars.update(_storage_vars(cluster))
+    if fabric.ufm_url is not None:
+        group_vars["cluster_ufm_url"] = fabric.ufm_url
+    if software.slurm_version is not None:
+        group_vars["slurm_version"] = software.slurm_version
+    if slurm.repository is not None:
+        group_vars["slurm_site_repo_uri"] = slurm.repository.url
+        group_vars["slurm_site_repo_suites"] = list(slurm.repository.suites)
+        group_vars["slurm_site_repo_components"] = list(slurm.repository.components)
+        if slurm.repository.key_url is not None:
+            group_vars["slurm_site_repo_signed_by"] = slurm.repository.key_url
     # Per-OS repositories reach the roles only when the spec names a mirror: otherwise every
     # node gets its own OS release's repository from the role defaults.
     for name, url in (

@@ -62,6 +62,7 @@ def test_inventory_groups_and_host_vars(h100_files: dict[str, str]) -> None:
         "su": 1,
         "index_in_su": 17,
         "node_profile": "hgx-h100-8x-ndr",
+        "node_os": "ubuntu2204",
     }
     groups = inventory["children"]
     assert list(groups["slurm_controller"]["hosts"]) == ["head01"]
