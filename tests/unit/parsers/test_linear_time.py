@@ -54,10 +54,14 @@ SAMPLES: dict[str, Path] = {
     "nvidia-smi-nvlink-errors": PARSERS
     / "real"
     / "nvidia-smi_nvlink-e_h100_elided_links_prompt_line.txt",
+    "proc-mounts": FIXTURES / "storage" / "build-host-mounts-df.txt",
+    "df-posix": FIXTURES / "storage" / "build-host-mounts-df.txt",
 }
 
 # The section of a sample its parser reads, where the capture holds more than one tool's output.
-_SECTION = {"ibstatus": "ibstatus on an NDR200 port ----\n"}
+_SECTION = {"ibstatus": "ibstatus on an NDR200 port ----\n", "df-posix": "--- df -P -k -l\n"}
+# The section a sample's parser reads, where it ends at another tool's output.
+_UNTIL = {"proc-mounts": "--- df -P -k -l\n"}
 
 # How many lines of a sample are taken, and how many kinds of line from it.
 _HEAD = 60
@@ -110,6 +114,8 @@ def _cases() -> dict[str, tuple[Callable[[str], object], str]]:
         text = _text(path)
         if kind in _SECTION:
             text = text.split(_SECTION[kind], 1)[1]
+        if kind in _UNTIL:
+            text = text.split(_UNTIL[kind], 1)[0]
         cases[kind] = (KINDS[kind].read, text)
     return cases | _others()
 
