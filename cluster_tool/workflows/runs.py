@@ -484,7 +484,8 @@ def last_failed(runs_dir: Path, spec: Path) -> list[str]:
             "run `bringup` again, or name the hosts with --limit"
         )
     try:
-        summary = RunSummary.from_json(load_json(read_input_bytes(path), path))
+        data = load_json(read_input_bytes(path), f"{path}: not a run summary")
+        summary = RunSummary.from_json(data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise UsageError(f"--retry-failed: {path}: not a run summary: {exc}") from None
     failed = [n for n, v in summary.nodes.items() if v.get("verdict") != "pass"]
