@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 # Every parser module; a new one goes here to be listed by `cluster-tool parse` (keep sorted).
 MODULES = (
     "dcgmi",
+    "host",
     "ibcounters",
     "iblinkinfo",
     "ibnetdiscover",

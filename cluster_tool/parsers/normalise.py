@@ -35,12 +35,13 @@ _HOST_PREFIX = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9._@-]*):(?: |$)")
 _MPI_PREFIX = re.compile(r"^\[(?P<job>\d{1,20}),(?P<rank>\d{1,20})\]<(?:stdout|stderr|stddiag)>: ?")
 # srun --label: the task id, right-aligned, then ": ".
 _SRUN_PREFIX = re.compile(r"^ *+(?P<rank>\d{1,20}): ")
-# Words a kernel or a tool puts first on a line that look like "host: ": never hosts.
+# Words a kernel or a tool puts first on a line that look like "host: ": never hosts
+# (`MemTotal`: every line of /proc/meminfo's head reads as `word: `).
 _NOT_HOSTS = re.compile(
     r"^(?:NVRM|kernel|nvidia|nvidia-nvswitch\d*|ibpanic|ibwarn|iberror|ibstat|ibstatus"
     r"|iblinkinfo|ibnetdiscover|ibqueryerrors|perfquery|dcgmi|Error|ERROR|Warning|WARNING"
     r"|Info|INFO|Note|NOTE|CA|Switch|Router|Legend|bash|sh|zsh|sudo|srun|salloc|sbatch"
-    r"|slurmstepd|mpirun|prterun|orterun|ssh|kubectl|error|warning)$"
+    r"|slurmstepd|mpirun|prterun|orterun|ssh|kubectl|error|warning|MemTotal)$"
 )
 
 

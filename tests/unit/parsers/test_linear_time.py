@@ -55,6 +55,10 @@ SAMPLES: dict[str, Path] = {
     / "real"
     / "nvidia-smi_nvlink-e_h100_elided_links_prompt_line.txt",
     "proc-mounts": FIXTURES / "storage" / "build-host-mounts-df.txt",
+    "lscpu": PARSERS / "host" / "lscpu_xeon8481c_2x44_kvm_wrapped_flags.txt",
+    "meminfo": PARSERS / "host" / "meminfo_2tib_head_prompt_line.txt",
+    "ibdev2netdev": PARSERS / "host" / "ibdev2netdev-v_igx_cx7_two_ports_prompt_line.txt",
+    "rdma-devices": PARSERS / "host" / "rdma-devices_dgx_h100_user_guide_hand_built.txt",
     "df-posix": FIXTURES / "storage" / "build-host-mounts-df.txt",
 }
 
