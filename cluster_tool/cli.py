@@ -13,6 +13,7 @@ from cluster_tool.commands import gate as gate_commands
 from cluster_tool.commands import history as history_commands
 from cluster_tool.commands import parse as parse_commands
 from cluster_tool.commands import plan as plan_commands
+from cluster_tool.commands import profile as profile_commands
 from cluster_tool.commands import spec as spec_commands
 from cluster_tool.commands import versions as versions_commands
 from cluster_tool.commands import watch as watch_commands
@@ -60,6 +61,7 @@ _AREAS: tuple = (
     history_commands,
     versions_commands,
     watch_commands,
+    profile_commands,
 )
 for _module in _AREAS:
     _module.register(app)

@@ -46,6 +46,7 @@ SECTIONS = (
     "fabric",
     "gpu",
     "ib",
+    "profile",
     "gdr",
     "nccl-env",
     "gate",
@@ -712,6 +713,23 @@ CHECKS: dict[str, CheckInfo] = _table(
         needs=("ib.driver",),
         probe="ibstat",
         plan="node",
+    ),
+    _check(
+        "profile.mismatch",
+        "health",
+        "error,warning",
+        "the node differs from its profile: the discovered and the expected value",
+        section="profile",
+        what=(
+            "`profile discover --diff`: a compute HCA at the profile's PCI address (or on its "
+            "GPU's PCIe switch) under another name, an active InfiniBand HCA the profile does "
+            "not name, a GPU at an address the profile does not list, GPU count and model, link "
+            "rate, fewer CPUs (error; more: warning) or less memory than the profile declares"
+        ),
+        shows="expected / observed: the profile's value and the node's; component the "
+        "profile's device (`mlx5_9`), `GPUn`, `CPUs`, `memory`",
+        action="a profile of the node: `cluster-tool profile discover --from CAPTURE --node "
+        "NODE`, then fix the spec's profile (or the node, if the profile is right)",
     ),
     _check(
         "ib.state",

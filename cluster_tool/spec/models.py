@@ -309,7 +309,11 @@ class Nic(StrictModel):
 
     device: InterfaceName = Field(description="Device name, e.g. `mlx5_1` or `eno1`.")
     pci: PciAddress
-    purpose: Literal["storage", "management", "inband"] = Field(description="What it carries.")
+    purpose: Literal["storage", "management", "inband"] | None = Field(
+        None,
+        description="What it carries; unset where the node does not say (a NIC `profile "
+        "discover` found: the hardware shows its link layer and rate, not its use).",
+    )
     netdev: InterfaceName | None = Field(None, description="Network interface name.")
     link_layer: Literal["InfiniBand", "Ethernet"] | None = Field(
         None,

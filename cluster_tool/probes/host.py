@@ -1,0 +1,98 @@
+"""The probes `profile discover` adds to the health probes: what a node is made of (CPUs,
+memory, RDMA devices by PCI address, the system's product name)."""
+
+from __future__ import annotations
+
+from cluster_tool.parsers.host import (
+    CpuTopology,
+    RdmaDevice,
+    parse_ibdev2netdev,
+    parse_lscpu,
+    parse_meminfo,
+    parse_rdma_devices,
+)
+from cluster_tool.probes import Probe
+from cluster_tool.probes.node import Hostname, Ibstat, Lspci, NvidiaSmiQ, NvidiaSmiTopo
+
+__all__ = ["DISCOVER_PROBES", "DmiProduct", "Ibdev2netdev", "Lscpu", "Meminfo", "RdmaDevices"]
+
+
+class Lscpu(Probe):
+    name = "lscpu"
+    what = "lscpu"
+
+    def command(self) -> str:
+        # A localised lscpu names its keys in the site's language.
+        return "LC_ALL=C lscpu"
+
+    def process(self, output: list[str]) -> CpuTopology:
+        return parse_lscpu("\n".join(output))
+
+
+class Meminfo(Probe):
+    name = "meminfo"
+    what = "/proc/meminfo"
+
+    def command(self) -> str:
+        return "cat /proc/meminfo"
+
+    def process(self, output: list[str]) -> int:
+        return parse_meminfo("\n".join(output))
+
+
+class Ibdev2netdev(Probe):
+    """DOCA's own map of RDMA devices to PCI functions and interfaces."""
+
+    name = "ibdev2netdev"
+    what = "ibdev2netdev -v"
+
+    def command(self) -> str:
+        return "ibdev2netdev -v"
+
+    def process(self, output: list[str]) -> list[RdmaDevice]:
+        return parse_ibdev2netdev("\n".join(output))
+
+
+class RdmaDevices(Probe):
+    """The same map from sysfs, for a node without DOCA's scripts: each
+    /sys/class/infiniband entry, its PCI function and its interfaces."""
+
+    name = "rdma-devices"
+    what = "the RDMA devices in /sys/class/infiniband"
+
+    def command(self) -> str:
+        return (
+            'for d in /sys/class/infiniband/*; do [ -e "$d/device" ] || continue; '
+            'p=$(readlink -f "$d/device"); printf "%s %s" "${d##*/}" "${p##*/}"; '
+            'for n in "$d"/device/net/*; do [ -e "$n" ] && printf " %s" "${n##*/}"; done; '
+            "echo; done"
+        )
+
+    def process(self, output: list[str]) -> list[RdmaDevice]:
+        return parse_rdma_devices("\n".join(output))
+
+
+class DmiProduct(Probe):
+    name = "dmi-product"
+    what = "/sys/class/dmi/id/product_name"
+
+    def command(self) -> str:
+        return "cat /sys/class/dmi/id/product_name"
+
+    def process(self, output: list[str]) -> str | None:
+        text = " ".join("\n".join(output).split())
+        return text[:128] or None
+
+
+DISCOVER_PROBES: tuple[Probe, ...] = (
+    Hostname(),
+    NvidiaSmiQ(),
+    NvidiaSmiTopo(),
+    Ibstat(),
+    Lspci(),
+    Lscpu(),
+    Meminfo(),
+    Ibdev2netdev(),
+    RdmaDevices(),
+    DmiProduct(),
+)
