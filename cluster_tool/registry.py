@@ -721,15 +721,19 @@ CHECKS: dict[str, CheckInfo] = _table(
         "the node differs from its profile: the discovered and the expected value",
         section="profile",
         what=(
-            "`profile discover --diff`: a compute HCA at the profile's PCI address (or on its "
-            "GPU's PCIe switch) under another name, an active InfiniBand HCA the profile does "
-            "not name, a GPU at an address the profile does not list, GPU count and model, link "
-            "rate, fewer CPUs (error; more: warning) or less memory than the profile declares"
+            "a compute HCA at the profile's PCI address (or on its GPU's PCIe switch) under "
+            "another name, an active InfiniBand HCA outside the profile's layout, a GPU at an "
+            "address the profile does not list; with `profile discover --diff` also GPU count "
+            "and model, link rate, fewer CPUs (error; more: warning) or less memory than the "
+            "profile declares"
         ),
         shows="expected / observed: the profile's value and the node's; component the "
         "profile's device (`mlx5_9`), `GPUn`, `CPUs`, `memory`",
         action="a profile of the node: `cluster-tool profile discover --from CAPTURE --node "
         "NODE`, then fix the spec's profile (or the node, if the profile is right)",
+        needs=("gpu.driver", "ib.driver"),
+        probe="ibstat",
+        plan="node",
     ),
     _check(
         "ib.state",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,25 @@ def read_real_output(name: str) -> str:
         raise FileNotFoundError(f"real output {path} is missing; the shared fixtures are required")
     text = path.read_text(encoding="utf-8")
     return text.split("\n", 1)[1] if "\n" in text else ""
+
+
+_GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$", re.M)
+
+
+def smi_at(smi_text: str, gpu_pci: Sequence[str]) -> str:
+    """A real `nvidia-smi -q` whose GPUs sit at `gpu_pci` (a profile's addresses, in index
+    order) instead of the captured machine's; nothing else changed. A test holding a capture
+    of one machine to a profile of another layout uses it: otherwise each GPU is, rightly, a
+    profile.mismatch."""
+    captured = _GPU_HEADER.findall(smi_text)
+    moved = {
+        old.upper(): f"0000{new[:4]}:{new[5:]}".upper()
+        for old, new in zip(captured, gpu_pci, strict=False)
+    }
+    if not moved:
+        return smi_text
+    pattern = re.compile("|".join(re.escape(old) for old in moved), re.IGNORECASE)
+    return pattern.sub(lambda m: moved[m.group(0).upper()], smi_text)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from cluster_tool.findings import Finding, Severity
 from cluster_tool.parsers.dcgmi import DcgmDiag
@@ -415,17 +415,29 @@ def check_xids(
     return out
 
 
-def check_ibstat(node: str, profile: NodeProfile, cas: Sequence[IbstatCa]) -> list[Finding]:
+def check_ibstat(
+    node: str,
+    profile: NodeProfile,
+    cas: Sequence[IbstatCa],
+    *,
+    names: Mapping[str, str] | None = None,
+    accounted: Collection[str] = (),
+) -> list[Finding]:
     """The profile's compute HCAs: present, port 1 Active/LinkUp, InfiniBand, at the
     profile's rate. Storage and management NICs are the profile's `nics` and never judged
-    as rails; a CA the profile does not list is left alone."""
+    as rails; a CA the profile does not list is left to `profile.mismatch`. `names` are the
+    node's names of profile HCAs it calls otherwise (judged under them), `accounted` the
+    absent ones a `profile.mismatch` already names (checks/profile.match_hcas): not missing."""
+    names = names or {}
     by_name = {ca.name: ca for ca in cas}
     out: list[Finding] = []
     rails = profile.compute_hcas
-    present = [h for h in rails if h.device in by_name]
+    present = [h for h in rails if names.get(h.device, h.device) in by_name]
     for hca in rails:
+        if hca.device in accounted:
+            continue
         label = f"{hca.device}"
-        ca = by_name.get(hca.device)
+        ca = by_name.get(names.get(hca.device, hca.device))
         if ca is None:
             out.append(
                 _f(

@@ -27,6 +27,7 @@ from cluster_tool.checks.link import check_mlxlink
 from cluster_tool.checks.nccl_env import check_nccl_conf
 from cluster_tool.checks.nvlink import check_nvlink_errors
 from cluster_tool.checks.pcie import check_pcie_links
+from cluster_tool.checks.profile import NodeFacts, discover, gpu_mismatches, match_hcas
 from cluster_tool.checks.storage import (
     ExpectedMount,
     StorageExpectations,
@@ -35,9 +36,11 @@ from cluster_tool.checks.storage import (
 )
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
+from cluster_tool.parsers.host import RdmaDevice
 from cluster_tool.parsers.link_events import parse_link_events
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport
 from cluster_tool.probes import Probe, ProbeOutput, Readings, lines
+from cluster_tool.probes.host import Ibdev2netdev, RdmaDevices
 from cluster_tool.probes.node import (
     DcgmiDiag,
     Ibstat,
@@ -290,6 +293,22 @@ def _dcgm(node: str, output: ProbeOutput, probe: DcgmiDiag) -> list[Finding]:
     return [*found, dcgm_incomplete(node, probe.level, f"exit {output.rc}", killed)]
 
 
+def _rdma_devices(readings: Readings) -> list[RdmaDevice] | None:
+    """Each RDMA device's PCI address, where the capture holds `ibdev2netdev -v` or the sysfs
+    listing; None otherwise (the HCAs are then matched by name and GPU). Unreadable output
+    is not judged here: `profile discover` reads it and says where."""
+    for probe in (Ibdev2netdev(), RdmaDevices()):
+        output = readings.outputs.get(probe.name)
+        if output is None or output.rc != 0 or not output.stdout.strip():
+            continue
+        try:
+            devices: list[RdmaDevice] = readings.read(probe)
+        except ParseError:
+            continue
+        return devices
+    return None
+
+
 def check_node(
     expect: NodeExpectations,
     outputs: Mapping[str, ProbeOutput] | Readings,
@@ -313,15 +332,29 @@ def check_node(
     # With nvidia-smi itself failing, `topo -m` fails for the same reason: say it once.
     topo_problems: list[Finding] = []
     topo = _read(node, readings, NvidiaSmiTopo(), topo_problems)
+    ib_problems: list[Finding] = []
+    cas = _read(node, readings, Ibstat(), ib_problems)
+
+    # The node as it is, held to its profile: a GPU at another address, an HCA under another
+    # name, an HCA the profile does not name are each a profile.mismatch, and the checks
+    # below judge a renamed HCA under the node's name instead of calling it missing.
+    facts = NodeFacts(node, smi=smi, topo=topo, cas=cas, rdma=_rdma_devices(readings))
+    found = discover(facts)
+    findings += gpu_mismatches(node, profile, found)
+    names = match_hcas(profile, facts, found)
+    findings += names.findings
+
     if smi is not None:
         findings += topo_problems
     if topo is not None:
         present = [g.pci for g in smi.gpus] if smi is not None else None
-        findings += check_affinity(node, profile, topo, present)
+        findings += check_affinity(
+            node, profile, topo, present, names=names.names, accounted=names.accounted
+        )
 
-    cas = _read(node, readings, Ibstat(), findings)
+    findings += ib_problems
     if cas is not None:
-        findings += check_ibstat(node, profile, cas)
+        findings += check_ibstat(node, profile, cas, names=names.names, accounted=names.accounted)
 
     log = outputs.get(KernelLog.name)
     if log is not None and log.rc == 0:

@@ -17,7 +17,7 @@ from cluster_tool.parsers.ibstat import IbstatCa
 from cluster_tool.parsers.lspci import PciFunction
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport
 from cluster_tool.parsers.nvidia_topo import TopoMatrix
-from cluster_tool.spec.models import Hca, NodeProfile
+from cluster_tool.spec.models import Hca, Nic, NodeProfile
 
 __all__ = [
     "DEFAULT_MEMORY_RESERVE_PCT",
@@ -551,54 +551,54 @@ def match_hcas(profile: NodeProfile, facts: NodeFacts, found: Discovery) -> HcaN
             )
         )
     taken = set(names.values())
-    unnamed = [
-        ca.name
-        for ca in facts.cas or ()
-        if ca.name not in named
-        and ca.name not in taken
-        and any(p.is_infiniband and p.is_active for p in ca.ports)
-    ]
+    compute = {h.device for h in profile.hcas}
+    nics = {n.device: n for n in profile.nics}
+    # Active InfiniBand ports outside the profile's layout: not its compute HCAs, and not one
+    # of its NICs as the profile has it (an InfiniBand storage port is where it should be).
+    outside: list[tuple[str, Nic | None]] = []
+    for ca in facts.cas or ():
+        if ca.name in compute or ca.name in taken:
+            continue
+        if not any(p.is_infiniband and p.is_active for p in ca.ports):
+            continue
+        nic = nics.get(ca.name)
+        if nic is None or nic.link_layer == "Ethernet":
+            outside.append((ca.name, nic))
     accounted: set[str] = set()
-    if unresolved and unnamed:
-        # Names differ, and nothing says which is which (no PCI address, no topology): each
-        # absent name is a mismatch that lists the candidates, not a missing HCA.
-        candidates = ", ".join(unnamed)
+    if unresolved and outside:
+        # The node's names do not follow the profile's layout, and nothing read says which
+        # device is which (no PCI address, no topology): each absent name is a mismatch that
+        # lists what the node has instead, never a missing HCA.
+        listed = ", ".join(name for name, _ in outside)
         for hca in unresolved:
             accounted.add(hca.device)
             out.append(
                 _mismatch(
                     node,
                     hca.device,
-                    f"rail-{hca.rail} HCA {hca.device} is not on the node, which has active "
-                    f"InfiniBand HCAs the profile does not name: {candidates}",
+                    f"rail-{hca.rail} HCA {hca.device} is not on the node, whose active "
+                    f"InfiniBand HCAs outside the profile's layout are {listed}",
                     expected=f"{hca.device} at {hca.pci}",
-                    observed=f"not named; unnamed: {candidates}",
+                    observed=f"absent; outside the layout: {listed}",
                 )
             )
-        unnamed = unnamed[len(unresolved) :]
-        if unnamed:
-            out.append(
-                _mismatch(
-                    node,
-                    ",".join(unnamed),
-                    f"{len(unnamed)} more active InfiniBand HCAs than the profile's compute "
-                    "HCAs the node lacks",
-                    expected="named in the profile",
-                    observed=", ".join(unnamed),
-                )
+    for name, nic in outside:
+        if nic is None:
+            message = (
+                f"active InfiniBand HCA {name} is not in the profile (neither a compute HCA "
+                "nor one of its other NICs)"
             )
-    else:
-        for name in unnamed:
-            out.append(
-                _mismatch(
-                    node,
-                    name,
-                    f"active InfiniBand HCA {name} is not in the profile (neither a compute "
-                    "HCA nor one of its other NICs)",
-                    expected="named in the profile",
-                    observed=f"{name} active",
-                )
+            expected = "not on the node"
+        else:
+            use = f" {nic.purpose}" if nic.purpose else ""
+            message = (
+                f"the profile has {name} as an Ethernet{use} NIC; the node's {name} is an "
+                "active InfiniBand port"
             )
+            expected = f"{name} Ethernet"
+        out.append(
+            _mismatch(node, name, message, expected=expected, observed=f"{name} InfiniBand Active")
+        )
     return HcaNames(names, frozenset(accounted), tuple(out))
 
 

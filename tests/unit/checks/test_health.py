@@ -23,7 +23,7 @@ from cluster_tool.parsers.nvidia_topo import parse_topo_matrix
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
 from cluster_tool.spec.models import HealthThresholds, NodeProfile, builtin_profile
-from tests.conftest import FIXTURES, REPO, read_real_output
+from tests.conftest import FIXTURES, REPO, read_real_output, smi_at
 
 NVIDIA = FIXTURES / "parsers" / "nvidia"
 
@@ -217,8 +217,10 @@ def test_nccl_environment_against_the_render() -> None:
 def healthy_outputs() -> dict[str, ProbeOutput]:
     rendered = (REPO / "inventory" / "example" / "nccl.conf").read_text()
     return {
+        # The node sits where the profile it is held to (the built-in H100) puts its GPUs.
         "nvidia-smi-q": ProbeOutput(
-            0, read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt")
+            0,
+            smi_at(read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt"), H100.gpu_pci),
         ),
         "ibstat": ProbeOutput(0, read_real_output("ibstat_h100_ib_active_some_eth_down.txt")),
         "kernel-log": ProbeOutput(0, "[    0.000000] Linux version 6.1.0\n"),

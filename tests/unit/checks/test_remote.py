@@ -29,7 +29,7 @@ from cluster_tool.slurm import NodeState
 from cluster_tool.spec import load_spec
 from cluster_tool.workflows.collect import junit_xml, run_validate
 from cluster_tool.workflows.node_check import slurm_health_action
-from tests.conftest import REPO, read_real_output
+from tests.conftest import REPO, read_real_output, smi_at
 from tests.unit.checks.fabric_text import FabricText
 
 CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
@@ -92,7 +92,11 @@ def lab_capture(tmp_path: Path, *, swap: bool = False) -> Path:
     ibstat = read_real_output("ibstat_h100_ib_active_some_eth_down.txt").replace(
         "Rate: 400", "Rate: 200"
     )
-    smi = read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt")
+    # The lab's GPUs sit where its profile puts them (cluster_lab builds them so).
+    smi = smi_at(
+        read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt"),
+        cluster.profile("lab-h100-8x-hdr").gpu_pci,
+    )
     fabric = FabricText.from_plan(cabling_plan(cluster), switch_links(cluster), speed="HDR")
     fabric.model = "MQM8700"
     if swap:

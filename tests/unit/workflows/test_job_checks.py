@@ -20,7 +20,7 @@ from cluster_tool.remote.fanout import Target
 from cluster_tool.spec import load_spec
 from cluster_tool.workflows.job_checks import probes_for_prolog, run_epilog, run_prolog
 from cluster_tool.workflows.node_check import slurm_health_action
-from tests.conftest import REPO, read_real_output
+from tests.conftest import REPO, read_real_output, smi_at
 from tests.unit.checks.test_remote import FakeSlurm, _topo_for_profile
 
 NODE = "gpu003"
@@ -66,7 +66,10 @@ class FakeNode:
         rendered = expect.nccl_conf or ""
         self.outputs = {
             "hostname": f"{NODE}\n",
-            "nvidia-smi-q": read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt"),
+            "nvidia-smi-q": smi_at(
+                read_real_output("nvidia-smi-q_h100x8_driver535.161.08_full.txt"),
+                expect.profile.gpu_pci,
+            ),
             "ibstat": read_real_output("ibstat_h100_ib_active_some_eth_down.txt").replace(
                 "Rate: 400", "Rate: 200"
             ),
