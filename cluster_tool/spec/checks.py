@@ -49,8 +49,89 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     problems += _check_no_secrets(cluster.ansible_vars, ("ansible_vars",))
     problems += _check_no_secrets(cluster.ansible_connection_vars, ("ansible_connection_vars",))
     problems += _check_ansible_vars(cluster)
+    problems += _check_nccl_hcas(cluster)
     # Version pins against the compatibility matrix (docs/compat.md), before any host is touched.
     problems += compat_problems(cluster)
+    return problems
+
+
+def _nccl_selects(value: str, device: str) -> bool:
+    """Whether an `NCCL_IB_HCA` list selects `device` (NCCL's syntax: a leading `^` excludes
+    the list, a leading `=` matches names exactly, otherwise each entry is a name prefix, so
+    `mlx5_1` also selects mlx5_10; `:PORT` after a name picks a port)."""
+    exclude = value.startswith("^")
+    body = value[1:] if exclude else value
+    exact = body.startswith("=")
+    body = body[1:] if exact else body
+    names = [entry.split(":", 1)[0] for entry in body.split(",") if entry]
+    listed = any(device == n if exact else device.startswith(n) for n in names)
+    return not listed if exclude else listed
+
+
+def _check_nccl_hcas(cluster: Cluster) -> list[Problem]:
+    """nccl.conf is one file for every GPU node: an NCCL_IB_HCA the spec sets must select each
+    GPU profile's compute HCAs, all of them and nothing else. A name the node does not have
+    (or a storage port NCCL would stripe over) costs rails silently: NCCL runs on what it
+    finds, and the gate then blames the fabric."""
+    profiles: list[tuple[str, NodeProfile]] = []
+    seen: set[str] = set()
+    for group in cluster.nodes:
+        if group.profile is None or group.profile in seen:
+            continue
+        try:
+            profile = cluster.profile(group.profile)
+        except KeyError:
+            continue  # an unknown profile is _check_profiles' to name
+        if profile.gpu_count == 0:
+            continue
+        seen.add(group.profile)
+        profiles.append((group.profile, profile))
+    if not profiles:
+        return []
+    value = cluster.nccl.extra_env.get("NCCL_IB_HCA")
+    if value is None:
+        # Rendered from the profile's compute HCAs (GPU profiles that disagree on them are
+        # _check_fabric's to name).
+        return []
+    problems: list[Problem] = []
+    loc = ("nccl", "extra_env", "NCCL_IB_HCA")
+    for name, profile in profiles:
+        left_out = [h.device for h in profile.compute_hcas if not _nccl_selects(value, h.device)]
+        others = [n.device for n in profile.nics if _nccl_selects(value, n.device)]
+        if left_out:
+            problems.append(
+                (
+                    loc,
+                    f"{value} leaves out compute HCA {', '.join(left_out)} of profile {name}: "
+                    f"NCCL would run on {len(profile.hcas) - len(left_out)} of its "
+                    f"{len(profile.hcas)} rails",
+                )
+            )
+        if others:
+            problems.append(
+                (
+                    loc,
+                    f"{value} selects {', '.join(others)}, which profile {name} has as "
+                    "non-compute NICs (storage, in-band): NCCL would stripe over them",
+                )
+            )
+        if not value.startswith("^"):
+            exact = value.lstrip("^").startswith("=")
+            entries = [e.split(":", 1)[0] for e in value.lstrip("=").split(",") if e]
+            known = [h.device for h in profile.hcas] + [n.device for n in profile.nics]
+            unknown = [
+                e for e in entries if not any(d == e if exact else d.startswith(e) for d in known)
+            ]
+            if unknown:
+                problems.append(
+                    (
+                        loc,
+                        f"{value} names {', '.join(unknown)}, which profile {name} does not "
+                        "have (its compute HCAs: "
+                        + ", ".join(h.device for h in profile.compute_hcas)
+                        + ")",
+                    )
+                )
     return problems
 
 
