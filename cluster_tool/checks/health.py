@@ -436,8 +436,9 @@ def check_ibstat(
     for hca in rails:
         if hca.device in accounted:
             continue
-        label = f"{hca.device}"
-        ca = by_name.get(names.get(hca.device, hca.device))
+        # A renamed HCA is named as the node names it: what the operator finds there.
+        label = names.get(hca.device, hca.device)
+        ca = by_name.get(label)
         if ca is None:
             out.append(
                 _f(

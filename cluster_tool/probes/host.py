@@ -1,5 +1,6 @@
-"""The probes `profile discover` adds to the health probes: what a node is made of (CPUs,
-memory, RDMA devices by PCI address, the system's product name)."""
+"""What a node is made of, for its profile (`profile discover`, and `validate` holding the node
+to its profile): CPUs, memory, RDMA devices by PCI address, the system's product name. Part of
+the health probes (probes/node.py), so that every saved capture can be discovered."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from cluster_tool.parsers.host import (
     parse_rdma_devices,
 )
 from cluster_tool.probes import Probe
-from cluster_tool.probes.node import Hostname, Ibstat, Lspci, NvidiaSmiQ, NvidiaSmiTopo
 
-__all__ = ["DISCOVER_PROBES", "DmiProduct", "Ibdev2netdev", "Lscpu", "Meminfo", "RdmaDevices"]
+__all__ = ["HOST_PROBES", "DmiProduct", "Ibdev2netdev", "Lscpu", "Meminfo", "RdmaDevices"]
 
 
 class Lscpu(Probe):
@@ -84,15 +84,4 @@ class DmiProduct(Probe):
         return text[:128] or None
 
 
-DISCOVER_PROBES: tuple[Probe, ...] = (
-    Hostname(),
-    NvidiaSmiQ(),
-    NvidiaSmiTopo(),
-    Ibstat(),
-    Lspci(),
-    Lscpu(),
-    Meminfo(),
-    Ibdev2netdev(),
-    RdmaDevices(),
-    DmiProduct(),
-)
+HOST_PROBES: tuple[Probe, ...] = (Lscpu(), Meminfo(), Ibdev2netdev(), RdmaDevices(), DmiProduct())

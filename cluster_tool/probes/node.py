@@ -13,6 +13,7 @@ from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi_q
 from cluster_tool.parsers.nvidia_topo import TopoMatrix, parse_topo_matrix
 from cluster_tool.parsers.nvlink_errors import NvlinkErrorGpu, parse_nvlink_errors
 from cluster_tool.probes import Probe
+from cluster_tool.probes.host import HOST_PROBES
 from cluster_tool.probes.versions import Versions
 
 __all__ = [
@@ -230,4 +231,7 @@ HEALTH_PROBES: tuple[Probe, ...] = (
     Lspci(),
     Storage(),
     Versions(),  # read by `cluster-tool versions` (checks/versions.py), not by check_node
+    # What the node is made of: `profile discover` reads a saved capture's, and check_node
+    # matches HCAs by the PCI addresses ibdev2netdev / the sysfs listing give.
+    *HOST_PROBES,
 )

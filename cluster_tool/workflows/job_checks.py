@@ -29,6 +29,7 @@ from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
 from cluster_tool.probes import Probe, ProbeOutput
+from cluster_tool.probes.host import HOST_PROBES
 from cluster_tool.probes.node import (
     HEALTH_PROBES,
     DcgmiDiag,
@@ -66,6 +67,8 @@ def probes_for_prolog() -> tuple[Probe, ...]:
     kernel log, the loaded modules, the NCCL configuration; not DCGM's diag, mlxlink's per-port
     reads, lspci or the NVLink counters (HealthCheckProgram runs those between jobs)."""
     slow = {DcgmiDiag.name, Mlxlink.name, Lspci.name, NvlinkErrorCounters.name, Versions.name}
+    # What the node is made of does not change under a job: validate and node-check read it.
+    slow |= {p.name for p in HOST_PROBES}
     return tuple(p for p in HEALTH_PROBES if p.name not in slow)
 
 

@@ -89,6 +89,8 @@ def probe_outputs(data: dict[str, Any], node: str, tmp: Path) -> dict[str, Probe
             sim.lspci(["-vv", "-d", "10de:"], data, node).stdout
             + sim.lspci(["-vv", "-d", "15b3:"], data, node).stdout,
         ),
+        # Each RDMA device by PCI address: check_node matches the profile's HCAs by it.
+        "ibdev2netdev": run(sim.ibdev2netdev(["-v"], data, node)),
     }
 
 
@@ -166,6 +168,27 @@ def test_each_node_fault_is_found_and_heals(
     heal(data, record["id"])
     assert data["nodes"] == healthy["nodes"]
     assert errors(check(data, node, tmp_path)) == set()
+
+
+def test_a_renamed_hca_is_a_mismatch_and_judged_under_its_own_name(tmp_path: Path) -> None:
+    # gpu001's rail-5 HCA at 0000:c0:00.0 named mlx5_12 instead of the profile's mlx5_9 (as
+    # udev or an OEM's firmware order names it), and its link down: one profile.mismatch for
+    # the name, ib.state for the link under the node's name, never ib.count.
+    data = model()
+    (node,) = [n for n in data["nodes"] if n["name"] == "gpu001"]
+    (hca,) = [h for h in node["hcas"] if h["device"] == "mlx5_9"]
+    hca["device"] = "mlx5_12"
+    hca["port"]["state"], hca["port"]["phys_state"] = "Down", "Disabled"
+    findings = [f for f in check(data, "gpu001", tmp_path) if f.fails]
+    assert {(f.check, f.component) for f in findings} == {
+        ("profile.mismatch", "mlx5_9"),
+        ("ib.state", "mlx5_12"),
+    }, [f.message for f in findings]
+    (mismatch,) = [f for f in findings if f.check == "profile.mismatch"]
+    assert (mismatch.expected, mismatch.observed) == (
+        "mlx5_9 at 0000:c0:00.0",
+        "mlx5_12 at 0000:c0:00.0",
+    )
 
 
 def test_an_ecc_fault_shows_every_symptom(tmp_path: Path) -> None:
