@@ -54,11 +54,14 @@ def _profile_to_diff(name: str, spec: Path | None) -> Any:
 @profile_app.command("discover")
 def discover_command(
     capture: Annotated[
-        Path,
-        typer.Option("--from", help="A saved capture (`validate --save DIR`), as --from replays."),
-    ],
+        Path | None,
+        typer.Option(
+            "--from", help="A saved capture (`validate --save DIR`); without it, over SSH."
+        ),
+    ] = None,
     node: Annotated[
-        str | None, typer.Option("--node", help="The node (default: the capture's only one).")
+        str | None,
+        typer.Option("--node", help="The node (with --from: default the capture's only one)."),
     ] = None,
     pair: Annotated[
         list[str] | None,
@@ -90,7 +93,14 @@ def discover_command(
         ),
     ] = None,
     spec: Annotated[
-        Path | None, typer.Option("--spec", help="The spec whose profile --diff names.")
+        Path | None,
+        typer.Option(
+            "--spec", help="The cluster spec: how to reach --node live, and --diff's profiles."
+        ),
+    ] = None,
+    ssh_config: Annotated[
+        Path | None,
+        typer.Option("--ssh-config", help="OpenSSH config naming the hosts (live)."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine output on stdout.")] = False,
 ) -> int:
@@ -108,9 +118,11 @@ def discover_command(
         parse_pairs,
     )
 
-    found, facts = discover_from_capture(
-        capture, node, pairs=parse_pairs(pair or []), memory_reserve_pct=reserve
-    )
+    pairs = parse_pairs(pair or [])
+    if capture is not None:
+        found, facts = discover_from_capture(capture, node, pairs=pairs, memory_reserve_pct=reserve)
+    else:
+        found, facts = _discover_live(spec, node, ssh_config, pairs, reserve)
     mismatches = []
     if diff is not None:
         mismatches = diff_node(_profile_to_diff(diff, spec), facts, found)
@@ -137,6 +149,33 @@ def discover_command(
     else:
         _print(found, profile, mismatches)
     return EXIT_CHECKS_FAILED if any(f.fails for f in mismatches) else 0
+
+
+def _discover_live(
+    spec: Path | None,
+    node: str | None,
+    ssh_config: Path | None,
+    pairs: dict[int, str | None],
+    reserve: float,
+) -> Any:
+    """Over SSH, as validate reaches the node: the cluster's context, its recorded host keys."""
+    if spec is None or node is None:
+        raise UsageError("give --from CAPTURE, or --spec SPEC and --node NODE to read it live")
+    from cluster_tool.commands._context import reach_cluster
+    from cluster_tool.remote.fanout import transport_named
+    from cluster_tool.remote.known_hosts import KnownHosts
+    from cluster_tool.spec import load_spec
+    from cluster_tool.workflows.discover import discover_live
+
+    cluster = load_spec(spec)
+    address = {h.name: h.address for h in cluster.hosts()}
+    if node not in address:
+        raise UsageError(f"{spec}: no host {node!r}")
+    reached = reach_cluster(cluster, ssh_config=ssh_config)
+    transport = transport_named(
+        "paramiko", reached.ssh_config, KnownHosts.for_cluster(cluster.name)
+    )
+    return discover_live(node, address[node], transport, pairs=pairs, memory_reserve_pct=reserve)
 
 
 def _print(found: Any, profile: Any, mismatches: list[Any]) -> None:

@@ -14,21 +14,39 @@ from cluster_tool.checks.profile import (
     diff_profile,
     discover,
 )
-from cluster_tool.errors import ParseError, UsageError
+from cluster_tool.errors import ParseError, UnreachableError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.probes import Probe, ProbeOutput, lines
 from cluster_tool.probes.host import (
+    HOST_PROBES,
     DmiProduct,
     Ibdev2netdev,
     Lscpu,
     Meminfo,
     RdmaDevices,
 )
-from cluster_tool.probes.node import Ibstat, Lspci, NvidiaSmiQ, NvidiaSmiTopo
-from cluster_tool.remote.fanout import load_capture
+from cluster_tool.probes.node import Hostname, Ibstat, Lspci, NvidiaSmiQ, NvidiaSmiTopo
+from cluster_tool.remote.fanout import Target, Transport, collect, load_capture
 from cluster_tool.spec.models import NodeProfile
 
-__all__ = ["diff_node", "discover_from_capture", "facts_from_outputs", "parse_pairs"]
+__all__ = [
+    "DISCOVER_PROBES",
+    "diff_node",
+    "discover_from_capture",
+    "discover_live",
+    "facts_from_outputs",
+    "parse_pairs",
+]
+
+# What discovery reads from a node: the GPU and HCA probes, and what the node is made of.
+DISCOVER_PROBES: tuple[Probe, ...] = (
+    Hostname(),
+    NvidiaSmiQ(),
+    NvidiaSmiTopo(),
+    Ibstat(),
+    Lspci(),
+    *HOST_PROBES,
+)
 
 
 def _read(node: str, outputs: Mapping[str, ProbeOutput], probe: Probe) -> Any:
@@ -103,6 +121,23 @@ def discover_from_capture(
     result = hosts[node]
     if not result.reachable:
         raise UsageError(f"{capture}: {node} was not reached when captured: {result.error}")
+    facts = facts_from_outputs(node, result.outputs)
+    return discover(facts, pairs=pairs, memory_reserve_pct=memory_reserve_pct), facts
+
+
+def discover_live(
+    node: str,
+    address: str | None,
+    transport: Transport,
+    *,
+    pairs: Mapping[int, str | None] | None = None,
+    memory_reserve_pct: float = DEFAULT_MEMORY_RESERVE_PCT,
+) -> tuple[Discovery, NodeFacts]:
+    """Discover a node over the read-only fan-out (one session, the probes above)."""
+    results = collect([(Target(node, address), list(DISCOVER_PROBES))], transport)
+    result = results[node]
+    if not result.reachable:
+        raise UnreachableError(f"{node}: unreachable: {result.error}")
     facts = facts_from_outputs(node, result.outputs)
     return discover(facts, pairs=pairs, memory_reserve_pct=memory_reserve_pct), facts
 

@@ -220,3 +220,33 @@ def test_ambiguous_pairing_refuses_to_write_a_profile(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2 and not out.exists()
     assert proc.stderr.count("\n") == 1 and "--pair GPU0=DEVICE" in proc.stderr
+
+
+def test_live_discovery_reads_this_machine_over_the_fan_out() -> None:
+    # The fan-out's local transport runs the same probe script a node runs over SSH: this
+    # build host has CPUs and memory but no GPU, so those are read and the GPUs are not.
+    import os
+
+    from cluster_tool.remote.fanout import LocalTransport
+    from cluster_tool.workflows.discover import discover_live
+
+    found, _ = discover_live("build-host", None, LocalTransport())
+    assert found.cpu is not None and found.cpu.cpus == os.cpu_count()
+    assert found.mem_total_mib is not None and found.mem_total_mib > 1024
+    assert "GPUs: no nvidia-smi -q output" in found.unread
+    with pytest.raises(UsageError, match="no GPU"):
+        found.profile()
+
+
+def test_live_discovery_of_an_unreachable_node_is_exit_3() -> None:
+    from cluster_tool.errors import UnreachableError
+    from cluster_tool.remote.fanout import Target, TransportError
+    from cluster_tool.workflows.discover import discover_live
+
+    class Down:
+        def run(self, target: Target, script: str, timeout: float) -> tuple[int, bytes, bytes]:
+            raise TransportError("ssh: connect to host 10.0.0.9 port 22: No route to host")
+
+    with pytest.raises(UnreachableError, match="No route to host") as caught:
+        discover_live("gpu009", "10.0.0.9", Down())
+    assert caught.value.exit_code == 3
