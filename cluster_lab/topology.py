@@ -210,7 +210,7 @@ def _other_nic(nic: Nic) -> hw.OtherNic:
     return hw.OtherNic(
         device=nic.device,
         pci=nic.pci,
-        purpose=nic.purpose,
+        purpose=nic.purpose or "",  # unstated in a profile discover made: its use is the site's
         link_layer="InfiniBand" if infiniband else "Ethernet",
         state="Down" if infiniband else "Active",
         phys_state="Polling" if infiniband else "LinkUp",
