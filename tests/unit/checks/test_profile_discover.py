@@ -196,6 +196,25 @@ def test_a_complete_capture_makes_a_profile_the_spec_accepts(tmp_path: Path) -> 
     record = json.loads(proc.stdout)
     assert record["mismatches"] == [] and record["profile"]["gpu_count"] == 8
 
+    def diff(profile: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLI, "profile", "discover", "--from", str(cap), "--diff", profile, "--json"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    # The node against the profile made from it: nothing; against the built-in DGX H100
+    # (GPUs at 1b:00.0 ..., 2 x 56 cores): each GPU's address and the CPUs, exit 1.
+    same = diff(str(out))
+    assert same.returncode == 0 and json.loads(same.stdout)["mismatches"] == []
+    other = diff("hgx-h100-8x-ndr")
+    assert other.returncode == 1, other.stderr
+    found = json.loads(other.stdout)["mismatches"]
+    assert [(f["component"], f["expected"], f["observed"]) for f in found][-2:] == [
+        ("GPU7", "0000:df:00.0", "0000:db:00.0"),
+        ("CPUs", "2x56x2", "2x44x2"),
+    ]
+    assert len(found) == 9 and all(f["check"] == "profile.mismatch" for f in found)
+
 
 def test_diff_names_each_renamed_hca_at_its_pci_address(tmp_path: Path) -> None:
     # cnode3-011's real ibdev2netdev: the DGX buses c0, ce, dc carry mlx5_8, 9, 10 where the
