@@ -78,30 +78,67 @@ for _entry in metadata.entry_points(group=EXTRA_AREAS_GROUP):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: runs the app and maps errors to one line and the contract's exit codes."""
+    """Entry point: runs the app and maps errors to one line and the contract's exit codes;
+    with `--json`, stdout carries a summary on every exit (a failed command's says why)."""
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
     output.reset()  # this command's secrets: the environment's, then those it learns
+    code, error = _run(args)
+    if _wants_json(args) and not output.json_emitted():
+        output.emit_json(
+            {
+                "command": _command_name(args),
+                "status": "pass" if code == 0 else "error",
+                "exit_code": code,
+                "error": error,
+            }
+        )
+    return code
+
+
+def _run(args: list[str]) -> tuple[int, str | None]:
+    """The command's exit code, and the one line said on stderr when it failed."""
     try:
         result = app(args=args, prog_name="cluster-tool", standalone_mode=False)
     except typer.Exit as exc:
-        return exc.exit_code
+        return exc.exit_code, None
     except typer.Abort:
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED, "interrupted"
     except typer.TyperException as exc:  # usage errors from the argument parser
-        output.error_line(exc.format_message())
-        return exc.exit_code or EXIT_USAGE
+        return _failed(exc.format_message(), exc.exit_code or EXIT_USAGE)
     except KeyboardInterrupt:
-        output.error_line("interrupted")
-        return EXIT_INTERRUPTED
+        return _failed("interrupted", EXIT_INTERRUPTED)
     except ClusterToolError as exc:
         if _state["debug"]:
             traceback.print_exc()
-        output.error_line(str(exc))
-        return exc.exit_code
+        return _failed(str(exc), exc.exit_code)
     except Exception as exc:  # the last line of defence: one line, traceback on --debug
         if _state["debug"]:
             traceback.print_exc()
-        output.error_line(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)")
-        return 1
-    return result if isinstance(result, int) else 0
+        return _failed(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", 1)
+    return (result if isinstance(result, int) else 0), None
+
+
+def _failed(message: str, code: int) -> tuple[int, str]:
+    output.error_line(message)
+    return code, message
+
+
+def _wants_json(args: list[str]) -> bool:
+    # Options end at `--`; after it `--json` would be a value (a file name), not the flag.
+    options = args[: args.index("--")] if "--" in args else args
+    return "--json" in options
+
+
+def _command_name(args: list[str]) -> str:
+    """The command the arguments name (`fabric check`), as far as they name one."""
+    commands = getattr(typer.main.get_command(app), "commands", {})
+    words: list[str] = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        if arg not in commands:
+            break
+        words.append(arg)
+        commands = getattr(commands[arg], "commands", {})  # a group's (`fabric`), else none
+    return " ".join(words)

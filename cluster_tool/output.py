@@ -49,8 +49,12 @@ def escape_controls(text: str) -> str:
 _registries: list[Secrets] = []
 
 
+_state = {"json_emitted": False}
+
+
 def reset() -> None:
     """Start a command: forget earlier registries, read the environment's secrets afresh."""
+    _state["json_emitted"] = False
     _registries.clear()
     _registries.append(Secrets.from_environ(os.environ))
 
@@ -133,6 +137,12 @@ def emit_json(data: Any) -> None:
     replaced in the values before encoding, as in the run folder."""
     sys.stdout.write(_dumps(redact_value(_plain(data))) + "\n")
     sys.stdout.flush()
+    _state["json_emitted"] = True
+
+
+def json_emitted() -> bool:
+    """Whether this command wrote its JSON document (the CLI writes a summary when it did not)."""
+    return _state["json_emitted"]
 
 
 def _plain(data: Any) -> Any:
@@ -161,6 +171,10 @@ def error_line(message: str) -> None:
     sys.stderr.flush()
 
 
+# `FILE:LINE:COL: ` (a spec problem) or `FILE:LINE: ` (a parse error): already located.
+_LOCATED = re.compile(r"^[^\s:][^:]*:\d+(:\d+)?: ")
+
+
 def _is_located(lines: list[str]) -> bool:
     # Spec problems already carry FILE:LINE:COL and are printed one per line, unprefixed.
-    return all(line.count(":") >= 3 for line in lines)
+    return all(_LOCATED.match(line) for line in lines)

@@ -26,6 +26,13 @@ POLICIES = ("observe", "drain", "requeue")
 
 
 def _show(result: "CycleResult", json_out: bool) -> None:
+    # Why the exit code is 2 or 3 goes to stderr whatever the output: a cron job's log shows it.
+    if result.misdirected:
+        output.error_line(result.misdirected)
+    if result.unreachable:
+        from ClusterShell.NodeSet import NodeSet
+
+        output.error_line(f"not reached this cycle: {NodeSet.fromlist(result.unreachable)}")
     if json_out:
         output.emit_json(result.to_json())
         return
@@ -82,7 +89,8 @@ def watch(
 ) -> int:
     """Watch the GPU nodes every `watch.interval_s`: port counter deltas, new Xids and link
     flaps, GPU health, stragglers of running jobs; act by policy. Exit 0 when the (last)
-    cycle found no error, 1 when it did, 2 on bad input, 130 when stopped."""
+    cycle found no error, 1 when it did, 2 on bad input (no Slurm client here without
+    --slurm-via), 3 when a node or Slurm did not answer, 130 when stopped."""
     from cluster_tool.commands._context import load_cluster
     from cluster_tool.remote.fanout import transport_named
     from cluster_tool.slurm import connect
