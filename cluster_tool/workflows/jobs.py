@@ -6,7 +6,7 @@ The commands only parse options, call one of them and print."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -49,6 +49,7 @@ class RunOutcome:
 
     record: RunRecord
     summary: RunSummary
+    findings: list[Finding] = field(default_factory=list)  # as findings.json holds them
 
     @property
     def exit_code(self) -> int:
@@ -61,7 +62,7 @@ class RunOutcome:
 
 def _finish(record: RunRecord, summary: RunSummary, findings: list[Finding]) -> RunOutcome:
     record.finish(summary, findings)
-    return RunOutcome(record, summary)
+    return RunOutcome(record, summary, findings)
 
 
 def _finish_measured(
