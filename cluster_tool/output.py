@@ -156,6 +156,21 @@ def _plain(data: Any) -> Any:
     return str(data)
 
 
+# A severity's colour on a terminal: what a person scanning a screen of lines looks for first.
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def severity_line(severity: str, rest: str, width: int = 7) -> Any:
+    """`SEVERITY rest` for `stdout.print`: the severity coloured (rich drops the colour when the
+    stream is not a terminal), plain text under NO_COLOR (https://no-color.org: no bold either).
+    `rest` is data: redacted and its control characters escaped, never read as markup."""
+    from rich.text import Text
+
+    head = severity.upper().ljust(width)
+    style = None if os.environ.get("NO_COLOR") else _SEVERITY_STYLE.get(severity)
+    return Text.assemble((head, style or ""), " " + escape_controls(redact(rest)))
+
+
 def progress(message: str) -> None:
     """A progress line for a person watching; silent when stderr is not a terminal."""
     console = _console("stderr")

@@ -57,9 +57,12 @@ def _print_report(report: "Report", json_out: bool, extra: dict[str, object] | N
         data.update(extra or {})
         output.emit_json(data)
         return
+    from cluster_tool.report.terminal import finding_groups
+
     out = output.stdout
-    for f in report.findings:
-        out.print(f"{f.severity.upper():7} {f.check:18} {f.message}", markup=False)
+    # Findings that say the same of many nodes or HCAs: one line and the nodes' hostlist.
+    for g in finding_groups(report.findings):
+        out.print(output.severity_line(g.severity, f"{g.check:18} {g.folded.line()}"))
     s = report.summary
     counts = f"{s.get('errors', 0)} errors, {s.get('warnings', 0)} warnings"
     out.print(f"{report.status.upper()}: {counts}", markup=False)
@@ -127,6 +130,13 @@ def fabric_check(
         nodes=only,
         counters_required=False,
     )
+    # The fabric of another cluster, or node descriptions that are not `%h %d` of the spec's
+    # names, match none of its nodes: say that once rather than only one finding per cable.
+    from cluster_tool.report.terminal import none_found
+
+    hosts = {ca.description.split()[0] for ca in discovered.cas if ca.description.split()}
+    expected = only or [n.name for n in cluster.gpu_nodes()]
+    diagnosis = none_found(len(hosts & set(expected)), len(expected), str(ibnetdiscover))
     report = Report.from_findings(
         findings,
         {
@@ -134,9 +144,12 @@ def fabric_check(
             "cas": len(discovered.cas),
             "planned_hca_cables": len(plan.rows),
             "planned_switch_links": len(plan.links),
+            "spec_nodes_found": len(hosts & set(expected)),
         },
     )
-    _print_report(report, json_out)
+    if diagnosis:
+        output.error_line(diagnosis)
+    _print_report(report, json_out, {"diagnosis": diagnosis} if diagnosis else None)
     return report.exit_code
 
 

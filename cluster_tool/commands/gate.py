@@ -48,7 +48,7 @@ def _print_result(result: "GateResult", json_out: bool) -> None:
         out.print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     for f in result.report.findings:
         where = f.node or f.component or "-"
-        out.print(f"{f.severity.upper():7} {f.check:16} {where}: {f.message}")
+        out.print(output.severity_line(f.severity, f"{f.check:16} {where}: {f.message}"))
     for line in result.drains.lines():
         out.print(line)
     summary = result.report.summary
@@ -261,7 +261,8 @@ def simulate_command(
         for f in gate.report.findings:
             if f.severity == "info":
                 continue
-            out.print(f"{f.severity.upper():7} {f.check:16} {f.node or f.component}: {f.message}")
+            where = f.node or f.component
+            out.print(output.severity_line(f.severity, f"{f.check:16} {where}: {f.message}"))
     return 0 if not result.admitted_bad and not result.blamed_good else 1
 
 

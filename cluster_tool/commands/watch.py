@@ -39,7 +39,7 @@ def _show(result: "CycleResult", json_out: bool) -> None:
     out = output.stdout
     for f in result.new:
         where = " ".join(p for p in (f.node, f.component) if p)
-        out.print(f"{f.severity.upper():7} {f.check:20} {where}: {f.message}", markup=False)
+        out.print(output.severity_line(f.severity, f"{f.check:20} {where}: {f.message}"))
     for a in result.actions:
         what = f"job {a.job_id}" if a.job_id is not None else a.node
         out.print(f"{a.kind.upper():7} {what}: {a.detail}", markup=False)

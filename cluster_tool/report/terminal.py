@@ -20,9 +20,10 @@ class Folded:
     nodes: str
     text: str
     count: int
+    names_itself: bool = False  # one node's line that already names its node
 
     def line(self) -> str:
-        return f"{self.nodes}: {self.text}" if self.nodes else self.text
+        return f"{self.nodes}: {self.text}" if self.nodes and not self.names_itself else self.text
 
 
 def fold(lines: Iterable[tuple[str | None, str]]) -> list[Folded]:
@@ -36,12 +37,17 @@ def fold(lines: Iterable[tuple[str | None, str]]) -> list[Folded]:
     folded = []
     for key, group in said.items():
         nodes = [n for n, _ in group if n]
-        if len(group) == 1:
-            node, text = group[0]
-            shown = _without_prefix(text, node)
+        hostlist = str(NodeSet.fromlist(nodes)) if nodes else ""
+        if len(group) > 1:
+            folded.append(Folded(hostlist, key, len(group)))
+            continue
+        # One node's line in its own words: `node: ` once, or none where the text names it.
+        node, text = group[0]
+        if node and text.startswith(f"{node}: "):
+            folded.append(Folded(hostlist, text[len(node) + 2 :], 1))
         else:
-            shown = key
-        folded.append(Folded(str(NodeSet.fromlist(nodes)) if nodes else "", shown, len(group)))
+            named = _node_word(node).search(text) is not None
+            folded.append(Folded(hostlist, text, 1, names_itself=named))
     return folded
 
 
@@ -49,16 +55,25 @@ _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
 
 
 def _without_prefix(text: str, node: str | None) -> str:
-    return text[len(node) + 2 :] if node and text.startswith(f"{node}: ") else text
+    """`text` less the node's name that starts it (`gpu001: ...`, `gpu001 mlx5_3: ...`)."""
+    for lead in (f"{node}: ", f"{node} "):
+        if node and text.startswith(lead):
+            return text[len(lead) :]
+    return text
 
 
 def _as_peers_say(text: str, node: str | None) -> str:
     """`text` as the node's peers would say it: the leading `node: ` dropped, the node named
     elsewhere written `(this node)`, IPv4 addresses `(address)`."""
     text = _IPV4.sub("(address)", _without_prefix(text, node))
-    if node:
-        text = re.sub(rf"(?<![\w.-]){re.escape(node)}(?![\w.-])", "(this node)", text)
-    return text
+    return _node_word(node).sub("(this node)", text) if node else text
+
+
+def _node_word(node: str | None) -> re.Pattern[str]:
+    """The node's name as a word of a line (`gpu001` in `gpu001 mlx5_3`, not in `gpu0010`)."""
+    if not node:
+        return re.compile(r"(?!)")  # matches nothing
+    return re.compile(rf"(?<![\w.-]){re.escape(node)}(?![\w.-])")
 
 
 @dataclass(frozen=True)
@@ -70,23 +85,46 @@ class Digest:
     left_out: int
 
 
+@dataclass(frozen=True)
+class FindingGroup:
+    """Findings of one id and severity that say the same, their nodes as one hostlist."""
+
+    severity: str
+    check: str
+    folded: Folded
+
+
+def finding_groups(findings: Iterable[Finding]) -> list[FindingGroup]:
+    """Findings grouped by severity and id (in the order each was first found), each group's
+    lines folded as `fold` folds them."""
+    by_id: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        by_id.setdefault((f.severity, f.check), []).append(f)
+    return [
+        FindingGroup(severity, check, folded)
+        for (severity, check), fs in by_id.items()
+        for folded in fold((f.node, f.message) for f in fs)
+    ]
+
+
 def error_digest(findings: Sequence[Finding], max_lines: int) -> Digest:
     """The run's error findings grouped by id (the id first found first), each id's folded as
     `fold` folds lines: `check  hostlist: message`, at most `max_lines` lines (the last one
     then saying how many findings more there are)."""
     errors = [f for f in findings if f.severity == "error"]
-    by_check: dict[str, list[Finding]] = {}
-    for f in errors:
-        by_check.setdefault(f.check, []).append(f)
-    folded = [
-        (check, group)
-        for check, fs in by_check.items()
-        for group in fold((f.node, f.message) for f in fs)
-    ]
-    width = max((len(check) for check in by_check), default=0)
-    rows = [f"{check:<{width}}  {group.line()}" for check, group in folded]
+    groups = finding_groups(errors)
+    width = max((len(g.check) for g in groups), default=0)
+    rows = [f"{g.check:<{width}}  {g.folded.line()}" for g in groups]
     if len(rows) <= max_lines:
         return Digest(rows, len(errors), 0)
     kept = rows[: max(max_lines - 1, 0)]
-    shown = sum(group.count for _, group in folded[: len(kept)])
+    shown = sum(g.folded.count for g in groups[: len(kept)])
     return Digest(kept, shown, len(errors) - shown)
+
+
+def none_found(found: int, expected: int, where: str) -> str | None:
+    """The one-line diagnosis of an input that names none of the spec's nodes (a capture or a
+    fabric from another cluster, or a naming pattern that is not the site's); None otherwise."""
+    if found or not expected:
+        return None
+    return f"0 of {expected} spec nodes found in {where}: wrong file or naming pattern?"
