@@ -100,6 +100,25 @@ def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: b
     return out
 
 
+def _preflight(cluster: Cluster, limit: str | None, reach: Reach, progress: Progress) -> None:
+    """The bring-up's preflight: its secrets, and every host it will converge answering SSH
+    (those `limit` names, else all), before a run record or Ansible; PreflightFailed lists
+    every problem."""
+    from cluster_tool.bounds import expand_hostlist
+    from cluster_tool.workflows import preflight
+
+    hosts = [h.name for h in cluster.hosts()]
+    if limit:
+        named = set(expand_hostlist(limit, "--limit"))
+        hosts = [h for h in hosts if h in named] or hosts  # a group name: every host
+    result = preflight.run_preflight(
+        cluster, hosts, preflight.ssh_transport(cluster, reach.ssh_config)
+    )
+    progress(f"preflight: {', '.join(f'{k} {v}' for k, v in result.checked.items())}")
+    if result.problems:
+        raise preflight.PreflightFailed(result)
+
+
 def _burn_in(text: str | None, cluster: Cluster, command: str, gate: bool) -> float:
     """--burn-in as seconds (0: none); it runs after the gate, so it needs the gate."""
     from cluster_tool.workflows.burnin import burn_in_seconds
@@ -130,6 +149,7 @@ class BringupJob:
     dcgm: bool = True
     runs_dir: Path | None = None
     burn_in: str | None = None  # --burn-in DURATION (or `default`): the soak after the gate
+    preflight: bool = True  # the secrets and every host's SSH, in seconds, before anything
 
 
 def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quiet) -> RunOutcome:
@@ -151,6 +171,8 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
     burn_in_s = _burn_in(job.burn_in, cluster, "bringup", job.gate)
     if job.retry_failed:
         limit = fold_hostlist(last_failed(runs, job.spec), "--retry-failed: the last run's nodes")
+    if job.preflight:
+        _preflight(cluster, limit, job.reach, progress)
     inputs = {
         "spec": str(job.spec.resolve()),
         "limit": limit,

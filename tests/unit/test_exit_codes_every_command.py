@@ -150,6 +150,12 @@ TABLE: dict[str, dict[str, Cell]] = {
         "no slurm": "writes a file",
         "failing": "judges nothing",
     },
+    "preflight": {
+        "bad input": Case(lambda s: ["preflight", NOPE], 2),
+        "unreachable": Case(lambda s: ["preflight", LAB, "--ssh-config", s.down], 3),
+        "no slurm": Case(lambda s: ["preflight", LAB, "--ssh-config", s.down, "--slurm"], 2),
+        "failing": "its failures are a missing secret (2) and what does not answer (3)",
+    },
     "bringup": {
         "bad input": Case(lambda s: ["bringup", NOPE], 2),
         "unreachable": Case(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -180,3 +181,20 @@ def complete_proof(node: str) -> NodeProof:
         skipped={},
         suites=WORKFLOW_SUITES,
     )[node]
+
+
+class AnsweringTransport:
+    """SSH to hosts that are up: every script runs and exits 0 (the preflight's `true`);
+    `down` hosts fail as ssh does toward a host that is off (exit 255, its last line)."""
+
+    def __init__(self, down: set[str] | None = None) -> None:
+        self.down = down or set()
+        self.asked: list[str] = []
+
+    def run(self, target: Any, script: str, timeout: float) -> tuple[int, bytes, bytes]:
+        from cluster_tool.remote.fanout import TransportError
+
+        self.asked.append(target.name)
+        if target.name in self.down:
+            raise TransportError(f"ssh: connect to host {target.address} port 22: No route to host")
+        return 0, b"", b""

@@ -1,0 +1,179 @@
+"""The preflight: what a job needs from outside, checked in seconds before it starts (before a
+run record, before Ansible): the secrets the run will read, every host it will touch reachable
+over SSH the way the run reaches it (in parallel, with a short timeout), Slurm answering the way
+the run will ask it. Every missing item in one list; exit 2 when one is the operator's input (a
+secret), else 3 (a host or Slurm that does not answer)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ClusterShell.NodeSet import NodeSet
+
+from cluster_tool.errors import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, ClusterToolError
+from cluster_tool.remote.fanout import Target, Transport, TransportError
+from cluster_tool.slurm import SlurmAdmin, SlurmError, SlurmMissing
+from cluster_tool.spec.models import Cluster
+
+# What slurmdbd's role reads (roles/slurm/defaults/main.yml) and the playbook's preflight asks of
+# it: at least 12 characters, unless a vault supplies slurm_dbd_storage_pass.
+SLURMDBD_PASSWORD = "CLUSTER_TOOL_SLURMDBD_PASSWORD"
+SLURMDBD_PASSWORD_MIN = 12
+# A host that answers nothing is given this long to start its SSH session; all at once.
+CONNECT_TIMEOUT_S = 5.0
+SESSION_TIMEOUT_S = 10.0
+CONCURRENCY = 64
+
+Kind = Literal["input", "unreachable"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing the run would fail on: the operator's input to fix, or something unreachable."""
+
+    kind: Kind
+    text: str
+
+
+@dataclass
+class PreflightResult:
+    """Every problem found, what was checked, and how long it took."""
+
+    problems: list[Problem] = field(default_factory=list)
+    checked: dict[str, str] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        if any(p.kind == "input" for p in self.problems):
+            return EXIT_USAGE
+        return EXIT_UNREACHABLE if self.problems else EXIT_OK
+
+    def line(self) -> str:
+        """The problems as one line (the CLI's error line)."""
+        return "preflight: " + "; ".join(p.text for p in self.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": "pass" if not self.problems else "fail",
+            "exit_code": self.exit_code,
+            "problems": [{"kind": p.kind, "text": p.text} for p in self.problems],
+            "checked": self.checked,
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+class PreflightFailed(ClusterToolError):
+    """The preflight found problems: the job did not start."""
+
+    def __init__(self, result: PreflightResult) -> None:
+        self.result = result
+        self.exit_code = result.exit_code
+        super().__init__(result.line())
+
+
+def ssh_transport(cluster: Cluster, ssh_config: Path | None) -> Transport:
+    """SSH as the run's own collections reach the hosts (its ssh config, the cluster's
+    known_hosts), giving up on a host after CONNECT_TIMEOUT_S."""
+    from cluster_tool.remote.fanout import OpenSshTransport
+    from cluster_tool.remote.known_hosts import KnownHosts
+
+    known = KnownHosts.for_cluster(cluster.name)
+    return OpenSshTransport(ssh_config, connect_timeout=CONNECT_TIMEOUT_S, known_hosts=known)
+
+
+def secret_problems(cluster: Cluster, environ: Mapping[str, str]) -> list[Problem]:
+    """The secrets a converge reads that are missing or too short, by name (never their
+    values)."""
+    problems = []
+    dbd = cluster.slurm.accounting_host
+    if dbd and "slurm_dbd_storage_pass" not in cluster.ansible_vars:
+        value = environ.get(SLURMDBD_PASSWORD, "")
+        if len(value) < SLURMDBD_PASSWORD_MIN:
+            what = "unset" if not value else f"{len(value)} characters"
+            problems.append(
+                Problem(
+                    "input",
+                    f"{SLURMDBD_PASSWORD} is {what}: slurmdbd on {dbd} needs a password of "
+                    f"{SLURMDBD_PASSWORD_MIN}+ characters (or slurm_dbd_storage_pass from a "
+                    "vault in the spec's ansible_vars)",
+                )
+            )
+    return problems
+
+
+def unreachable_hosts(
+    targets: Sequence[Target], transport: Transport, timeout_s: float = SESSION_TIMEOUT_S
+) -> dict[str, str]:
+    """Host -> why, for each target that did not run `true` over SSH within `timeout_s`; all
+    at once, so the whole check takes one timeout, not one per host."""
+
+    def one(target: Target) -> tuple[str, str | None]:
+        try:
+            rc, _, err = transport.run(target, "true\n", timeout_s)
+        except TransportError as exc:
+            return target.name, str(exc)
+        if rc != 0:
+            said = err.decode("utf-8", "replace").strip().splitlines()
+            return target.name, said[-1] if said else f"exit {rc}"
+        return target.name, None
+
+    if not targets:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(targets))) as pool:
+        answers = list(pool.map(one, targets))
+    return {name: why for name, why in answers if why is not None}
+
+
+def _unreachable_problems(down: Mapping[str, str]) -> list[Problem]:
+    by_why: dict[str, list[str]] = {}
+    for host, why in down.items():
+        by_why.setdefault(why, []).append(host)
+    if len(by_why) > 3:  # each its own address or port: the hosts matter, not the words
+        return [Problem("unreachable", f"unreachable over SSH: {NodeSet.fromlist(list(down))}")]
+    return [
+        Problem("unreachable", f"unreachable over SSH: {NodeSet.fromlist(hosts)} ({why})")
+        for why, hosts in by_why.items()
+    ]
+
+
+def run_preflight(
+    cluster: Cluster,
+    hosts: Sequence[str],
+    transport: Transport | None,
+    *,
+    slurm: SlurmAdmin | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PreflightResult:
+    """Check the secrets, SSH to `hosts` (none when `transport` is None) and Slurm (when
+    given); every problem in one result."""
+    started = time.monotonic()
+    result = PreflightResult()
+    result.problems += secret_problems(cluster, os.environ if environ is None else environ)
+    result.checked["secrets"] = "missing" if result.problems else "ok"
+    if transport is not None:
+        address = {h.name: h.address for h in cluster.hosts()}
+        targets = [Target(h, address.get(h)) for h in hosts]
+        down = unreachable_hosts(targets, transport)
+        result.problems += _unreachable_problems(down)
+        result.checked["ssh"] = f"{len(targets) - len(down)} of {len(targets)} hosts answered"
+    if slurm is not None:
+        gpu = [n.name for n in cluster.gpu_nodes()]
+        try:
+            known = {s.name for s in slurm.node_states(None)} & set(gpu)
+        except SlurmMissing as exc:
+            result.problems.append(Problem("input", f"Slurm: {exc}"))
+            result.checked["slurm"] = "no client"
+        except SlurmError as exc:
+            result.problems.append(Problem("unreachable", f"Slurm: {exc}"))
+            result.checked["slurm"] = "no answer"
+        else:
+            result.checked["slurm"] = f"{len(known)} of {len(gpu)} GPU nodes known to Slurm"
+    result.elapsed_s = round(time.monotonic() - started, 2)
+    return result
