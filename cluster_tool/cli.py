@@ -23,17 +23,22 @@ app = typer.Typer(
     name="cluster-tool",
     help="Racked H100/H200 servers to a validated Slurm cluster.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-_state = {"debug": False}
+_state = {"debug": False, "json": False}
 
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"cluster-tool {__version__}")
+        if _state["json"]:
+            import platform
+
+            output.emit_json({"version": __version__, "python": platform.python_version()})
+        else:
+            typer.echo(f"cluster-tool {__version__}")
         raise typer.Exit(0)
 
 
@@ -43,6 +48,9 @@ def root(
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="With --version: as JSON (each command has its own).")
     ] = False,
 ) -> None:
     """cluster-tool: one spec in, a converged and verified cluster out."""
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     with `--json`, stdout carries a summary on every exit (a failed command's says why)."""
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
+    _state["json"] = _wants_json(args)
     output.reset()  # this command's secrets: the environment's, then those it learns
     code, error = _run(args)
     if _wants_json(args) and not output.json_emitted():

@@ -85,7 +85,11 @@ AdmitUnprovenOpt = Annotated[
 ]
 GateWorkdirOpt = Annotated[
     Path | None,
-    typer.Option("--gate-workdir", help="Gate job scripts and outputs; shared with the nodes."),
+    typer.Option(
+        "--workdir",
+        "--gate-workdir",
+        help="Gate job scripts and outputs; shared with the nodes (--gate-workdir: the same).",
+    ),
 ]
 DcgmOpt = Annotated[bool, typer.Option("--dcgm/--no-dcgm", help="Run `dcgmi diag -r 1`.")]
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._shape import SpecOptionCommand
 from cluster_tool.errors import ParseError, UsageError
 
 # The libraries are imported inside the commands: every run (Slurm's HealthCheckProgram on
@@ -68,7 +69,7 @@ def _print_report(report: "Report", json_out: bool, extra: dict[str, object] | N
     out.print(f"{report.status.upper()}: {counts}", markup=False)
 
 
-@fabric_app.command("check")
+@fabric_app.command("check", cls=SpecOptionCommand)
 def fabric_check(
     spec: SpecOpt = None,
     ibnetdiscover: Annotated[
@@ -369,7 +370,12 @@ def node_check(
         ),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="With --slurm: say what it would do, change nothing.")
+        bool,
+        typer.Option(
+            "--check",
+            "--dry-run",
+            help="With --slurm: say what it would do, change nothing (--dry-run: the same).",
+        ),
     ] = False,
     prolog: Annotated[
         bool,
@@ -550,5 +556,5 @@ def node_file(
 def register(app: typer.Typer) -> None:
     app.add_typer(fabric_app, name="fabric")
     app.command("validate")(validate)
-    app.command("node-check")(node_check)
+    app.command("node-check", cls=SpecOptionCommand)(node_check)
     app.command("node-file")(node_file)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._shape import SpecOptionGroup
 from cluster_tool.errors import UsageError
 from cluster_tool.fileio import fresh_dir
 from cluster_tool.gate.rungs import RUNG_NAMES
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 gate_app = typer.Typer(
     name="gate",
+    cls=SpecOptionGroup,
     help="Run the nccl-tests gate through Slurm and name the bad node or cable.",
     no_args_is_help=False,
     invoke_without_command=True,
@@ -89,7 +91,10 @@ def gate(
     ] = None,
     drain: Annotated[bool, typer.Option("--drain", help="Drain the guilty nodes.")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Say what --drain would drain.")
+        bool,
+        typer.Option(
+            "--check", "--dry-run", help="Say what --drain would drain (--dry-run: the same)."
+        ),
     ] = False,
     watchdog: Annotated[
         float | None,

@@ -10,6 +10,7 @@ import typer
 
 from cluster_tool import output
 from cluster_tool.bounds import MAX_HOSTS, check_count
+from cluster_tool.commands._shape import SpecOptionCommand
 from cluster_tool.errors import EXIT_CHECKS_FAILED, UsageError
 from cluster_tool.plan.model import FLOPS_CONVENTIONS, PRESETS
 
@@ -604,6 +605,8 @@ def _whole(placement: dict) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan", help="Plan TP × CP × PP × DP layouts, rank placement and launch flags.")(
-        plan_command
-    )
+    app.command(
+        "plan",
+        cls=SpecOptionCommand,
+        help="Plan TP × CP × PP × DP layouts, rank placement and launch flags.",
+    )(plan_command)

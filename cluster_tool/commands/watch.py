@@ -17,6 +17,7 @@ from cluster_tool.commands._context import (
     progress,
     reach_cluster,
 )
+from cluster_tool.commands._shape import SpecOptionCommand
 from cluster_tool.errors import UsageError
 
 if TYPE_CHECKING:
@@ -136,4 +137,4 @@ def watch(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("watch")(watch)
+    app.command("watch", cls=SpecOptionCommand)(watch)

@@ -23,6 +23,7 @@ from cluster_tool.commands._context import (
     show_run,
     validate_after_job,
 )
+from cluster_tool.commands._shape import SpecArgumentCommand
 from cluster_tool.errors import UsageError
 
 # The workflows (ansible-runner, sushy, the gate) are imported inside the commands: any other
@@ -46,7 +47,8 @@ BurnInOpt = Annotated[
 def bringup(
     spec: SpecArg,
     limit: Annotated[
-        str | None, typer.Option("--limit", help="Only these hosts (hostlist).")
+        str | None,
+        typer.Option("--nodes", "--limit", help="Only these hosts (hostlist; --limit: the same)."),
     ] = None,
     phase: Annotated[
         str | None,
@@ -211,11 +213,19 @@ def reimage(
     ] = False,
     dcgm: DcgmOpt = True,
     runs_dir: RunsDirOpt = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Dry run: print the batches, the partners and each node's drain and BMC "
+            "actions; change nothing (Slurm is only read, no BMC is asked, no run record).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> int:
     """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume."""
     from cluster_tool.commands._context import load_cluster
-    from cluster_tool.workflows.jobs import ReimageJob, run_reimage
+    from cluster_tool.workflows.jobs import ReimageJob, plan_reimage, run_reimage
 
     cluster = load_cluster(spec)
     via = reach_cluster(cluster, inventory, ssh_config, slurm_via, gate_workdir)
@@ -227,6 +237,15 @@ def reimage(
         admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir, burn_in=burn_in,
         admit=admit,
     )  # fmt: skip
+    if check:
+        plan = plan_reimage(cluster, job, progress=progress)
+        if json_out:
+            output.emit_json(plan.to_json())
+        else:
+            for line in plan.lines():
+                output.stdout.print(line, markup=False)
+            output.stdout.print("CHECK: nothing was changed", markup=False)
+        return 0
     return show_run(run_reimage(cluster, job, progress=progress), json_out)
 
 
@@ -312,8 +331,11 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("preflight")(preflight)
-    app.command("bringup")(bringup)
-    app.command("reimage")(reimage)
-    app.command("validate-after")(validate_after)
+    for name, command in (
+        ("preflight", preflight),
+        ("bringup", bringup),
+        ("reimage", reimage),
+        ("validate-after", validate_after),
+    ):
+        app.command(name, cls=SpecArgumentCommand)(command)
     app.command("report")(report)
