@@ -9,6 +9,7 @@ import typer
 
 from cluster_tool import __version__, output
 from cluster_tool.commands import checks as checks_commands
+from cluster_tool.commands import contexts as context_commands
 from cluster_tool.commands import gate as gate_commands
 from cluster_tool.commands import history as history_commands
 from cluster_tool.commands import parse as parse_commands
@@ -68,6 +69,7 @@ _AREAS: tuple = (
     history_commands,
     versions_commands,
     watch_commands,
+    context_commands,
 )
 for _module in _AREAS:
     _module.register(app)

@@ -280,6 +280,24 @@ TABLE: dict[str, dict[str, Cell]] = {
         ),
         "failing": "needs nodes that answer (tests/unit/watch)",
     },
+    "context set": {
+        "bad input": Case(lambda s: ["context", "set", "no/such/name"], 2),
+        "unreachable": "writes a file on this controller",
+        "no slurm": "writes a file on this controller",
+        "failing": "judges nothing",
+    },
+    "context show": {
+        "bad input": Case(lambda s: ["context", "show", "no-context-here"], 2),
+        "unreachable": "reads a file on this controller",
+        "no slurm": "reads a file on this controller",
+        "failing": "judges nothing",
+    },
+    "context list": {
+        "bad input": Case(lambda s: ["context", "list", "--no-such-option"], 2),
+        "unreachable": "reads files on this controller",
+        "no slurm": "reads files on this controller",
+        "failing": "judges nothing",
+    },
     "spec check": {
         "bad input": Case(lambda s: ["spec", "check", NOPE], 2),
         "unreachable": "reads a file",
