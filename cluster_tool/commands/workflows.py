@@ -213,6 +213,14 @@ def reimage(
     ] = False,
     dcgm: DcgmOpt = True,
     runs_dir: RunsDirOpt = None,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight/--no-preflight",
+            help="First, in seconds: Slurm answering and every node's BMC taking a "
+            "connection, before the first drain (exit 3 naming what did not answer).",
+        ),
+    ] = True,
     check: Annotated[
         bool,
         typer.Option(
@@ -235,7 +243,7 @@ def reimage(
         insecure_bmc=insecure_bmc, ca_bundle=ca_bundle, bmc_scheme=bmc_scheme,
         vault_file=vault_file, vault_password_file=vault_password_file, gate=gate,
         admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir, burn_in=burn_in,
-        admit=admit,
+        admit=admit, preflight=preflight,
     )  # fmt: skip
     if check:
         plan = plan_reimage(cluster, job, progress=progress)

@@ -269,6 +269,7 @@ class ReimageJob:
     burn_in: str | None = None
     # The operator's word: lift the drains the nodes had when the run began, once proven.
     admit: bool = False
+    preflight: bool = True  # Slurm and the nodes' BMCs answering, before the first drain
 
 
 def _bmc_access(
@@ -343,6 +344,33 @@ class ReimagePlan:
         return out
 
 
+def _reimage_preflight(
+    cluster: Cluster, job: ReimageJob, tls: TlsPolicy, progress: Progress
+) -> None:
+    """Before the first drain: Slurm answers the way the run asks it, and every BMC of the nodes
+    takes a connection; PreflightFailed lists every problem. The nodes' SSH is not asked: a
+    node is often re-imaged because it is down."""
+    from cluster_tool.workflows import preflight
+
+    # The operator's input first (nodes, batches, burn-in): a bad one is exit 2 before anything
+    # is asked of Slurm or a BMC.
+    _, batches = _plan_batches(cluster, job, tls)
+    gpu = {n.name: n for n in cluster.gpu_nodes()}
+    wanted = [n for b in batches for n in b]
+    bmcs = {n: tls.url(gpu[n].bmc_address or "") for n in wanted if gpu[n].bmc_address}
+    result = preflight.run_preflight(
+        cluster,
+        [],
+        None,
+        slurm=connect(job.reach.slurm_via, job.reach.ssh_config),
+        bmcs=bmcs,
+        secrets=False,
+    )
+    progress(f"preflight: {', '.join(f'{k} {v}' for k, v in result.checked.items())}")
+    if result.problems:
+        raise preflight.PreflightFailed(result)
+
+
 def plan_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quiet) -> ReimagePlan:
     """`reimage --check`: the batches, partners and BMC actions a run would take, from the
     spec and what Slurm says now (read only). No run record, no drain, no BMC request."""
@@ -386,6 +414,8 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
     from cluster_tool.workflows.reimage import run_reimage as reimage_batches
 
     tls, credentials = _bmc_access(cluster, job, progress)
+    if job.preflight and job.nodes and job.resume is None:
+        _reimage_preflight(cluster, job, tls, progress)
     secrets = run_secrets(cluster)
     secrets.add(credentials.password)
 

@@ -1,8 +1,9 @@
 """The preflight: what a job needs from outside, checked in seconds before it starts (before a
-run record, before Ansible): the secrets the run will read, every host it will touch reachable
-over SSH the way the run reaches it (in parallel, with a short timeout), Slurm answering the way
-the run will ask it. Every missing item in one list; exit 2 when one is the operator's input (a
-secret), else 3 (a host or Slurm that does not answer)."""
+run record, before Ansible, before a drain): the secrets the run will read, every host it will
+touch reachable over SSH the way the run reaches it (in parallel, with a short timeout), Slurm
+answering the way the run will ask it, the BMCs a re-image will use taking a connection. Every
+missing item in one list; exit 2 when one is the operator's input (a secret, no Slurm client),
+else 3 (a host, Slurm or a BMC that does not answer)."""
 
 from __future__ import annotations
 
@@ -143,20 +144,31 @@ def _unreachable_problems(down: Mapping[str, str]) -> list[Problem]:
     ]
 
 
+def bmc_unanswered(urls: Mapping[str, str]) -> dict[str, str]:
+    """The BMCs among `urls` (node -> URL) that take no connection (tests hand a fake)."""
+    from cluster_tool.bmc.redfish import unanswered
+
+    return unanswered(urls, CONNECT_TIMEOUT_S)
+
+
 def run_preflight(
     cluster: Cluster,
     hosts: Sequence[str],
     transport: Transport | None,
     *,
     slurm: SlurmAdmin | None = None,
+    bmcs: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
+    secrets: bool = True,
 ) -> PreflightResult:
-    """Check the secrets, SSH to `hosts` (none when `transport` is None) and Slurm (when
-    given); every problem in one result."""
+    """Check the secrets (a converge's, when `secrets`), SSH to `hosts` (none when `transport`
+    is None), Slurm (when given) and the BMCs (node -> URL, when given); every problem in one
+    result."""
     started = time.monotonic()
     result = PreflightResult()
-    result.problems += secret_problems(cluster, os.environ if environ is None else environ)
-    result.checked["secrets"] = "missing" if result.problems else "ok"
+    if secrets:
+        result.problems += secret_problems(cluster, os.environ if environ is None else environ)
+        result.checked["secrets"] = "missing" if result.problems else "ok"
     if transport is not None:
         address = {h.name: h.address for h in cluster.hosts()}
         targets = [Target(h, address.get(h)) for h in hosts]
@@ -175,5 +187,14 @@ def run_preflight(
             result.checked["slurm"] = "no answer"
         else:
             result.checked["slurm"] = f"{len(known)} of {len(gpu)} GPU nodes known to Slurm"
+    if bmcs:
+        down = bmc_unanswered(bmcs)
+        if down:
+            whys = set(down.values())
+            why = f" ({whys.pop()})" if len(whys) == 1 else ""
+            result.problems.append(
+                Problem("unreachable", f"BMC unreachable: {NodeSet.fromlist(list(down))}{why}")
+            )
+        result.checked["bmc"] = f"{len(bmcs) - len(down)} of {len(bmcs)} BMCs answered"
     result.elapsed_s = round(time.monotonic() - started, 2)
     return result

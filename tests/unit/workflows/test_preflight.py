@@ -145,3 +145,49 @@ def test_the_preflight_command_alone(
     capsys.readouterr()
     assert main(["preflight", str(spec_32), "--nodes", "gpu999"]) == 2
     assert "not hosts of the spec: gpu999" in capsys.readouterr().err
+
+
+# --- re-image: Slurm and the BMCs, before the first drain ------------------------------------
+
+
+def test_a_reimage_whose_bmcs_do_not_answer_drains_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cluster_tool.workflows import jobs
+    from tests.unit.workflows.fakes import SlurmCluster, admin_slurm
+
+    slurm = SlurmCluster(["gpu001", "gpu002", "gpu003", "gpu004"])
+    monkeypatch.setattr(jobs, "connect", lambda *_: admin_slurm(slurm))
+    asked: list[dict[str, str]] = []
+
+    def bmcs_off(urls: dict[str, str]) -> dict[str, str]:
+        asked.append(dict(urls))
+        return {n: f"{url.split('//')[1]}: Connection timed out" for n, url in urls.items()}
+
+    monkeypatch.setattr(preflight, "bmc_unanswered", bmcs_off)
+    monkeypatch.setenv("LAB_BMC_USERNAME", "admin")
+    monkeypatch.setenv("LAB_BMC_PASSWORD", "a-lab-only-bmc-password")
+    lab = str(REPO / "examples" / "lab.yml")
+    args = ["reimage", lab, "--nodes", "gpu[002-003]", "--insecure-bmc", "--bmc-scheme", "http"]
+    code = main([*args, "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert err.startswith("cluster-tool: preflight: BMC unreachable: gpu[002-003]"), err
+    assert set(asked[0]) == {"gpu002", "gpu003"}
+    assert not [c for c in slurm.calls if c[:2] == ["scontrol", "update"]], "nothing drained"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_bmc_port_nobody_listens_on_is_unanswered_and_one_that_listens_is_not() -> None:
+    import socket
+
+    from cluster_tool.bmc.redfish import unanswered
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        down = unanswered(
+            {"gpu001": f"http://127.0.0.1:{port}", "gpu002": "http://127.0.0.1:1"}, timeout_s=2
+        )
+    assert list(down) == ["gpu002"] and "127.0.0.1:1" in down["gpu002"]
