@@ -105,6 +105,7 @@ def preflight(
     ] = None,
     ssh_config: SshConfigOpt = None,
     slurm_via: SlurmViaOpt = None,
+    workdir: GateWorkdirOpt = None,
     slurm: Annotated[
         bool | None,
         typer.Option(
@@ -115,15 +116,16 @@ def preflight(
     ] = None,
     json_out: JsonOpt = False,
 ) -> int:
-    """What a job needs, in seconds: the secrets it reads, every host answering SSH, Slurm.
-    Exit 0 all there, 2 a secret missing, 3 a host or Slurm not answering."""
+    """What a job needs, in seconds: the secrets it reads, every host answering SSH, the gate's
+    folder (--workdir, or the context's) written here and read back on a GPU node, Slurm. Exit 0
+    all there, 2 a secret missing or the folder not shared, 3 a host or Slurm not answering."""
     from cluster_tool.bounds import expand_hostlist
     from cluster_tool.commands._context import load_cluster
     from cluster_tool.slurm import connect
     from cluster_tool.workflows.preflight import run_preflight, ssh_transport
 
     cluster = load_cluster(spec)
-    via = reach_cluster(cluster, ssh_config=ssh_config, slurm_via=slurm_via)
+    via = reach_cluster(cluster, ssh_config=ssh_config, slurm_via=slurm_via, gate_workdir=workdir)
     hosts = [h.name for h in cluster.hosts()]
     if nodes:
         named = set(expand_hostlist(nodes, "--nodes"))
@@ -139,6 +141,7 @@ def preflight(
         hosts,
         ssh_transport(cluster, via.ssh_config),
         slurm=connect(via.slurm_via, via.ssh_config) if ask_slurm else None,
+        shared=via.gate_workdir,
     )
     if result.problems:  # on stderr too: a script's log shows why it stopped
         output.error_line(result.line())

@@ -144,6 +144,40 @@ def _unreachable_problems(down: Mapping[str, str]) -> list[Problem]:
     ]
 
 
+def shared_folder_problems(
+    folder: Path, node: Target, transport: Transport, timeout_s: float = SESSION_TIMEOUT_S
+) -> list[Problem]:
+    """The gate's folder, written here and read back on `node`: the gate's job scripts are
+    written on this controller and run on the nodes, which write their outputs back. A folder
+    that is not there, or that the node sees without this file, is the site's setup to fix."""
+    import secrets
+    import shlex
+
+    if not folder.is_dir():
+        return [Problem("input", f"the gate's folder {folder} is not a folder on this controller")]
+    token = secrets.token_hex(8)
+    probe = folder / f".cluster-tool-preflight-{token}"
+    try:
+        probe.write_text(token + "\n")
+    except OSError as exc:
+        return [Problem("input", f"the gate's folder {folder}: cannot write here: {exc.strerror}")]
+    try:
+        rc, out, _ = transport.run(node, f"cat -- {shlex.quote(str(probe))}\n", timeout_s)
+    except TransportError as exc:
+        return [Problem("unreachable", f"the gate's folder: {node.name} did not answer: {exc}")]
+    finally:
+        probe.unlink(missing_ok=True)
+    if rc != 0 or out.decode("utf-8", "replace").strip() != token:
+        return [
+            Problem(
+                "input",
+                f"the gate's folder {folder} is not shared with {node.name}: a file written "
+                "here is not there (mount it on the nodes at the same path, or give --workdir)",
+            )
+        ]
+    return []
+
+
 def bmc_unanswered(urls: Mapping[str, str]) -> dict[str, str]:
     """The BMCs among `urls` (node -> URL) that take no connection (tests hand a fake)."""
     from cluster_tool.bmc.redfish import unanswered
@@ -158,12 +192,13 @@ def run_preflight(
     *,
     slurm: SlurmAdmin | None = None,
     bmcs: Mapping[str, str] | None = None,
+    shared: Path | None = None,
     environ: Mapping[str, str] | None = None,
     secrets: bool = True,
 ) -> PreflightResult:
     """Check the secrets (a converge's, when `secrets`), SSH to `hosts` (none when `transport`
-    is None), Slurm (when given) and the BMCs (node -> URL, when given); every problem in one
-    result."""
+    is None), the gate's `shared` folder from the first GPU node that answered, Slurm (when
+    given) and the BMCs (node -> URL, when given); every problem in one result."""
     started = time.monotonic()
     result = PreflightResult()
     if secrets:
@@ -175,6 +210,14 @@ def run_preflight(
         down = unreachable_hosts(targets, transport)
         result.problems += _unreachable_problems(down)
         result.checked["ssh"] = f"{len(targets) - len(down)} of {len(targets)} hosts answered"
+        gpu_names = {n.name for n in cluster.gpu_nodes()}
+        reader = next((t for t in targets if t.name in gpu_names and t.name not in down), None)
+        if shared is not None and reader is not None:
+            problems = shared_folder_problems(shared, reader, transport)
+            result.problems += problems
+            result.checked["gate folder"] = (
+                f"{shared} shared with {reader.name}" if not problems else "not shared"
+            )
     if slurm is not None:
         gpu = [n.name for n in cluster.gpu_nodes()]
         try:

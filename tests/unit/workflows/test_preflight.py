@@ -191,3 +191,65 @@ def test_a_bmc_port_nobody_listens_on_is_unanswered_and_one_that_listens_is_not(
             {"gpu001": f"http://127.0.0.1:{port}", "gpu002": "http://127.0.0.1:1"}, timeout_s=2
         )
     assert list(down) == ["gpu002"] and "127.0.0.1:1" in down["gpu002"]
+
+
+# --- the gate's folder: written here, read back on a GPU node ---------------------------------
+
+
+class SeesFiles(AnsweringTransport):
+    """Nodes that run `cat -- PATH` against this machine's files (a shared folder) or, with
+    `shared=False`, against a disk of their own where the file is not."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+
+    def run(self, target: Any, script: str, timeout: float) -> tuple[int, bytes, bytes]:
+        import shlex
+
+        if not script.startswith("cat -- "):
+            return super().run(target, script, timeout)
+        path = Path(shlex.split(script)[2])
+        if self.shared and path.is_file():
+            return 0, path.read_bytes(), b""
+        return 1, b"", f"cat: {path}: No such file or directory\n".encode()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_gate_folder_is_written_here_and_read_back_on_a_node(
+    shared: bool,
+    spec_32: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(PASSWORD, "a-long-enough-password")
+    monkeypatch.setattr(preflight, "ssh_transport", lambda *_: SeesFiles(shared))
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    code = main(["preflight", str(spec_32), "--workdir", str(folder), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert list(folder.iterdir()) == [], "the probe file is removed"
+    if shared:
+        assert code == 0 and data["checked"]["gate folder"] == f"{folder} shared with gpu001"
+    else:
+        assert code == 2
+        assert data["problems"] == [
+            {
+                "kind": "input",
+                "text": f"the gate's folder {folder} is not shared with gpu001: a file written "
+                "here is not there (mount it on the nodes at the same path, or give --workdir)",
+            }
+        ]
+
+
+def test_a_gate_folder_that_is_not_there_is_named(
+    spec_32: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(PASSWORD, "a-long-enough-password")
+    monkeypatch.setattr(preflight, "ssh_transport", lambda *_: SeesFiles(True))
+    assert main(["preflight", str(spec_32), "--workdir", str(tmp_path / "nope")]) == 2
+    assert "is not a folder on this controller" in capsys.readouterr().err
