@@ -17,7 +17,13 @@ from typing import Any, Literal
 
 from ClusterShell.NodeSet import NodeSet
 
-from cluster_tool.errors import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, ClusterToolError
+from cluster_tool.errors import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    ClusterToolError,
+    ParseError,
+)
 from cluster_tool.remote.fanout import Target, Transport, TransportError
 from cluster_tool.slurm import SlurmAdmin, SlurmError, SlurmMissing
 from cluster_tool.spec.models import Cluster
@@ -109,27 +115,68 @@ def secret_problems(cluster: Cluster, environ: Mapping[str, str]) -> list[Proble
     return problems
 
 
+# What each host is asked in its one session: the OS it runs (any host that lets us in has it).
+_OS_RELEASE = "cat /etc/os-release\n"
+
+
+def ssh_round(
+    targets: Sequence[Target], transport: Transport, timeout_s: float = SESSION_TIMEOUT_S
+) -> tuple[dict[str, str], dict[str, str]]:
+    """One SSH session per target, all at once (the whole round takes one timeout, not one per
+    host): host -> why for those that did not answer, host -> their /etc/os-release for those
+    that did."""
+
+    def one(target: Target) -> tuple[str, str | None, str]:
+        try:
+            rc, out, _ = transport.run(target, _OS_RELEASE, timeout_s)
+        except TransportError as exc:
+            return target.name, str(exc), ""
+        if rc != 0:
+            return target.name, None, ""  # in, but no os-release: judged below as unreadable
+        return target.name, None, out.decode("utf-8", "replace")
+
+    if not targets:
+        return {}, {}
+    with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(targets))) as pool:
+        answers = list(pool.map(one, targets))
+    down = {name: why for name, why, _ in answers if why is not None}
+    return down, {name: text for name, why, text in answers if why is None}
+
+
 def unreachable_hosts(
     targets: Sequence[Target], transport: Transport, timeout_s: float = SESSION_TIMEOUT_S
 ) -> dict[str, str]:
-    """Host -> why, for each target that did not run `true` over SSH within `timeout_s`; all
-    at once, so the whole check takes one timeout, not one per host."""
+    """Host -> why, for each target that did not answer over SSH within `timeout_s`."""
+    return ssh_round(targets, transport, timeout_s)[0]
 
-    def one(target: Target) -> tuple[str, str | None]:
+
+def os_problems(cluster: Cluster, releases: Mapping[str, str]) -> list[Problem]:
+    """Hosts whose /etc/os-release is not the OS the spec says they run, both named, grouped by
+    what they run; a host whose file cannot be read is named too."""
+    from cluster_tool.parsers.os_release import parse_os_release
+
+    wanted = {h.name: h.os for h in cluster.hosts() if h.os}
+    by_pair: dict[tuple[str, str], list[str]] = {}
+    for host, text in releases.items():
+        if host not in wanted:
+            continue
         try:
-            rc, _, err = transport.run(target, "true\n", timeout_s)
-        except TransportError as exc:
-            return target.name, str(exc)
-        if rc != 0:
-            said = err.decode("utf-8", "replace").strip().splitlines()
-            return target.name, said[-1] if said else f"exit {rc}"
-        return target.name, None
-
-    if not targets:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(targets))) as pool:
-        answers = list(pool.map(one, targets))
-    return {name: why for name, why in answers if why is not None}
+            release = parse_os_release(text)
+        except ParseError as exc:
+            by_pair.setdefault((f"an unreadable /etc/os-release ({exc})", wanted[host]), []).append(
+                host
+            )
+            continue
+        if release.spec_name != wanted[host]:
+            by_pair.setdefault((release.shown(), wanted[host]), []).append(host)
+    return [
+        Problem(
+            "input",
+            f"{NodeSet.fromlist(hosts)} {'runs' if not seen.startswith('an ') else 'has'} "
+            f"{seen}; the spec says {expected}",
+        )
+        for (seen, expected), hosts in by_pair.items()
+    ]
 
 
 def _unreachable_problems(down: Mapping[str, str]) -> list[Problem]:
@@ -207,8 +254,9 @@ def run_preflight(
     if transport is not None:
         address = {h.name: h.address for h in cluster.hosts()}
         targets = [Target(h, address.get(h)) for h in hosts]
-        down = unreachable_hosts(targets, transport)
+        down, releases = ssh_round(targets, transport)
         result.problems += _unreachable_problems(down)
+        result.problems += os_problems(cluster, releases)
         result.checked["ssh"] = f"{len(targets) - len(down)} of {len(targets)} hosts answered"
         gpu_names = {n.name for n in cluster.gpu_nodes()}
         reader = next((t for t in targets if t.name in gpu_names and t.name not in down), None)

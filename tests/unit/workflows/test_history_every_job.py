@@ -65,7 +65,8 @@ def fake_edges(monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
     monkeypatch.setattr(jobs, "connect", lambda *_: admin_slurm(slurm))
     monkeypatch.setattr(burnin, "BurnInLive", FakeEdges)
     # The preflight finds every host up and the slurmdbd password set.
-    monkeypatch.setattr(preflight, "ssh_transport", lambda *_: AnsweringTransport())
+    up = AnsweringTransport(runs={"head": "debian-12.txt"})  # as lab.yml says
+    monkeypatch.setattr(preflight, "ssh_transport", lambda *_: up)
     monkeypatch.setenv("CLUSTER_TOOL_SLURMDBD_PASSWORD", "a-lab-only-password")
     return slurm
 

@@ -253,3 +253,26 @@ def test_a_gate_folder_that_is_not_there_is_named(
     monkeypatch.setattr(preflight, "ssh_transport", lambda *_: SeesFiles(True))
     assert main(["preflight", str(spec_32), "--workdir", str(tmp_path / "nope")]) == 2
     assert "is not a folder on this controller" in capsys.readouterr().err
+
+
+# --- the OS the spec pins --------------------------------------------------------------------
+
+
+def test_hosts_running_another_os_are_named_with_both(
+    spec_32: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(PASSWORD, "a-long-enough-password")
+    runs = {
+        "gpu007": "ubuntu-20.04.6.txt",
+        "gpu008": "ubuntu-20.04.6.txt",
+        "head01": "debian-12.txt",
+    }
+    monkeypatch.setattr(preflight, "ssh_transport", lambda *_: AnsweringTransport(runs=runs))
+    code, _ = _bringup(spec_32, tmp_path)
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert "gpu[007-008] runs Ubuntu 20.04.6 LTS; the spec says ubuntu2204" in line
+    assert "head01 runs Debian GNU/Linux 12 (bookworm); the spec says ubuntu2204" in line
