@@ -2,8 +2,6 @@
 reaches that cluster (its inventory, SSH config, Slurm host, the gate's shared folder, the BMCs'
 transport, and the secrets the runs read), kept 0600 (cluster_tool.context)."""
 
-from __future__ import annotations
-
 import os
 import re
 import sys
@@ -29,7 +27,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output on stdout.
 ClusterArg = Annotated[
     str, typer.Argument(help="The cluster: its spec (the name is read from it) or its name.")
 ]
-# A context is a file named after its cluster: a name that could not be one is refused.
+# Typer reads the commands' annotations as objects: no `from __future__ import annotations` here
+# (tests/unit/test_cli_startup.py). A context is a file named after its cluster: a name that
+# could not be one is refused.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
@@ -66,7 +66,7 @@ def _secret(name: str) -> str:
     return value
 
 
-def _shown(context: SiteContext) -> dict[str, object]:
+def _shown(context: "SiteContext") -> dict[str, object]:
     """The context as it may be shown: every secret by its name only."""
     data = asdict(context)
     data["env"] = sorted(context.env)
