@@ -9,6 +9,7 @@ import typer
 
 from cluster_tool import __version__, output
 from cluster_tool.commands import checks as checks_commands
+from cluster_tool.commands import contexts as context_commands
 from cluster_tool.commands import gate as gate_commands
 from cluster_tool.commands import history as history_commands
 from cluster_tool.commands import parse as parse_commands
@@ -24,17 +25,22 @@ app = typer.Typer(
     name="cluster-tool",
     help="Racked H100/H200 servers to a validated Slurm cluster.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-_state = {"debug": False}
+_state = {"debug": False, "json": False}
 
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"cluster-tool {__version__}")
+        if _state["json"]:
+            import platform
+
+            output.emit_json({"version": __version__, "python": platform.python_version()})
+        else:
+            typer.echo(f"cluster-tool {__version__}")
         raise typer.Exit(0)
 
 
@@ -44,6 +50,9 @@ def root(
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="With --version: as JSON (each command has its own).")
     ] = False,
 ) -> None:
     """cluster-tool: one spec in, a converged and verified cluster out."""
@@ -62,6 +71,7 @@ _AREAS: tuple = (
     versions_commands,
     watch_commands,
     profile_commands,
+    context_commands,
 )
 for _module in _AREAS:
     _module.register(app)
@@ -80,30 +90,68 @@ for _entry in metadata.entry_points(group=EXTRA_AREAS_GROUP):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: runs the app and maps errors to one line and the contract's exit codes."""
+    """Entry point: runs the app and maps errors to one line and the contract's exit codes;
+    with `--json`, stdout carries a summary on every exit (a failed command's says why)."""
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
+    _state["json"] = _wants_json(args)
     output.reset()  # this command's secrets: the environment's, then those it learns
+    code, error = _run(args)
+    if _wants_json(args) and not output.json_emitted():
+        output.emit_json(
+            {
+                "command": _command_name(args),
+                "status": "pass" if code == 0 else "error",
+                "exit_code": code,
+                "error": error,
+            }
+        )
+    return code
+
+
+def _run(args: list[str]) -> tuple[int, str | None]:
+    """The command's exit code, and the one line said on stderr when it failed."""
     try:
         result = app(args=args, prog_name="cluster-tool", standalone_mode=False)
     except typer.Exit as exc:
-        return exc.exit_code
+        return exc.exit_code, None
     except typer.Abort:
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED, "interrupted"
     except typer.TyperException as exc:  # usage errors from the argument parser
-        output.error_line(exc.format_message())
-        return exc.exit_code or EXIT_USAGE
+        return _failed(exc.format_message(), exc.exit_code or EXIT_USAGE)
     except KeyboardInterrupt:
-        output.error_line("interrupted")
-        return EXIT_INTERRUPTED
+        return _failed("interrupted", EXIT_INTERRUPTED)
     except ClusterToolError as exc:
         if _state["debug"]:
             traceback.print_exc()
-        output.error_line(str(exc))
-        return exc.exit_code
+        return _failed(str(exc), exc.exit_code)
     except Exception as exc:  # the last line of defence: one line, traceback on --debug
         if _state["debug"]:
             traceback.print_exc()
-        output.error_line(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)")
-        return 1
-    return result if isinstance(result, int) else 0
+        return _failed(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", 1)
+    return (result if isinstance(result, int) else 0), None
+
+
+def _failed(message: str, code: int) -> tuple[int, str]:
+    output.error_line(message)
+    return code, message
+
+
+def _wants_json(args: list[str]) -> bool:
+    # Options end at `--`; after it `--json` would be a value (a file name), not the flag.
+    options = args[: args.index("--")] if "--" in args else args
+    return "--json" in options
+
+
+def _command_name(args: list[str]) -> str:
+    """The command the arguments name (`fabric check`), as far as they name one."""
+    commands = getattr(typer.main.get_command(app), "commands", {})
+    words: list[str] = []
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        if arg not in commands:
+            break
+        words.append(arg)
+        commands = getattr(commands[arg], "commands", {})  # a group's (`fabric`), else none
+    return " ".join(words)

@@ -49,8 +49,12 @@ def escape_controls(text: str) -> str:
 _registries: list[Secrets] = []
 
 
+_state = {"json_emitted": False}
+
+
 def reset() -> None:
     """Start a command: forget earlier registries, read the environment's secrets afresh."""
+    _state["json_emitted"] = False
     _registries.clear()
     _registries.append(Secrets.from_environ(os.environ))
 
@@ -133,6 +137,12 @@ def emit_json(data: Any) -> None:
     replaced in the values before encoding, as in the run folder."""
     sys.stdout.write(_dumps(redact_value(_plain(data))) + "\n")
     sys.stdout.flush()
+    _state["json_emitted"] = True
+
+
+def json_emitted() -> bool:
+    """Whether this command wrote its JSON document (the CLI writes a summary when it did not)."""
+    return _state["json_emitted"]
 
 
 def _plain(data: Any) -> Any:
@@ -144,6 +154,21 @@ def _plain(data: Any) -> Any:
     if isinstance(data, str | int | float | bool) or data is None:
         return data
     return str(data)
+
+
+# A severity's colour on a terminal: what a person scanning a screen of lines looks for first.
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def severity_line(severity: str, rest: str, width: int = 7) -> Any:
+    """`SEVERITY rest` for `stdout.print`: the severity coloured (rich drops the colour when the
+    stream is not a terminal), plain text under NO_COLOR (https://no-color.org: no bold either).
+    `rest` is data: redacted and its control characters escaped, never read as markup."""
+    from rich.text import Text
+
+    head = severity.upper().ljust(width)
+    style = None if os.environ.get("NO_COLOR") else _SEVERITY_STYLE.get(severity)
+    return Text.assemble((head, style or ""), " " + escape_controls(redact(rest)))
 
 
 def progress(message: str) -> None:
@@ -161,6 +186,10 @@ def error_line(message: str) -> None:
     sys.stderr.flush()
 
 
+# `FILE:LINE:COL: ` (a spec problem) or `FILE:LINE: ` (a parse error): already located.
+_LOCATED = re.compile(r"^[^\s:][^:]*:\d+(:\d+)?: ")
+
+
 def _is_located(lines: list[str]) -> bool:
     # Spec problems already carry FILE:LINE:COL and are printed one per line, unprefixed.
-    return all(line.count(":") >= 3 for line in lines)
+    return all(_LOCATED.match(line) for line in lines)

@@ -21,7 +21,7 @@ from typing import Protocol
 from ClusterShell.NodeSet import NodeSet
 
 from cluster_tool.bounds import HostlistError, HostlistTooLarge, expand_hostlist
-from cluster_tool.errors import ClusterToolError, ParseError
+from cluster_tool.errors import EXIT_UNREACHABLE, EXIT_USAGE, ClusterToolError, ParseError
 
 # States after which a job will never run again (sacct/squeue long names).
 TERMINAL_STATES = frozenset(
@@ -50,29 +50,67 @@ class SlurmError(ClusterToolError):
     """A Slurm command failed; carries the command and what it said on stderr."""
 
 
+class SlurmUnreachable(SlurmError):
+    """Slurm did not answer: its controller, or the host it is reached through (`--slurm-via`),
+    is down or out of reach. The contract's exit 3, as for any host that cannot be reached."""
+
+    exit_code = EXIT_UNREACHABLE
+
+
+class SlurmMissing(SlurmError):
+    """No Slurm client on this machine: the run was pointed at Slurm the wrong way (exit 2,
+    bad input); the fix is an option, not a retry."""
+
+    exit_code = EXIT_USAGE
+
+
+# What Slurm's clients print when slurmctld does not answer (Slurm's slurm_errno.c:
+# SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR, "Unable to contact slurm controller (connect
+# failure)", and SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT, "Socket timed out on send/recv operation").
+_CONTROLLER_DOWN = ("Unable to contact slurm controller", "Socket timed out on send/recv")
+
+# How long ssh waits for the Slurm host's TCP connection and key exchange: a host that is down
+# answers nothing, and without a bound ssh waits for the kernel's own (about two minutes).
+SSH_CONNECT_TIMEOUT_S = 10
+
+
 class CommandRunner(Protocol):
     def __call__(self, argv: Sequence[str]) -> str: ...
 
 
 def _run(argv: Sequence[str], timeout: float, late: str) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm client command whatever its exit; SlurmError when it is missing or exceeds
-    `timeout` (`late` says what did not end)."""
+    """Run a Slurm client command whatever its exit; SlurmMissing when it is not installed
+    here, SlurmUnreachable when it exceeds `timeout` (`late` says what did not end)."""
     try:
         return subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, check=False
         )
     except FileNotFoundError as exc:
-        raise SlurmError(f"{argv[0]}: not found (is this a Slurm login node?)") from exc
+        if argv[0] == "ssh":
+            raise SlurmMissing("ssh: not found: --slurm-via needs an OpenSSH client") from exc
+        raise SlurmMissing(
+            f"{argv[0]}: not found: this machine is no Slurm client; reach Slurm over SSH "
+            "with --slurm-via HOST (the controller) or $CLUSTER_TOOL_SLURM_VIA"
+        ) from exc
     except subprocess.TimeoutExpired as exc:
-        raise SlurmError(f"{late} in {timeout:g} s") from exc
+        raise SlurmUnreachable(f"{late} in {timeout:g} s") from exc
+
+
+def _failed(command: str, proc: subprocess.CompletedProcess[str]) -> SlurmError:
+    """The error of a client command that exited non-zero: its last line of stderr, and
+    SlurmUnreachable when that says the controller did not answer."""
+    err = (proc.stderr or proc.stdout).strip().splitlines()
+    said = err[-1] if err else f"exit {proc.returncode}"
+    down = any(marker in said for marker in _CONTROLLER_DOWN)
+    return (SlurmUnreachable if down else SlurmError)(f"{command}: {said}")
 
 
 def run_command(argv: Sequence[str], timeout: float = 60.0) -> str:
     """Run a Slurm client command, return stdout; a non-zero exit is a SlurmError with stderr."""
-    proc = _run(argv, timeout, f"{' '.join(argv)}: no answer")
+    command = " ".join(argv[:2])
+    proc = _run(argv, timeout, f"{command}: no answer")
     if proc.returncode != 0:
-        err = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SlurmError(f"{' '.join(argv[:2])}: {err[-1] if err else f'exit {proc.returncode}'}")
+        raise _failed(command, proc)
     return proc.stdout
 
 
@@ -441,6 +479,14 @@ def run_step_command(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     return proc.returncode, proc.stderr
 
 
+def _ssh(host: str, ssh_config: Path | None) -> list[str]:
+    """ssh to the Slurm host, never prompting, giving up on a host that does not answer."""
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}"]
+    if ssh_config is not None:
+        ssh += ["-F", str(ssh_config)]
+    return [*ssh, host]
+
+
 def ssh_step_runner(
     host: str, ssh_config: Path | None = None
 ) -> Callable[[Sequence[str], float], tuple[int, str]]:
@@ -448,13 +494,12 @@ def ssh_step_runner(
     SlurmError, the step's status is returned as `run_step_command` returns it."""
 
     def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
-        ssh = ["ssh", "-o", "BatchMode=yes"]
-        if ssh_config is not None:
-            ssh += ["-F", str(ssh_config)]
-        rc, err = run_step_command([*ssh, host, shlex.join(argv)], timeout)
+        rc, err = run_step_command([*_ssh(host, ssh_config), shlex.join(argv)], timeout)
         if rc == 255:
             last = err.strip().splitlines()
-            raise SlurmError(f"srun (on {host}): {last[-1] if last else 'ssh failed (exit 255)'}")
+            raise SlurmUnreachable(
+                f"srun (on {host}): {last[-1] if last else 'ssh failed (exit 255)'}"
+            )
         return rc, err
 
     return run
@@ -505,15 +550,14 @@ def ssh_command_runner(
     Slurm client); same contract as `run_command`."""
 
     def run(argv: Sequence[str]) -> str:
-        ssh = ["ssh", "-o", "BatchMode=yes"]
-        if ssh_config is not None:
-            ssh += ["-F", str(ssh_config)]
-        try:
-            return run_command([*ssh, host, shlex.join(argv)], timeout=timeout)
-        except SlurmError as exc:
-            # run_command names its first words ("ssh -o"); name the Slurm command instead.
-            why = str(exc).split(": ", 1)[-1]
-            raise SlurmError(f"{' '.join(argv[:2])} (on {host}): {why}") from None
+        where = f"{' '.join(argv[:2])} (on {host})"
+        proc = _run([*_ssh(host, ssh_config), shlex.join(argv)], timeout, f"{where}: no answer")
+        if proc.returncode == 255:  # ssh's own failure: the host did not let us in
+            err = proc.stderr.strip().splitlines()
+            raise SlurmUnreachable(f"{where}: {err[-1] if err else 'ssh failed (exit 255)'}")
+        if proc.returncode != 0:
+            raise _failed(where, proc)
+        return proc.stdout
 
     return run
 

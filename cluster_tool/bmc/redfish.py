@@ -17,6 +17,30 @@ class BmcError(ClusterToolError):
     """A BMC refused a request or could not be reached; the message names the node."""
 
 
+def unanswered(urls: Mapping[str, str], timeout_s: float = 5.0) -> dict[str, str]:
+    """Node -> why, for each BMC URL whose host takes no TCP connection on its port within
+    `timeout_s`; all at once. Nothing is sent: no credentials, no Redfish request."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+    from urllib.parse import urlsplit
+
+    def one(item: tuple[str, str]) -> tuple[str, str | None]:
+        node, url = item
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            with socket.create_connection((parts.hostname or "", port), timeout=timeout_s):
+                return node, None
+        except OSError as exc:
+            return node, f"{parts.hostname}:{port}: {exc.strerror or exc}"
+
+    if not urls:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(64, len(urls))) as pool:
+        answers = list(pool.map(one, urls.items()))
+    return {node: why for node, why in answers if why is not None}
+
+
 class Bmc(Protocol):
     """What re-imaging needs from a node's BMC."""
 

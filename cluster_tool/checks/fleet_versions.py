@@ -4,6 +4,7 @@ count. Collecting the outputs is cluster_tool.workflows.versions'."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -99,6 +100,35 @@ def table(nodes: Sequence[NodeVersions]) -> list[TableRow]:
         for version, names in sorted(seen[component].items(), key=lambda kv: -len(kv[1])):
             rows.append(TableRow(component, version, tuple(names)))
     return rows
+
+
+def per_node(nodes: Sequence[NodeVersions]) -> dict[str, list[tuple[str, str]]]:
+    """Component -> (node, what the node runs) in the table's component order: for the
+    components a node has several of (adapters' firmware, GPUs' VBIOS), its most common version
+    and each one off it named (`28.46.1006, mlx5_1 28.46.3048`), so that nodes alike read alike
+    and a node with one adapter off reads differently."""
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for node in nodes:
+        for component, version in node.components().items():
+            seen.setdefault(component, []).append((node.node, version))
+        models: dict[str, list[tuple[str, str]]] = {}
+        for hca in node.hcas:
+            if hca.firmware:
+                models.setdefault(f"hca_firmware {hca.model or '?'}", []).append(
+                    (hca.name, hca.firmware)
+                )
+        for component, items in models.items():
+            seen.setdefault(component, []).append((node.node, _several(items)))
+        gpus = [(f"GPU{i}", v) for i, v in enumerate(node.vbios) if v]
+        if gpus:
+            seen.setdefault("vbios", []).append((node.node, _several(gpus)))
+    return {c: seen[c] for c in sorted(seen, key=_order)}
+
+
+def _several(items: Sequence[tuple[str, str]]) -> str:
+    counts = Counter(version for _, version in items)
+    common = counts.most_common(1)[0][0]
+    return ", ".join([common, *(f"{name} {v}" for name, v in items if v != common)])
 
 
 _ORDER = (

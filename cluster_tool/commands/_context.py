@@ -85,7 +85,11 @@ AdmitUnprovenOpt = Annotated[
 ]
 GateWorkdirOpt = Annotated[
     Path | None,
-    typer.Option("--gate-workdir", help="Gate job scripts and outputs; shared with the nodes."),
+    typer.Option(
+        "--workdir",
+        "--gate-workdir",
+        help="Gate job scripts and outputs; shared with the nodes (--gate-workdir: the same).",
+    ),
 ]
 DcgmOpt = Annotated[bool, typer.Option("--dcgm/--no-dcgm", help="Run `dcgmi diag -r 1`.")]
 
@@ -100,7 +104,12 @@ def progress(line: str) -> None:
 
 def show_run(outcome: RunOutcome, json_out: bool) -> int:
     """A finished job on stdout: its summary as JSON, or its phases, the nodes that did not
-    pass and the headline with the report's path; returns the job's exit code."""
+    pass folded by what they share, its first error findings folded by id, and the headline
+    with the report's path, all within a screen; returns the job's exit code."""
+    import shutil
+
+    from cluster_tool.report.terminal import error_digest, fold
+
     output.hide(outcome.record.secrets)  # with what the run learnt (a vault's BMC password)
     summary = outcome.summary
     if json_out:
@@ -110,9 +119,28 @@ def show_run(outcome: RunOutcome, json_out: bool) -> int:
     for phase in summary.phases:
         detail = f" ({phase['detail']})" if phase.get("detail") else ""
         out.print(f"{phase['name']:10} {phase['status']}{detail}", markup=False)
-    for node, v in summary.nodes.items():
-        if v.get("verdict") != "pass":
-            out.print(f"{node}: {v.get('verdict')}: {v.get('reason') or ''}", markup=False)
+    # What is left of a screen after the phases and the headline: the nodes and the errors share
+    # it, the errors (why the run failed) keeping at least half.
+    room = max(shutil.get_terminal_size((80, 24)).lines - len(summary.phases) - 2, 10)
+    nodes = fold(
+        (node, f"{v.get('verdict')}: {v.get('reason') or ''}".rstrip(": "))
+        for node, v in summary.nodes.items()
+        if v.get("verdict") != "pass"
+    )
+    digest = error_digest(outcome.findings, max_lines=room - min(len(nodes), room // 2) - 1)
+    node_room = room - len(digest.lines) - bool(digest.lines) - bool(digest.left_out)
+    if len(nodes) > node_room:  # the last line says how many more
+        node_room -= 1
+    for group in nodes[:node_room]:
+        out.print(group.line(), markup=False)
+    if len(nodes) > node_room:
+        out.print(f"... {len(nodes) - node_room} more node lines in summary.json", markup=False)
+    if digest.lines:
+        out.print("errors, first found first:", markup=False)
+        for line in digest.lines:
+            out.print(f"  {line}", markup=False)
+        if digest.left_out:
+            out.print(f"  ... {digest.left_out} more in findings.json", markup=False)
     headline = summary.headline or summary.verdict.upper()
     out.print(f"{headline}  report: {outcome.report}", markup=False)
     return outcome.exit_code

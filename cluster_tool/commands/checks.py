@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._shape import SpecOptionCommand
 from cluster_tool.errors import ParseError, UsageError
 
 # The libraries are imported inside the commands: every run (Slurm's HealthCheckProgram on
@@ -57,15 +58,18 @@ def _print_report(report: "Report", json_out: bool, extra: dict[str, object] | N
         data.update(extra or {})
         output.emit_json(data)
         return
+    from cluster_tool.report.terminal import finding_groups
+
     out = output.stdout
-    for f in report.findings:
-        out.print(f"{f.severity.upper():7} {f.check:18} {f.message}", markup=False)
+    # Findings that say the same of many nodes or HCAs: one line and the nodes' hostlist.
+    for g in finding_groups(report.findings):
+        out.print(output.severity_line(g.severity, f"{g.check:18} {g.folded.line()}"))
     s = report.summary
     counts = f"{s.get('errors', 0)} errors, {s.get('warnings', 0)} warnings"
     out.print(f"{report.status.upper()}: {counts}", markup=False)
 
 
-@fabric_app.command("check")
+@fabric_app.command("check", cls=SpecOptionCommand)
 def fabric_check(
     spec: SpecOpt = None,
     ibnetdiscover: Annotated[
@@ -127,6 +131,13 @@ def fabric_check(
         nodes=only,
         counters_required=False,
     )
+    # The fabric of another cluster, or node descriptions that are not `%h %d` of the spec's
+    # names, match none of its nodes: say that once rather than only one finding per cable.
+    from cluster_tool.report.terminal import none_found
+
+    hosts = {ca.description.split()[0] for ca in discovered.cas if ca.description.split()}
+    expected = only or [n.name for n in cluster.gpu_nodes()]
+    diagnosis = none_found(len(hosts & set(expected)), len(expected), str(ibnetdiscover))
     report = Report.from_findings(
         findings,
         {
@@ -134,9 +145,12 @@ def fabric_check(
             "cas": len(discovered.cas),
             "planned_hca_cables": len(plan.rows),
             "planned_switch_links": len(plan.links),
+            "spec_nodes_found": len(hosts & set(expected)),
         },
     )
-    _print_report(report, json_out)
+    if diagnosis:
+        output.error_line(diagnosis)
+    _print_report(report, json_out, {"diagnosis": diagnosis} if diagnosis else None)
     return report.exit_code
 
 
@@ -356,7 +370,12 @@ def node_check(
         ),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="With --slurm: say what it would do, change nothing.")
+        bool,
+        typer.Option(
+            "--check",
+            "--dry-run",
+            help="With --slurm: say what it would do, change nothing (--dry-run: the same).",
+        ),
     ] = False,
     prolog: Annotated[
         bool,
@@ -537,5 +556,5 @@ def node_file(
 def register(app: typer.Typer) -> None:
     app.add_typer(fabric_app, name="fabric")
     app.command("validate")(validate)
-    app.command("node-check")(node_check)
+    app.command("node-check", cls=SpecOptionCommand)(node_check)
     app.command("node-file")(node_file)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._shape import SpecOptionGroup
 from cluster_tool.errors import UsageError
 from cluster_tool.fileio import fresh_dir
 from cluster_tool.gate.rungs import RUNG_NAMES
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 gate_app = typer.Typer(
     name="gate",
+    cls=SpecOptionGroup,
     help="Run the nccl-tests gate through Slurm and name the bad node or cable.",
     no_args_is_help=False,
     invoke_without_command=True,
@@ -48,7 +50,7 @@ def _print_result(result: "GateResult", json_out: bool) -> None:
         out.print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in info.items()))
     for f in result.report.findings:
         where = f.node or f.component or "-"
-        out.print(f"{f.severity.upper():7} {f.check:16} {where}: {f.message}")
+        out.print(output.severity_line(f.severity, f"{f.check:16} {where}: {f.message}"))
     for line in result.drains.lines():
         out.print(line)
     summary = result.report.summary
@@ -89,7 +91,10 @@ def gate(
     ] = None,
     drain: Annotated[bool, typer.Option("--drain", help="Drain the guilty nodes.")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Say what --drain would drain.")
+        bool,
+        typer.Option(
+            "--check", "--dry-run", help="Say what --drain would drain (--dry-run: the same)."
+        ),
     ] = False,
     watchdog: Annotated[
         float | None,
@@ -261,7 +266,8 @@ def simulate_command(
         for f in gate.report.findings:
             if f.severity == "info":
                 continue
-            out.print(f"{f.severity.upper():7} {f.check:16} {f.node or f.component}: {f.message}")
+            where = f.node or f.component
+            out.print(output.severity_line(f.severity, f"{f.check:16} {where}: {f.message}"))
     return 0 if not result.admitted_bad and not result.blamed_good else 1
 
 

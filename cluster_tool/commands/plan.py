@@ -10,6 +10,7 @@ import typer
 
 from cluster_tool import output
 from cluster_tool.bounds import MAX_HOSTS, check_count
+from cluster_tool.commands._shape import SpecOptionCommand
 from cluster_tool.errors import EXIT_CHECKS_FAILED, UsageError
 from cluster_tool.plan.model import FLOPS_CONVENTIONS, PRESETS
 
@@ -117,15 +118,34 @@ def _model(
     )
 
 
-def _cluster(spec: Path | None, nodes: int | None, gpu: str, nodes_per_su: int) -> "ClusterShape":
+def _cluster(
+    spec: Path | None, nodes: int | None, gpu: str | None, nodes_per_su: int | None
+) -> "ClusterShape":
     from cluster_tool.plan import GPUS, ClusterShape
 
     if spec is not None:
         from cluster_tool.spec import load_spec
 
+        # The spec says the nodes, GPUs and SUs: a what-if option beside it would be ignored.
+        given = [
+            flag
+            for flag, value in (
+                ("--nodes", nodes),
+                ("--gpu", gpu),
+                ("--nodes-per-su", nodes_per_su),
+            )
+            if value is not None
+        ]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)}: a what-if cluster's, not with --spec (the spec says its "
+                "nodes, GPUs and SUs; --drained leaves nodes out)"
+            )
         return ClusterShape.from_spec(load_spec(spec))
     if nodes is None:
         raise UsageError("give --spec FILE (or --nodes N for a what-if cluster)")
+    gpu = gpu or "h100"
+    nodes_per_su = nodes_per_su or 32
     if gpu not in GPUS:
         raise UsageError(f"unknown GPU {gpu!r}; one of: {', '.join(sorted(GPUS))}")
     return ClusterShape.synthetic(nodes=nodes, nodes_per_su=nodes_per_su, gpu=gpu)
@@ -194,8 +214,12 @@ def plan_command(
     nodes: Annotated[
         int | None, typer.Option("--nodes", help="What-if: a uniform cluster of N nodes.")
     ] = None,
-    gpu: Annotated[str, typer.Option("--gpu", help="What-if GPU: h100, h200, a100.")] = "h100",
-    nodes_per_su: Annotated[int, typer.Option("--nodes-per-su", help="What-if SU size.")] = 32,
+    gpu: Annotated[
+        str | None, typer.Option("--gpu", help="What-if GPU: h100 (default), h200, a100.")
+    ] = None,
+    nodes_per_su: Annotated[
+        int | None, typer.Option("--nodes-per-su", help="What-if SU size (default 32).")
+    ] = None,
     tp_overlap: Annotated[
         bool,
         typer.Option(
@@ -604,6 +628,8 @@ def _whole(placement: dict) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan", help="Plan TP × CP × PP × DP layouts, rank placement and launch flags.")(
-        plan_command
-    )
+    app.command(
+        "plan",
+        cls=SpecOptionCommand,
+        help="Plan TP × CP × PP × DP layouts, rank placement and launch flags.",
+    )(plan_command)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._shape import SpecArgumentCommand
 from cluster_tool.errors import EXIT_USAGE, SpecError, UsageError
 
 # The spec models and the renderer are imported inside the commands that use them, so that
@@ -68,7 +69,7 @@ def _report_problems(exc: SpecError, json_out: bool) -> int:
     return EXIT_USAGE
 
 
-@spec_app.command("check")
+@spec_app.command("check", cls=SpecArgumentCommand)
 def check(file: SpecFile, json_out: JsonOpt = False) -> int:
     """Validate a spec: exit 0 when valid, else one `FILE:LINE:COL: path: problem` per line, 2."""
     from cluster_tool.spec import load_spec
@@ -182,4 +183,4 @@ def register(app: typer.Typer) -> None:
     """Add `spec`, `init` and `render` to the root app."""
     app.add_typer(spec_app, name="spec")
     app.command("init")(init)
-    app.command("render")(render_command)
+    app.command("render", cls=SpecArgumentCommand)(render_command)

@@ -11,9 +11,6 @@ from cluster_tool.errors import UsageError
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine output on stdout.")]
 
-# How many nodes off a component's most common version the table names.
-_NAMED = 3
-
 
 def versions(
     spec_arg: Annotated[
@@ -84,20 +81,29 @@ def versions(
         data["unreachable"] = fleet.unreachable
         output.emit_json(data)
         return fleet.exit_code
+    from cluster_tool.checks.fleet_versions import per_node
+    from cluster_tool.report.terminal import finding_groups, fold, none_found
+
     out = output.stdout
-    out.print(f"{'COMPONENT':24} {'VERSION':28} {'NODES':>5}  WHERE", markup=False)
-    last = None
-    for row in fleet.table:
-        # The most common version comes first; the nodes off it are named (a few at most).
-        first = row.component != last
-        last = row.component
-        name = row.component if first else ""
-        where = "" if first else ", ".join(row.nodes[:_NAMED])
-        if not first and len(row.nodes) > _NAMED:
-            where += f" and {len(row.nodes) - _NAMED} more"
-        out.print(f"{name:24} {row.version:28} {len(row.nodes):>5}  {where}", markup=False)
-    for f in fleet.report.findings:
-        out.print(f"{f.severity.upper():7} {f.check:20} {f.message}", markup=False)
+    # As `clush -b` shows it: the nodes that run the same, one line and their hostlist; the
+    # most common first, so the odd nodes are the lines below it.
+    rows = [
+        (component, sorted(fold(said), key=lambda g: -g.count))
+        for component, said in per_node(fleet.nodes).items()
+    ]
+    width = max([28, *(len(g.text) for _, groups in rows for g in groups)])
+    out.print(f"{'COMPONENT':24} {'VERSION':{width}} {'NODES':>5}  HOSTS", markup=False)
+    for component, groups in rows:
+        for i, group in enumerate(groups):
+            name = component if i == 0 else ""
+            out.print(
+                f"{name:24} {group.text:{width}} {group.count:>5}  {group.nodes}", markup=False
+            )
+    for g in finding_groups(fleet.report.findings):
+        out.print(output.severity_line(g.severity, f"{g.check:20} {g.folded.line()}"))
+    diagnosis = none_found(len(fleet.nodes), len(selected), str(replay or "the SSH answers"))
+    if diagnosis and replay is not None:
+        output.error_line(diagnosis)
     s = fleet.report.summary
     out.print(
         f"{fleet.report.status.upper()}: {s.get('read', 0)} of {s.get('nodes', 0)} nodes read, "

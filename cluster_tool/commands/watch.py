@@ -17,6 +17,7 @@ from cluster_tool.commands._context import (
     progress,
     reach_cluster,
 )
+from cluster_tool.commands._shape import SpecOptionCommand
 from cluster_tool.errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,13 +27,20 @@ POLICIES = ("observe", "drain", "requeue")
 
 
 def _show(result: "CycleResult", json_out: bool) -> None:
+    # Why the exit code is 2 or 3 goes to stderr whatever the output: a cron job's log shows it.
+    if result.misdirected:
+        output.error_line(result.misdirected)
+    if result.unreachable:
+        from ClusterShell.NodeSet import NodeSet
+
+        output.error_line(f"not reached this cycle: {NodeSet.fromlist(result.unreachable)}")
     if json_out:
         output.emit_json(result.to_json())
         return
     out = output.stdout
     for f in result.new:
         where = " ".join(p for p in (f.node, f.component) if p)
-        out.print(f"{f.severity.upper():7} {f.check:20} {where}: {f.message}", markup=False)
+        out.print(output.severity_line(f.severity, f"{f.check:20} {where}: {f.message}"))
     for a in result.actions:
         what = f"job {a.job_id}" if a.job_id is not None else a.node
         out.print(f"{a.kind.upper():7} {what}: {a.detail}", markup=False)
@@ -82,7 +90,8 @@ def watch(
 ) -> int:
     """Watch the GPU nodes every `watch.interval_s`: port counter deltas, new Xids and link
     flaps, GPU health, stragglers of running jobs; act by policy. Exit 0 when the (last)
-    cycle found no error, 1 when it did, 2 on bad input, 130 when stopped."""
+    cycle found no error, 1 when it did, 2 on bad input (no Slurm client here without
+    --slurm-via), 3 when a node or Slurm did not answer, 130 when stopped."""
     from cluster_tool.commands._context import load_cluster
     from cluster_tool.remote.fanout import transport_named
     from cluster_tool.slurm import connect
@@ -128,4 +137,4 @@ def watch(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("watch")(watch)
+    app.command("watch", cls=SpecOptionCommand)(watch)

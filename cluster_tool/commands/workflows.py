@@ -23,6 +23,8 @@ from cluster_tool.commands._context import (
     show_run,
     validate_after_job,
 )
+from cluster_tool.commands._shape import SpecArgumentCommand
+from cluster_tool.errors import UsageError
 
 # The workflows (ansible-runner, sushy, the gate) are imported inside the commands: any other
 # command, and --help, starts without them.
@@ -45,7 +47,8 @@ BurnInOpt = Annotated[
 def bringup(
     spec: SpecArg,
     limit: Annotated[
-        str | None, typer.Option("--limit", help="Only these hosts (hostlist).")
+        str | None,
+        typer.Option("--nodes", "--limit", help="Only these hosts (hostlist; --limit: the same)."),
     ] = None,
     phase: Annotated[
         str | None,
@@ -62,6 +65,14 @@ def bringup(
         ),
     ] = False,
     gate: Annotated[bool, typer.Option("--gate/--no-gate", help="Run the NCCL gate.")] = True,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight/--no-preflight",
+            help="First, in seconds: the secrets the run reads and every host answering SSH "
+            "(exit 2 naming a missing secret, 3 naming the hosts that did not answer).",
+        ),
+    ] = True,
     burn_in: BurnInOpt = None,
     admit_unproven: AdmitUnprovenOpt = False,
     inventory: InventoryOpt = None,
@@ -82,8 +93,68 @@ def bringup(
     job = BringupJob(
         spec, via, limit=limit, phase=phase, check=check, diff=diff, retry_failed=retry_failed,
         gate=gate, admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir, burn_in=burn_in,
+        preflight=preflight,
     )  # fmt: skip
     return show_run(run_bringup(cluster, job, progress=progress), json_out)
+
+
+def preflight(
+    spec: SpecArg,
+    nodes: Annotated[
+        str | None, typer.Option("--nodes", help="Only these hosts (hostlist; default: all).")
+    ] = None,
+    ssh_config: SshConfigOpt = None,
+    slurm_via: SlurmViaOpt = None,
+    workdir: GateWorkdirOpt = None,
+    slurm: Annotated[
+        bool | None,
+        typer.Option(
+            "--slurm/--no-slurm",
+            help="Also ask Slurm, the way the jobs will (default: when --slurm-via or the "
+            "context names a host; a cluster before its bring-up has none).",
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> int:
+    """What a job needs, in seconds: the secrets it reads, every host answering SSH, the gate's
+    folder (--workdir, or the context's) written here and read back on a GPU node, Slurm. Exit 0
+    all there, 2 a secret missing or the folder not shared, 3 a host or Slurm not answering."""
+    from cluster_tool.bounds import expand_hostlist
+    from cluster_tool.commands._context import load_cluster
+    from cluster_tool.slurm import connect
+    from cluster_tool.workflows.preflight import run_preflight, ssh_transport
+
+    cluster = load_cluster(spec)
+    via = reach_cluster(cluster, ssh_config=ssh_config, slurm_via=slurm_via, gate_workdir=workdir)
+    hosts = [h.name for h in cluster.hosts()]
+    if nodes:
+        named = set(expand_hostlist(nodes, "--nodes"))
+        unknown = named - set(hosts)
+        if unknown:
+            from ClusterShell.NodeSet import NodeSet
+
+            raise UsageError(f"--nodes: not hosts of the spec: {NodeSet.fromlist(list(unknown))}")
+        hosts = [h for h in hosts if h in named]
+    ask_slurm = slurm if slurm is not None else via.slurm_via is not None
+    result = run_preflight(
+        cluster,
+        hosts,
+        ssh_transport(cluster, via.ssh_config),
+        slurm=connect(via.slurm_via, via.ssh_config) if ask_slurm else None,
+        shared=via.gate_workdir,
+    )
+    if result.problems:  # on stderr too: a script's log shows why it stopped
+        output.error_line(result.line())
+    if json_out:
+        output.emit_json(result.to_json())
+    else:
+        for item, state in result.checked.items():
+            output.stdout.print(f"{item:8} {state}", markup=False)
+        for problem in result.problems:
+            output.stdout.print(output.severity_line("error", problem.text))
+        verdict = "PASS" if not result.problems else "FAIL"
+        output.stdout.print(f"{verdict} ({result.elapsed_s:g} s)", markup=False)
+    return result.exit_code
 
 
 def reimage(
@@ -145,11 +216,27 @@ def reimage(
     ] = False,
     dcgm: DcgmOpt = True,
     runs_dir: RunsDirOpt = None,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight/--no-preflight",
+            help="First, in seconds: Slurm answering and every node's BMC taking a "
+            "connection, before the first drain (exit 3 naming what did not answer).",
+        ),
+    ] = True,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Dry run: print the batches, the partners and each node's drain and BMC "
+            "actions; change nothing (Slurm is only read, no BMC is asked, no run record).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> int:
     """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume."""
     from cluster_tool.commands._context import load_cluster
-    from cluster_tool.workflows.jobs import ReimageJob, run_reimage
+    from cluster_tool.workflows.jobs import ReimageJob, plan_reimage, run_reimage
 
     cluster = load_cluster(spec)
     via = reach_cluster(cluster, inventory, ssh_config, slurm_via, gate_workdir)
@@ -159,8 +246,17 @@ def reimage(
         insecure_bmc=insecure_bmc, ca_bundle=ca_bundle, bmc_scheme=bmc_scheme,
         vault_file=vault_file, vault_password_file=vault_password_file, gate=gate,
         admit_unproven=admit_unproven, dcgm=dcgm, runs_dir=runs_dir, burn_in=burn_in,
-        admit=admit,
+        admit=admit, preflight=preflight,
     )  # fmt: skip
+    if check:
+        plan = plan_reimage(cluster, job, progress=progress)
+        if json_out:
+            output.emit_json(plan.to_json())
+        else:
+            for line in plan.lines():
+                output.stdout.print(line, markup=False)
+            output.stdout.print("CHECK: nothing was changed", markup=False)
+        return 0
     return show_run(run_reimage(cluster, job, progress=progress), json_out)
 
 
@@ -246,7 +342,11 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bringup")(bringup)
-    app.command("reimage")(reimage)
-    app.command("validate-after")(validate_after)
+    for name, command in (
+        ("preflight", preflight),
+        ("bringup", bringup),
+        ("reimage", reimage),
+        ("validate-after", validate_after),
+    ):
+        app.command(name, cls=SpecArgumentCommand)(command)
     app.command("report")(report)

@@ -34,6 +34,7 @@ MODULES = (
     "nvidia_topo",
     "nvlink",
     "nvlink_errors",
+    "os_release",
 )
 
 __all__ = ["KINDS", "MODULES", "ParseError", "parser", "read", "to_jsonable"]

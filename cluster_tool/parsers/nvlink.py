@@ -22,16 +22,22 @@ _ALL_INACTIVE = re.compile(
 @dataclass(frozen=True)
 class NvlinkLink:
     """One NVLink: its per-direction speed in GB/s (bytes, as nvidia-smi prints it), None when
-    `<inactive>`. Key names say their unit: `_GBps` bytes, `_gbps` bits (docs/units.md)."""
+    `<inactive>`. Key names say their unit: `_gbs` GB/s (bytes), `_gbps` Gb/s (bits), as
+    docs/units.md has it."""
 
     link: int
-    speed_GBps: float | None  # the unit's own capitals: GB/s, not Gb/s
+    speed_gbs: float | None
     active: bool
 
     @property
+    def speed_GBps(self) -> float | None:  # the name it had before issue 33
+        """Deprecated name of `speed_gbs`; kept for old callers."""
+        return self.speed_gbs
+
+    @property
     def speed_gbps(self) -> float | None:
-        """Deprecated name of `speed_GBps` (it held GB/s, not Gb/s); kept for old callers."""
-        return self.speed_GBps
+        """Deprecated name of `speed_gbs` (it held GB/s, not Gb/s); kept for old callers."""
+        return self.speed_gbs
 
 
 @dataclass(frozen=True)

@@ -312,6 +312,12 @@ def _pydantic_problems(exc: ValidationError, marks: _Marks, filename: str) -> li
                 given = err.get("input")
                 if isinstance(given, str | int | float | bool):
                     message += f" (got {given!r})"
+                if kind == "string_type" and isinstance(given, int | float) and loc:
+                    # `cuda_version: 12.8` is a YAML float; `12.10` would even become 12.1.
+                    message += (
+                        f'; YAML read a number: quote it, {loc[-1]}: "{given}" (unquoted, '
+                        "a version such as 12.10 reads as 12.1)"
+                    )
             elif kind == "string_pattern_mismatch":
                 message = f"{err.get('input')!r} does not match {err['ctx']['pattern']}"
         out.append(SpecProblem(filename, line, col, dotted(loc), message))

@@ -27,7 +27,7 @@ from cluster_tool.checks.counters import (
 )
 from cluster_tool.checks.health import check_gpus, check_xids, driver_unreachable
 from cluster_tool.drains import Owner, owner, watch_check, watch_reason
-from cluster_tool.errors import ParseError
+from cluster_tool.errors import EXIT_UNREACHABLE, EXIT_USAGE, ParseError
 from cluster_tool.fabric.plan import cabling_plan
 from cluster_tool.findings import Finding
 from cluster_tool.history import HistoryError
@@ -37,7 +37,14 @@ from cluster_tool.probes import Probe, ProbeOutput, lines
 from cluster_tool.probes.fabric import Ibnetdiscover, Ibqueryerrors
 from cluster_tool.probes.node import KernelLog, NvidiaSmiQ
 from cluster_tool.remote.fanout import HostResult
-from cluster_tool.slurm import NodeState, RunningJob, SlurmAdmin, SlurmError
+from cluster_tool.slurm import (
+    NodeState,
+    RunningJob,
+    SlurmAdmin,
+    SlurmError,
+    SlurmMissing,
+    SlurmUnreachable,
+)
 from cluster_tool.spec.models import Cluster, NodeProfile, Watch
 from cluster_tool.watch.probes import Probing, probe_round
 from cluster_tool.watch.reports import JobReports
@@ -97,10 +104,19 @@ class CycleResult:
     # (node, rail) -> (latest probe busbw, its baseline): the last probe of each node.
     busbw: dict[tuple[str, int], tuple[float, float | None]] = field(default_factory=dict)
     probed: list[tuple[str, str]] = field(default_factory=list)  # this cycle's probe pairs
+    # The hosts this cycle could not read (`slurm` for a controller that did not answer), and
+    # why Slurm could not be asked at all (no client here: the watch was pointed wrongly).
+    unreachable: list[str] = field(default_factory=list)
+    misdirected: str | None = None
 
     @property
     def exit_code(self) -> int:
-        """0: nothing failing; 1: an error finding (the contract's `checks failed`)."""
+        """The contract's codes: 2 Slurm cannot be reached the way it was pointed at, 3 a host
+        (or Slurm) did not answer, 1 an error finding, 0 nothing failing."""
+        if self.misdirected:
+            return EXIT_USAGE
+        if self.unreachable:
+            return EXIT_UNREACHABLE
         return 1 if any(f.fails for f in self.findings) else 0
 
     def to_json(self) -> dict[str, Any]:
@@ -117,6 +133,7 @@ class CycleResult:
             "actions": [a.to_json() for a in self.actions],
             "drained": self.drained,
             "probed": [list(p) for p in self.probed],
+            "unreachable": self.unreachable,
             "summary": {
                 "errors": sum(f.severity == "error" for f in self.findings),
                 "warnings": sum(f.severity == "warning" for f in self.findings),
@@ -390,6 +407,8 @@ def run_cycle(
     signals: dict[str, list[Signal]] = {}
     serials: dict[str, list[str]] = {}
 
+    unreachable: list[str] = []
+    misdirected: str | None = None
     results = sources.node_outputs(nodes)
     for node in nodes:
         host, result = hosts[node], results.get(node)
@@ -398,6 +417,7 @@ def run_cycle(
         if result is None or not result.reachable:
             why = result.error if result is not None else "not collected"
             findings.append(_unread(node, PortCounters(), f"unreachable: {why}"))
+            unreachable.append(node)
             continue
         gpu_pci: list[str | None] = []
         smi_out, why = _output(result, NvidiaSmiQ())
@@ -456,10 +476,17 @@ def run_cycle(
     except SlurmError as exc:
         slurm_ok = False
         findings.append(_slurm_finding("read the jobs and node states", exc))
+        if isinstance(exc, SlurmUnreachable):
+            unreachable.append("slurm")
+        elif isinstance(exc, SlurmMissing):
+            misdirected = str(exc)
 
     # Slurm first: a link that went down because Slurm rebooted its node is no flap.
     rebooted = _reboots(states, state)
-    found, waits = _fabric(cluster, sources.fabric_outputs(), state, nodes, now, rebooted)
+    fabric = sources.fabric_outputs()
+    if fabric is not None and not fabric.reachable:
+        unreachable.append(fabric.host)
+    found, waits = _fabric(cluster, fabric, state, nodes, now, rebooted)
     findings += found
     for node, host in hosts.items():
         assert host.profile is not None  # a GPU node has a profile
@@ -513,6 +540,8 @@ def run_cycle(
             for rail, v in rails.items()
         },
         probed=probed,
+        unreachable=unreachable,
+        misdirected=misdirected,
     )
 
 

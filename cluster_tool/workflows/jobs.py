@@ -6,7 +6,7 @@ The commands only parse options, call one of them and print."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -33,7 +33,7 @@ from cluster_tool.workflows.runs import (
 )
 
 if TYPE_CHECKING:
-    from cluster_tool.bmc import TlsPolicy
+    from cluster_tool.bmc import Credentials, TlsPolicy
     from cluster_tool.redact import Secrets
 
 Progress = Callable[[str], None]
@@ -49,6 +49,7 @@ class RunOutcome:
 
     record: RunRecord
     summary: RunSummary
+    findings: list[Finding] = field(default_factory=list)  # as findings.json holds them
 
     @property
     def exit_code(self) -> int:
@@ -61,7 +62,7 @@ class RunOutcome:
 
 def _finish(record: RunRecord, summary: RunSummary, findings: list[Finding]) -> RunOutcome:
     record.finish(summary, findings)
-    return RunOutcome(record, summary)
+    return RunOutcome(record, summary, findings)
 
 
 def _finish_measured(
@@ -99,6 +100,25 @@ def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: b
     return out
 
 
+def _preflight(cluster: Cluster, limit: str | None, reach: Reach, progress: Progress) -> None:
+    """The bring-up's preflight: its secrets, and every host it will converge answering SSH
+    (those `limit` names, else all), before a run record or Ansible; PreflightFailed lists
+    every problem."""
+    from cluster_tool.bounds import expand_hostlist
+    from cluster_tool.workflows import preflight
+
+    hosts = [h.name for h in cluster.hosts()]
+    if limit:
+        named = set(expand_hostlist(limit, "--nodes"))
+        hosts = [h for h in hosts if h in named] or hosts  # a group name: every host
+    result = preflight.run_preflight(
+        cluster, hosts, preflight.ssh_transport(cluster, reach.ssh_config)
+    )
+    progress(f"preflight: {', '.join(f'{k} {v}' for k, v in result.checked.items())}")
+    if result.problems:
+        raise preflight.PreflightFailed(result)
+
+
 def _burn_in(text: str | None, cluster: Cluster, command: str, gate: bool) -> float:
     """--burn-in as seconds (0: none); it runs after the gate, so it needs the gate."""
     from cluster_tool.workflows.burnin import burn_in_seconds
@@ -129,6 +149,7 @@ class BringupJob:
     dcgm: bool = True
     runs_dir: Path | None = None
     burn_in: str | None = None  # --burn-in DURATION (or `default`): the soak after the gate
+    preflight: bool = True  # the secrets and every host's SSH, in seconds, before anything
 
 
 def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quiet) -> RunOutcome:
@@ -142,14 +163,16 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
     runs = job.runs_dir or default_runs_dir()
     limit = job.limit
     if limit and job.retry_failed:
-        raise UsageError("--limit and --retry-failed exclude each other")
+        raise UsageError("--nodes and --retry-failed exclude each other")
     if job.diff and not job.check:
         raise UsageError("--diff goes with --check")
     if limit:
-        bounded_hostlist(limit, "--limit")  # any host of the inventory, not only GPU nodes
+        bounded_hostlist(limit, "--nodes")  # any host of the inventory, not only GPU nodes
     burn_in_s = _burn_in(job.burn_in, cluster, "bringup", job.gate)
     if job.retry_failed:
         limit = fold_hostlist(last_failed(runs, job.spec), "--retry-failed: the last run's nodes")
+    if job.preflight:
+        _preflight(cluster, limit, job.reach, progress)
     inputs = {
         "spec": str(job.spec.resolve()),
         "limit": limit,
@@ -246,24 +269,14 @@ class ReimageJob:
     burn_in: str | None = None
     # The operator's word: lift the drains the nodes had when the run began, once proven.
     admit: bool = False
+    preflight: bool = True  # Slurm and the nodes' BMCs answering, before the first drain
 
 
-def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quiet) -> RunOutcome:
-    """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume, per
-    batch, journaled so that `resume` continues where a killed run stopped."""
-    from cluster_tool.bmc import SushyBmc, TlsPolicy, bmc_credentials, load_vault
-    from cluster_tool.remote.known_hosts import KnownHosts
-    from cluster_tool.verdicts import GATE_SINGLE, judge_nodes, judge_run
-    from cluster_tool.workflows.burnin import BurnInLive
-    from cluster_tool.workflows.common import (
-        Phase,
-        node_verdicts,
-        reimaged_node_answers,
-        wait_for_ssh,
-    )
-    from cluster_tool.workflows.live import run_summary
-    from cluster_tool.workflows.reimage import STEP_CHECKS, ReimageDeps, ReimageOptions
-    from cluster_tool.workflows.reimage import run_reimage as reimage_batches
+def _bmc_access(
+    cluster: Cluster, job: ReimageJob, progress: Progress
+) -> tuple[TlsPolicy, Credentials]:
+    """How the BMCs are reached and with what credentials (UsageError naming what is missing)."""
+    from cluster_tool.bmc import TlsPolicy, bmc_credentials, load_vault
 
     # The context's standing BMC transport (the lab's emulators: plain http), unless given here.
     insecure = job.insecure_bmc or job.reach.bmc_insecure
@@ -280,7 +293,129 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
         if job.vault_password_file is None:
             raise UsageError("--vault-file needs --vault-password-file")
         vault = load_vault(job.vault_file, job.vault_password_file)
-    credentials = bmc_credentials(cluster.bmc.credentials, vault=vault)
+    return tls, bmc_credentials(cluster.bmc.credentials, vault=vault)
+
+
+@dataclass
+class ReimagePlan:
+    """What `reimage --check` says a run would do, having changed nothing: its batches, the
+    known-good partners of the pair rung, each node's BMC actions and what its drain would
+    wait for."""
+
+    batches: list[list[str]]
+    partners: list[str]
+    bmc: dict[str, str]  # node -> the BMC's URL
+    jobs: dict[str, list[str]]  # node -> the jobs its drain would wait for
+    drained: dict[str, str]  # node -> the drain it has now (kept, or lifted only with --admit)
+    options: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "check": True,
+            "batches": self.batches,
+            "partners": self.partners,
+            "bmc": self.bmc,
+            "jobs": self.jobs,
+            "drained": self.drained,
+            "options": self.options,
+        }
+
+    def lines(self) -> list[str]:
+        """The plan as an operator reads it, batch by batch."""
+        drain_wait = f"{self.options['drain_timeout_s']:g} s"
+        then = "cancel them (--force)" if self.options["force"] else "skip the node, left as it was"
+        out = []
+        for i, batch in enumerate(self.batches, 1):
+            out.append(f"batch {i}: {NodeSet.fromlist(batch)}")
+            for node in batch:
+                jobs = self.jobs.get(node) or []
+                waits = f"wait for jobs {', '.join(jobs)} (up to {drain_wait}, then {then})"
+                out.append(
+                    f"  {node}: drain{'; ' + waits if jobs else ''}; BMC {self.bmc.get(node, '?')}:"
+                    " one-time PXE boot, power off, power on; SSH back; converge; single-node "
+                    "nccl-tests" + ("; pair with a partner" if self.options["gate"] else "")
+                )
+                if node in self.drained:
+                    out.append(f"    drained now: {self.drained[node]!r}")
+        partners = str(NodeSet.fromlist(self.partners)) if self.partners else "none"
+        out.append(f"partners (idle, in service, no job): {partners}")
+        if not self.partners and self.options["gate"]:
+            out.append("  no partner: every node would stay drained as gate.unproven")
+        return out
+
+
+def _reimage_preflight(
+    cluster: Cluster, job: ReimageJob, tls: TlsPolicy, progress: Progress
+) -> None:
+    """Before the first drain: Slurm answers the way the run asks it, and every BMC of the nodes
+    takes a connection; PreflightFailed lists every problem. The nodes' SSH is not asked: a
+    node is often re-imaged because it is down."""
+    from cluster_tool.workflows import preflight
+
+    # The operator's input first (nodes, batches, burn-in): a bad one is exit 2 before anything
+    # is asked of Slurm or a BMC.
+    _, batches = _plan_batches(cluster, job, tls)
+    gpu = {n.name: n for n in cluster.gpu_nodes()}
+    wanted = [n for b in batches for n in b]
+    bmcs = {n: tls.url(gpu[n].bmc_address or "") for n in wanted if gpu[n].bmc_address}
+    result = preflight.run_preflight(
+        cluster,
+        [],
+        None,
+        slurm=connect(job.reach.slurm_via, job.reach.ssh_config),
+        bmcs=bmcs,
+        secrets=False,
+    )
+    progress(f"preflight: {', '.join(f'{k} {v}' for k, v in result.checked.items())}")
+    if result.problems:
+        raise preflight.PreflightFailed(result)
+
+
+def plan_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quiet) -> ReimagePlan:
+    """`reimage --check`: the batches, partners and BMC actions a run would take, from the
+    spec and what Slurm says now (read only). No run record, no drain, no BMC request."""
+    from cluster_tool.workflows.common import known_good_partners
+
+    if job.resume is not None:
+        raise UsageError("--check plans a new re-image; it cannot --resume one")
+    tls, _ = _bmc_access(cluster, job, progress)  # the credentials are there, unused
+    inputs, batches = _plan_batches(cluster, job, tls)
+    gpu = {n.name: n for n in cluster.gpu_nodes()}
+    every = [n for b in batches for n in b]
+    slurm = connect(job.reach.slurm_via, job.reach.ssh_config)
+    states = {s.name: s for s in slurm.node_states(every)}
+    running = {n: jobs for n, jobs in slurm.jobs_on(every).items() if jobs}
+    return ReimagePlan(
+        batches=batches,
+        partners=known_good_partners(slurm, [n for n in gpu if n not in set(every)]),
+        bmc={n: tls.url(gpu[n].bmc_address or "") for n in every if gpu[n].bmc_address},
+        jobs=running,
+        drained={n: st.reason for n, st in states.items() if st.drained},
+        options={k: inputs[k] for k in ("batch", "per_su", "max_fail", "force", "gate")}
+        | {"drain_timeout_s": job.drain_timeout_s},
+    )
+
+
+def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quiet) -> RunOutcome:
+    """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume, per
+    batch, journaled so that `resume` continues where a killed run stopped."""
+    from cluster_tool.bmc import SushyBmc
+    from cluster_tool.remote.known_hosts import KnownHosts
+    from cluster_tool.verdicts import GATE_SINGLE, judge_nodes, judge_run
+    from cluster_tool.workflows.burnin import BurnInLive
+    from cluster_tool.workflows.common import (
+        Phase,
+        node_verdicts,
+        reimaged_node_answers,
+        wait_for_ssh,
+    )
+    from cluster_tool.workflows.live import run_summary
+    from cluster_tool.workflows.reimage import STEP_CHECKS, ReimageDeps, ReimageOptions
+    from cluster_tool.workflows.reimage import run_reimage as reimage_batches
+
+    tls, credentials = _bmc_access(cluster, job, progress)
+    if job.preflight and job.nodes and job.resume is None:
+        _reimage_preflight(cluster, job, tls, progress)
     secrets = run_secrets(cluster)
     secrets.add(credentials.password)
 
@@ -385,8 +520,6 @@ def _reimage_record(
     """The run record with its inputs and batches: a new one planned from `job.nodes`, or the
     run `job.resume` names, checked to be a re-image of the same nodes."""
     from cluster_tool.bounds import bounded_hostlist, expand_hostlist, host_name
-    from cluster_tool.nodes import select_gpu_nodes
-    from cluster_tool.workflows.reimage import plan_batches
 
     runs = job.runs_dir or default_runs_dir()
     if job.resume is not None:
@@ -412,6 +545,17 @@ def _reimage_record(
             )
         record.log("run", "resumed")
         return record, inputs, [list(b) for b in batches]
+    inputs, batches = _plan_batches(cluster, job, tls)
+    return RunRecord.create(runs, "reimage", inputs, secrets), inputs, batches
+
+
+def _plan_batches(
+    cluster: Cluster, job: ReimageJob, tls: TlsPolicy
+) -> tuple[dict[str, Any], list[list[str]]]:
+    """A new re-image's inputs and batches, from `job.nodes`."""
+    from cluster_tool.nodes import select_gpu_nodes
+    from cluster_tool.workflows.reimage import plan_batches
+
     if not job.nodes:
         raise UsageError("--nodes HOSTLIST is required (or --resume RUN)")
     burn_in_s = _burn_in(job.burn_in, cluster, "reimage", job.gate)
@@ -444,7 +588,7 @@ def _reimage_record(
             gpu[n].bmc_address or "" for n in wanted if n in gpu and gpu[n].bmc_address
         ),
     }
-    return RunRecord.create(runs, "reimage", inputs, secrets), inputs, batches
+    return inputs, batches
 
 
 def _partners(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -105,3 +106,56 @@ def test_sinfo_nodes_reads_the_fleet_in_one_call() -> None:
     assert rec.calls == [["sinfo", "-h", "-N", "-o", "%N|%T|%E", "-p", "gpu"]]
     assert nodes["gpu002"].drained and not nodes["gpu001"].drained
     assert nodes["gpu001"].usable and not nodes["gpu004"].usable
+
+
+# --- how Slurm could not be reached: exit 3 when it did not answer, 2 when pointed wrongly ---
+
+
+def _client(tmp_path: Path, name: str, script: str) -> None:
+    tool = tmp_path / name
+    tool.write_text(f"#!/bin/sh\n{script}\n")
+    tool.chmod(0o755)
+
+
+def test_a_controller_that_does_not_answer_is_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster_tool.slurm import SlurmUnreachable, connect
+
+    # What scontrol prints when slurmctld is down (Slurm's slurm_errno.c,
+    # SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR).
+    said = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+    _client(tmp_path, "scontrol", f"echo '{said}' >&2; exit 1")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(SlurmUnreachable) as caught:
+        connect().node_states()
+    assert caught.value.exit_code == 3
+    assert str(caught.value) == f"scontrol show: {said}"
+
+
+def test_a_slurm_host_whose_ssh_hangs_is_unreachable_and_named_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster_tool.slurm import SSH_CONNECT_TIMEOUT_S, SlurmUnreachable, ssh_command_runner
+
+    # An ssh that never returns, as toward a host that drops packets: the runner's own bound.
+    _client(tmp_path, "ssh", f'echo "$@" > {tmp_path}/argv; exec sleep 30')
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    run = ssh_command_runner("mgmt01", timeout=0.5)
+    with pytest.raises(SlurmUnreachable) as caught:
+        run(["scontrol", "update", "nodename=gpu001", "state=drain", "reason=a: b: c"])
+    # The command and the host once, then why: not a piece of the drain reason.
+    assert str(caught.value) == "scontrol update (on mgmt01): no answer in 0.5 s"
+    assert f"ConnectTimeout={SSH_CONNECT_TIMEOUT_S}" in (tmp_path / "argv").read_text()
+
+
+def test_no_slurm_client_here_is_bad_input_naming_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster_tool.slurm import SlurmMissing, connect
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SlurmMissing) as caught:
+        connect().node_states()
+    assert caught.value.exit_code == 2
+    assert "--slurm-via" in str(caught.value)

@@ -42,6 +42,7 @@ SAMPLES: dict[str, Path] = {
     "ibstat": REAL_OUTPUTS / "ibstat_h100_ib_active_some_eth_down.txt",
     "ibstat-p": PARSERS / "ib" / "ibstat_p_h100_8xcx7.txt",
     "ibstatus": REAL_OUTPUTS / "ibnetdiscover_qm9700_ndr200_hostname_mlx5_redacted.txt",
+    "os-release": FIXTURES / "os-release" / "ubuntu-22.04.2.txt",
     "xid": PARSERS / "nvidia" / "kernel_log_xid_variants_hand_built.txt",
     "link-events": PARSERS / "real" / "journalctl_mlx5_link_up_repeated_eth1_prompt_line.txt",
     "lspci-vv": PARSERS / "real" / "lspci-vvv_cx7x4_gen5_x16_libkmod_warnings_command_line.txt",

@@ -15,15 +15,15 @@ def test_real_a100_twelve_links_at_25() -> None:
     assert gpus[0].name == "NVIDIA A100-SXM4-80GB"
     assert gpus[0].uuid == "GPU-5269b708-678a-b1a8-60f0-c90406537486"
     assert all(g.active_links == 12 and g.inactive_links == 0 for g in gpus)
-    assert {link.speed_GBps for g in gpus for link in g.links} == {25.0}
+    assert {link.speed_gbs for g in gpus for link in g.links} == {25.0}
 
 
 def test_h100_inactive_links_and_all_down_gpu() -> None:
     gpus = parse_nvlink_status(fixture("nvidia-smi-nvlink-s_h100x4_inactive_hand_built.txt"))
     assert [(g.active_links, g.inactive_links) for g in gpus] == [(18, 0), (16, 2), (18, 0), (0, 0)]
     assert [link.link for link in gpus[1].links if not link.active] == [3, 11]
-    assert gpus[1].links[3].speed_GBps is None
-    assert gpus[0].links[17].speed_GBps == pytest.approx(26.562)
+    assert gpus[1].links[3].speed_gbs is None
+    assert gpus[0].links[17].speed_gbs == pytest.approx(26.562)
     assert gpus[3].all_inactive is True and gpus[3].links == ()
 
 

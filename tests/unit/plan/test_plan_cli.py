@@ -160,3 +160,14 @@ def test_a_run_that_wants_sharp_exports_collnet_in_its_launch(
     assert json.loads(capsys.readouterr().out)["launch"]["env"] == []
     assert main(["plan", "--spec", H100_1SU, "--model", "llama3-70b", "--sharp"]) == 0
     assert "NCCL_COLLNET_ENABLE=1 torchrun " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("what_if", [["--gpu", "h200"], ["--nodes", "4"], ["--nodes-per-su", "16"]])
+def test_what_if_options_beside_a_spec_are_refused_not_ignored(
+    what_if: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 33: `plan --spec ... --gpu h200` and `--nodes 4` were silently ignored.
+    spec = str(Path(__file__).resolve().parents[3] / "examples" / "h100-1su.yml")
+    assert main(["plan", "--spec", spec, "--model", "llama3-8b", *what_if]) == 2
+    err = capsys.readouterr().err
+    assert f"{what_if[0]}: a what-if cluster's, not with --spec" in err

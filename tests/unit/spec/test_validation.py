@@ -243,3 +243,13 @@ def test_literal_secret_in_ansible_vars_is_refused() -> None:
     assert problem.startswith(
         f"c.yml:{line_of(text, 'hunter2')}:25: ansible_vars.slurmdbd_db_password: a literal secret"
     )
+
+
+def test_a_version_yaml_reads_as_a_number_gets_the_hint_to_quote_it() -> None:
+    # Issue 33: `cuda_version: 12.8` was refused as "Input should be a valid string" alone.
+    text = edited("software:\n", "software:\n  cuda_version: 12.8\n")
+    (problem,) = problems_of(text)
+    line = line_of(text, "cuda_version: 12.8")
+    assert problem.startswith(f"c.yml:{line}:17: software.cuda_version: ")
+    assert 'quote it, cuda_version: "12.8"' in problem
+    assert "12.10 reads as 12.1" in problem

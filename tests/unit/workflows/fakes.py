@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -180,3 +181,32 @@ def complete_proof(node: str) -> NodeProof:
         skipped={},
         suites=WORKFLOW_SUITES,
     )[node]
+
+
+def os_release(name: str) -> str:
+    """A real /etc/os-release from tests/fixtures/os-release (its source line dropped)."""
+    from tests.conftest import FIXTURES
+
+    return (FIXTURES / "os-release" / name).read_text().split("\n", 1)[1]
+
+
+class AnsweringTransport:
+    """SSH to hosts that are up: every script exits 0, `cat /etc/os-release` answers the real
+    file of Ubuntu 22.04 (or `runs[host]`'s, a file of tests/fixtures/os-release); `down` hosts
+    fail as ssh does toward a host that is off (exit 255, its last line)."""
+
+    def __init__(self, down: set[str] | None = None, runs: dict[str, str] | None = None) -> None:
+        self.down = down or set()
+        self.runs = runs or {}
+        self.asked: list[str] = []
+
+    def run(self, target: Any, script: str, timeout: float) -> tuple[int, bytes, bytes]:
+        from cluster_tool.remote.fanout import TransportError
+
+        self.asked.append(target.name)
+        if target.name in self.down:
+            raise TransportError(f"ssh: connect to host {target.address} port 22: No route to host")
+        if script.startswith("cat /etc/os-release"):
+            text = os_release(self.runs.get(target.name, "ubuntu-22.04.2.txt"))
+            return 0, text.encode(), b""
+        return 0, b"", b""

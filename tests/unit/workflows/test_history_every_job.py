@@ -21,10 +21,10 @@ from cluster_tool.history import STORE_NAME
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.remote.fanout import HostResult, save_capture
 from cluster_tool.spec import load_spec
-from cluster_tool.workflows import burnin, jobs
+from cluster_tool.workflows import burnin, jobs, preflight
 from cluster_tool.workflows.bringup import GateOutcome, Validation
 from tests.conftest import REPO, read_real_output
-from tests.unit.workflows.fakes import SlurmCluster, admin_slurm, gate_proof
+from tests.unit.workflows.fakes import AnsweringTransport, SlurmCluster, admin_slurm, gate_proof
 
 NODES = ["gpu001", "gpu002", "gpu003", "gpu004"]
 SPEC = REPO / "examples" / "lab.yml"
@@ -64,6 +64,10 @@ def fake_edges(monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
     slurm = SlurmCluster(NODES)
     monkeypatch.setattr(jobs, "connect", lambda *_: admin_slurm(slurm))
     monkeypatch.setattr(burnin, "BurnInLive", FakeEdges)
+    # The preflight finds every host up and the slurmdbd password set.
+    up = AnsweringTransport(runs={"head": "debian-12.txt"})  # as lab.yml says
+    monkeypatch.setattr(preflight, "ssh_transport", lambda *_: up)
+    monkeypatch.setenv("CLUSTER_TOOL_SLURMDBD_PASSWORD", "a-lab-only-password")
     return slurm
 
 
