@@ -284,3 +284,19 @@ def test_a_mutated_node_file_is_read_or_refused(
         read_node_file(node_file)
     except UsageError as exc:
         assert "\n" not in str(exc).strip()
+
+
+@pytest.mark.parametrize(
+    "storage", ["0", ["0"], [{"role": "scratch", "path": "/s", "fstypes": "xfs"}]]
+)
+def test_a_node_file_whose_storage_is_not_mounts_is_refused(
+    storage: object, tmp_path: Path
+) -> None:
+    # Found by the fuzz above: `"storage": "0"` reached ExpectedMount.from_json as a str
+    # ('str' object has no attribute 'get': an internal error, exit 1).
+    data = expectations_for(load_spec(LAB), "gpu001").to_node_file()
+    data["storage"] = storage
+    node_file = tmp_path / "node.json"
+    node_file.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="not a valid node file: a storage entry is not a mount"):
+        read_node_file(node_file)
