@@ -34,6 +34,8 @@ class LabConfig:
     repo_port: int = 8077
     redfish_port: int = 8000
     agent_port: int = 8078
+    # The UFM stand-in's REST endpoint (cluster_lab/ufm.py).
+    ufm_port: int = 8079
 
     def __post_init__(self) -> None:
         if not self.prefix.isalnum() or len(self.prefix) > 6:
@@ -62,6 +64,7 @@ class LabConfig:
             ("repo_port", "CLUSTER_TOOL_LAB_REPO_PORT"),
             ("redfish_port", "CLUSTER_TOOL_LAB_REDFISH_PORT"),
             ("agent_port", "CLUSTER_TOOL_LAB_AGENT_PORT"),
+            ("ufm_port", "CLUSTER_TOOL_LAB_UFM_PORT"),
         ):
             if var in env:
                 try:
@@ -90,6 +93,10 @@ class LabConfig:
     @property
     def repo_url(self) -> str:
         return f"http://{self.host_address}:{self.repo_port}"
+
+    @property
+    def ufm_url(self) -> str:
+        return f"http://{self.host_address}:{self.ufm_port}"
 
     @property
     def redfish_url(self) -> str:

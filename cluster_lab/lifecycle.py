@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from cluster_lab import bmc, fabric, nodes, releases, repo
+from cluster_lab import bmc, fabric, flavours, nodes, releases, repo, schedmd, ufm
 from cluster_lab import model as hw
 from cluster_lab.base import ensure_base, ensure_layer
 from cluster_lab.config import DEFAULT_SPEC, LabConfig
@@ -40,6 +40,7 @@ from cluster_lab.host import (
 from cluster_lab.sim.packages import publish_to_lab_repo
 from cluster_lab.state import LabState, load_state, running_lab, save_state
 from cluster_lab.topology import LabPlan, build_model, load_plan
+from cluster_tool.ansible.runner import forget_facts
 from cluster_tool.errors import UsageError
 
 # Packages the head node boots with (a cached layer): the subnet manager lives outside it, so the
@@ -139,14 +140,21 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         _check_plan(config, plan)
         base = ensure_base(config)
         repo.ensure_repo(config, base)
+        # SchedMD's Slurm packages, as a site builds them, for `slurm.packages: schedmd`.
+        schedmd.publish_schedmd(config)
         # The device simulators go in under the vendors' package names and versions, so
         # the roles install them exactly as they would the real ones.
         publish_to_lab_repo(config)
         # What a cluster downloads from GitHub releases and a registry (enroot, pyxis, an image).
         releases.publish_releases(config)
         head_layer = ensure_layer(config, base, "head-fabric", HEAD_FABRIC_PACKAGES)
+        # Nodes of another OS than the base's (the spec's `os`): its archive and image layer.
+        os_layers = {}
+        for flavour in _flavours(plan).values():
+            flavours.publish_flavour(config, flavour)
+            os_layers[flavour.name] = str(flavours.ensure_layer(config, base, flavour))
         try:
-            state = _build(config, plan, base, head_layer)
+            state = _build(config, plan, base, head_layer, os_layers)
         except BaseException:
             _teardown(config, load_state(config.state_file))
             raise
@@ -155,7 +163,23 @@ def up(config: LabConfig, spec_path: Path | None = None) -> LabStatus:
         return result
 
 
-def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> LabState:
+def _flavours(plan: LabPlan) -> dict[str, flavours.Flavour]:
+    """The flavours the plan's nodes run (by the spec's `os`)."""
+    found: dict[str, flavours.Flavour] = {}
+    for host in plan.hosts:
+        flavour = flavours.flavour_of(host.os)
+        if flavour is not None:
+            found[flavour.name] = flavour
+    return found
+
+
+def _build(
+    config: LabConfig,
+    plan: LabPlan,
+    base: Path,
+    head_layer: Path,
+    os_layers: dict[str, str] | None = None,
+) -> LabState:
     lab_name = f"{plan.cluster.name}-{config.prefix}"
     state = LabState(
         prefix=config.prefix,
@@ -168,6 +192,7 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
     )
     state.extra["lab_name"] = lab_name
     state.extra["head_layer"] = str(head_layer)
+    state.extra["os_layers"] = dict(os_layers or {})
     timings: dict[str, float] = {}
     state.extra["timings"] = timings
     mark = time.monotonic()
@@ -180,6 +205,9 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
 
     save_state(config.state_file, state)
     config.log_dir.mkdir(parents=True, exist_ok=True)
+    # The nodes boot bare, perhaps as another OS than a lab of the same inventory had: what
+    # Ansible cached about them is stale (as after a re-image).
+    forget_facts(config.inventory_dir, [host.name for host in plan.hosts])
 
     nodes.ensure_bridge(config)
 
@@ -201,6 +229,15 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
     lap("bridge, model, inventory, BMC emulators")
 
     state.services["repo"] = repo.start_server(config).to_json()
+    save_state(config.state_file, state)
+    # The UFM stand-in (mode `ufm` asks it); its credentials are the lab's, in its context.
+    import secrets as token
+
+    ufm_credentials = {
+        ufm.USER_ENV: f"lab-ufm-{token.token_hex(3)}",
+        ufm.PASSWORD_ENV: token.token_urlsafe(18),
+    }
+    state.services["ufm"] = ufm.start(config, ufm_credentials, plan.cluster.fabric.sharp).to_json()
     save_state(config.state_file, state)
 
     nodes.add_netns(config, fabric.FABRIC_NS, config.ibsim_address)
@@ -240,7 +277,7 @@ def _build(config: LabConfig, plan: LabPlan, base: Path, head_layer: Path) -> La
                 _wait_bmc(host.bmc_address, lab_name, host.name)
     lap("BMCs answering")
 
-    written = _write_context(config, plan)
+    written = _write_context(config, plan, ufm_credentials)
     if written is not None:
         state.extra["context"] = str(written)
     state.complete = True
@@ -255,7 +292,9 @@ def _written_by(config: LabConfig) -> str:
     return f"cluster-tool lab up ({config.lab_dir})"
 
 
-def _write_context(config: LabConfig, plan: LabPlan) -> Path | None:
+def _write_context(
+    config: LabConfig, plan: LabPlan, extra_env: dict[str, str] | None = None
+) -> Path | None:
     """The lab is a cluster like any other: its context says how workflows reach it (the lab's
     inventory, SSH config, Slurm controller, shared folder for the gate, its BMC emulators'
     plain http) and holds the lab-only secrets generated here (slurmdbd password, the BMC
@@ -275,7 +314,7 @@ def _write_context(config: LabConfig, plan: LabPlan) -> Path | None:
         other = _LAB_WRITER.fullmatch(existing.written_by)
         if other is None or (Path(other.group(1)) / "state.json").exists():
             return None
-    env = {"CLUSTER_TOOL_SLURMDBD_PASSWORD": token.token_urlsafe(18)}
+    env = {"CLUSTER_TOOL_SLURMDBD_PASSWORD": token.token_urlsafe(18), **(extra_env or {})}
     creds = cluster.bmc.credentials
     if creds.username.env:
         env[creds.username.env] = f"lab-admin-{token.token_hex(3)}"
@@ -316,11 +355,16 @@ def _write_fake_sysfs(config: LabConfig, model: hw.HardwareModel) -> None:
 
 
 def _lower(state: LabState, plan: LabPlan, name: str) -> str:
-    """The node's overlay lower layers: the base, and on the head its fabric-tools layer."""
+    """The node's overlay lower layers: the base, on the head its fabric-tools layer, and on a
+    node of another OS that OS's layer (its identity and preinstalled packages)."""
+    layers = [state.base]
+    os_layer = dict(state.extra.get("os_layers") or {}).get(str(plan.host(name).os))
+    if os_layer:
+        layers.insert(0, os_layer)
     layer = state.extra.get("head_layer")
     if name == _head(plan) and layer:
-        return f"{layer}:{state.base}"
-    return state.base
+        layers.insert(0, layer)
+    return ":".join(layers)
 
 
 def _h(state: LabState) -> list[nodes.CgroupHierarchy]:
@@ -368,6 +412,7 @@ def config_to_json(config: LabConfig) -> dict[str, Any]:
         "repo_port": config.repo_port,
         "redfish_port": config.redfish_port,
         "agent_port": config.agent_port,
+        "ufm_port": config.ufm_port,
     }
 
 
@@ -381,11 +426,14 @@ def config_from_json(data: dict[str, Any]) -> LabConfig:
         repo_port=int(data["repo_port"]),
         redfish_port=int(data["redfish_port"]),
         agent_port=int(data["agent_port"]),
+        # A lab recorded before the UFM stand-in: its default port.
+        ufm_port=int(data.get("ufm_port", LabConfig.ufm_port)),
     )
 
 
 def node_spec(config: LabConfig, plan: LabPlan, name: str) -> nodes.NodeSpec:
     host = plan.host(name)
+    flavour = flavours.flavour_of(host.os)
     hosts_lines = ["127.0.0.1\tlocalhost", f"{config.host_address}\tlab-repo"]
     domain = plan.cluster.management.domain
     for h in plan.hosts:
@@ -402,7 +450,7 @@ def node_spec(config: LabConfig, plan: LabPlan, name: str) -> nodes.NodeSpec:
         address=host.address,
         hosts_file="\n".join(hosts_lines) + "\n",
         authorized_key=config.ssh_key.with_suffix(".pub").read_text(),
-        apt_source=repo.apt_source_line(config),
+        apt_source=flavour.apt_source(config.repo_url) if flavour else repo.apt_source_line(config),
         extra_files=extra,
     )
 
@@ -411,6 +459,11 @@ def node_spec(config: LabConfig, plan: LabPlan, name: str) -> nodes.NodeSpec:
 
 
 def _check_plan(config: LabConfig, plan: LabPlan) -> None:
+    for host in plan.hosts:
+        try:
+            flavours.flavour_of(host.os)
+        except LabError as exc:
+            raise UsageError(f"{plan.spec_path}: {host.name}: {exc}") from exc
     reserved = {config.host_address, config.ibsim_address, config.bmc_address}
     seen: set[str] = set()
     for host in plan.hosts:
@@ -470,7 +523,7 @@ def _check_addresses_free(config: LabConfig) -> None:
         # narrower one means something else already uses these addresses.
         if network.overlaps(config.subnet) and network.prefixlen >= config.subnet.prefixlen:
             raise UsageError(f"address range {config.subnet} overlaps the route {line.strip()}")
-    for port in (config.repo_port, config.agent_port):
+    for port in (config.repo_port, config.agent_port, config.ufm_port):
         if _listening(config.host_address, port):
             raise UsageError(
                 f"{config.host_address}:{port} is already in use by another process "
@@ -569,10 +622,30 @@ def _render_lab_inventory(config: LabConfig, plan: LabPlan) -> None:
             "ansible_control_path_dir": str(config.control_dir),
         }
     )
+    if plan.cluster.fabric.subnet_manager_mode == "ufm":
+        # The lab's UFM is its stand-in on the bridge.
+        lab_vars["cluster_ufm_url"] = config.ufm_url
     cluster = plan.cluster.model_copy(
         update={"ansible_vars": {**plan.cluster.ansible_vars, **lab_vars}}
     )
     render(cluster, config.inventory_dir)
+    # A node of another OS takes every repository from that OS's archive in the lab's repository
+    # (the render's os_<name> group), as a site's per-OS mirrors.
+    for flavour in _flavours(plan).values():
+        url = f"{config.repo_url}/{flavour.path}/"
+        os_vars = {
+            key: url
+            for key, value in lab_vars.items()
+            if key.endswith(("_repo_url", "_repo_uri"))
+            and key != "lab_repo_url"
+            and value == f"{config.repo_url}/"
+        }
+        os_vars["lab_apt_source"] = flavour.apt_source(config.repo_url)
+        path = config.inventory_dir / "group_vars" / f"os_{flavour.name}.yml"
+        path.write_text(
+            "---\n# Written by `cluster-tool lab up`: this OS's archive in the lab's repository.\n"
+            + yaml.safe_dump(os_vars, sort_keys=True)
+        )
 
 
 # --- running commands on nodes -----------------------------------------------------------------

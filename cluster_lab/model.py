@@ -87,6 +87,22 @@ class Hca(_Open):
     leaf_port: int
     port: IbPort = Field(default_factory=IbPort)
     present: bool = True
+    netdev: str | None = None  # ibp24s0 (ibdev2netdev)
+
+
+class OtherNic(_Open):
+    """A storage or in-band management port (the profile's `nics`): in /sys/class/infiniband,
+    ibstat, ibdev2netdev, lspci and `topo -m` as on a real node, never cabled to a rail leaf."""
+
+    device: str  # mlx5_1
+    pci: str
+    purpose: str  # storage | inband | management
+    link_layer: Literal["InfiniBand", "Ethernet"] = "Ethernet"
+    state: Literal["Active", "Down"] = "Active"
+    phys_state: Literal["LinkUp", "Polling", "Disabled"] = "LinkUp"
+    rate_gbps: int = 100
+    netdev: str | None = None
+    hca_type: str = "MT4129"  # ConnectX-7; a BlueField-3 is MT41692
 
 
 class Node(_Open):
@@ -100,6 +116,7 @@ class Node(_Open):
     power_state: Literal["On", "Off"] = "On"
     gpus: list[Gpu] = Field(default_factory=list)
     hcas: list[Hca] = Field(default_factory=list)
+    other_nics: list[OtherNic] = Field(default_factory=list)
 
 
 class Switch(_Open):

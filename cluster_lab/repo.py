@@ -158,10 +158,17 @@ chroot "$R" env DEBIAN_FRONTEND=noninteractive \\
             path.unlink()
 
 
+def schedmd_debs_dir(config: LabConfig) -> Path:
+    """Where this lab's slurm-smd packages go (cluster_lab/schedmd.py; created on demand)."""
+    path = config.repo_dir / "schedmd"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def reindex(config: LabConfig) -> None:
-    """Rebuild the lab's Packages and Release over debian/ and sim/ (run after adding a .deb).
-    What else the server holds (releases/, registry/) is no apt repository: not indexed."""
-    _index(config.repo_dir, "debian", "sim")
+    """Rebuild the lab's Packages and Release over debian/, sim/ and schedmd/ (run after adding a
+    .deb). What else the server holds (releases/, registry/) is no apt repository: not indexed."""
+    _index(config.repo_dir, "debian", "sim", "schedmd")
 
 
 def _index(root: Path, *subdirs: str) -> None:

@@ -19,7 +19,12 @@ from cluster_tool.fabric.plan import (
     read_switch_links_csv,
 )
 from cluster_tool.spec import load_spec
-from cluster_tool.spec.models import Cluster
+from cluster_tool.spec.models import Cluster, Nic
+
+# The in-band Ethernet ports' rate: the DGX BasePOD guide bonds them into its SN4600C switches,
+# 100 GbE ports (docs.nvidia.com/dgx-basepod/deployment-guide-dgx-basepod/latest/
+# network-overview.html).
+INBAND_ETHERNET_GBPS = 100
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class LabHost:
     role: str  # "head" or "gpu"
     roles: tuple[str, ...]
     bmc_address: str | None
+    os: str | None = None  # its group's `os` in the spec (cluster_lab/flavours.py)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ def load_plan(spec_path: Path, inventory_dir: Path) -> LabPlan:
             role="gpu" if node.is_gpu else "head",
             roles=tuple(node.roles),
             bmc_address=node.bmc_address,
+            os=node.os,
         )
         for node in cluster.hosts()
     )
@@ -152,9 +159,13 @@ def build_model(plan: LabPlan, lab_name: str) -> hw.HardwareModel:
                         leaf=planned.leaf,
                         leaf_port=planned.leaf_port,
                         port=hw.IbPort(speed=speed, width=width, rate_gbps=rate, lid=lid),
+                        netdev=spec_hca.netdev,
                     )
                 )
                 lid += 1
+            other_nics = [_other_nic(nic) for nic in profile.nics]
+        else:
+            other_nics = []
         nodes.append(
             hw.Node(
                 name=host.name,
@@ -166,6 +177,7 @@ def build_model(plan: LabPlan, lab_name: str) -> hw.HardwareModel:
                 su=spec_node.su,
                 gpus=gpus,
                 hcas=hcas,
+                other_nics=other_nics,
             )
         )
     sm_lid = switches[0].lid if switches else 0
@@ -187,4 +199,21 @@ def build_model(plan: LabPlan, lab_name: str) -> hw.HardwareModel:
             )
             for link in plan.switch_links
         ],
+    )
+
+
+def _other_nic(nic: Nic) -> hw.OtherNic:
+    """A profile's storage or management port as a lab node shows it. The lab has no storage
+    fabric: an InfiniBand port is uncabled (Down, Polling, as unused ports read on a real node);
+    an Ethernet port is up on the in-band network."""
+    infiniband = nic.link_layer == "InfiniBand"
+    return hw.OtherNic(
+        device=nic.device,
+        pci=nic.pci,
+        purpose=nic.purpose,
+        link_layer="InfiniBand" if infiniband else "Ethernet",
+        state="Down" if infiniband else "Active",
+        phys_state="Polling" if infiniband else "LinkUp",
+        rate_gbps=nic.rate_gbps or INBAND_ETHERNET_GBPS,
+        netdev=nic.netdev,
     )

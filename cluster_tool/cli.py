@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and maps errors to one line and the contract's exit codes."""
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
+    output.reset()  # this command's secrets: the environment's, then those it learns
     try:
         result = app(args=args, prog_name="cluster-tool", standalone_mode=False)
     except typer.Exit as exc:

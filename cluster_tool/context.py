@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster_tool.errors import UsageError
-from cluster_tool.fileio import atomic_write
+from cluster_tool.fileio import atomic_write, load_json
 
 _ENV_DIR = "CLUSTER_TOOL_CONTEXT_DIR"
 # A context is a few paths and secrets; anything larger is not one.
@@ -113,7 +113,7 @@ def _read_context(path: Path, cluster: str) -> SiteContext | None:
     if len(raw) > _MAX_BYTES:
         raise UsageError(f"{path}: larger than {_MAX_BYTES} bytes; not a context")
     try:
-        data: Any = json.loads(raw)
+        data: Any = load_json(raw, f"{path}: not a cluster context")
         if not isinstance(data, dict) or data.get("cluster") != cluster:
             raise ValueError(f"not the context of cluster {cluster}")
         env = data.get("env") or {}
@@ -125,7 +125,7 @@ def _read_context(path: Path, cluster: str) -> SiteContext | None:
             raise ValueError(f"unknown keys {', '.join(unknown)}")
         return SiteContext(**data)
     except (ValueError, TypeError, AttributeError) as exc:
-        raise UsageError(f"{path}: not a cluster context: {exc}") from exc
+        raise UsageError(f"{path}: not a cluster context: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ through `read_input_bytes`/`read_input_text` (regular files only, bounded in siz
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from cluster_tool.errors import UsageError
 
@@ -179,3 +181,76 @@ def remove_stale(paths: list[Path]) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+# JSON from a file the tool did not write this run (a run record, a capture manifest, a
+# context, a node file, a gate result) is as deep, as large in its numbers and as well formed
+# in its text as the tool itself ever writes, or a one-line UsageError.
+MAX_JSON_DEPTH = 64
+_MAX_JSON_DIGITS = 20
+
+
+class _JsonRefused(ValueError):
+    pass
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > _MAX_JSON_DIGITS:
+        raise _JsonRefused(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise _JsonRefused(f"a number past the largest float ({text[:20]})")
+    return number
+
+
+def _json_constant(name: str) -> float:
+    raise _JsonRefused(f"{name}, which is not JSON")
+
+
+def load_json(data: str | bytes, source: object) -> Any:
+    """Parse JSON read from `source`; UsageError naming it for text that is not UTF-8 JSON,
+    nests deeper than MAX_JSON_DEPTH, holds an integer of more than 20 digits, a number past
+    a float (`1e400`), NaN/Infinity, or a lone surrogate (`\\ud800`, which no file can hold
+    as UTF-8: a report written from it failed half way)."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from None
+    try:
+        loaded = json.loads(
+            data, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant
+        )
+    except RecursionError:
+        raise UsageError(f"{source}: JSON nested too deeply") from None
+    except _JsonRefused as exc:
+        raise UsageError(f"{source}: not a file the tool reads: it holds {exc}") from None
+    except json.JSONDecodeError as exc:
+        where = f"{source}:{exc.lineno}:{exc.colno}" if isinstance(source, Path) else source
+        raise UsageError(f"{where}: not JSON: {exc.msg}") from None
+    stack: list[tuple[object, int]] = [(loaded, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise UsageError(f"{source}: JSON nested more than {MAX_JSON_DEPTH} levels")
+            items = list(value.items()) if isinstance(value, dict) else [(None, v) for v in value]
+            for key, item in items:
+                if key is not None:
+                    stack.append((key, depth))
+                stack.append((item, depth + 1))
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UsageError(
+                    f"{source}: not a file the tool reads: it holds a lone surrogate "
+                    f"({value.encode('utf-8', 'backslashreplace')[:40]!r})"
+                ) from None
+    return loaded

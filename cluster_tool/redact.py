@@ -24,6 +24,8 @@ _SECRET_WORDS = frozenset(
 # `nccl_repo_key_url`, `bmc_password_env`).
 _REFERENCE_WORDS = frozenset({"file", "path", "dir", "url", "uri", "env", "ref"})
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
+# Values an environment variable takes as a switch, not as a secret.
+_FLAG = re.compile(r"\d{0,2}|true|false|yes|no|on|off|none|null", re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:
@@ -57,6 +59,17 @@ class Secrets:
                 self.add_named(value)
             elif is_secret_name(str(name)) and isinstance(value, str | int | float):
                 self.add(value)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> Secrets:
+        """Every value in `environ` under a secret name (`is_secret_name`), whatever its length;
+        but a switch (`USE_KEY=1`, `SKIP_TOKEN=false`) hides nothing, and replacing every "1"
+        would wreck what is written instead."""
+        found = cls()
+        for name, value in environ.items():
+            if is_secret_name(name) and not _FLAG.fullmatch(value.strip()):
+                found.add(value)
+        return found
 
     def update(self, other: Secrets) -> None:
         self.values |= other.values

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from ClusterShell.NodeSet import NodeSet
 
+from cluster_tool.bounds import HostlistError, HostlistTooLarge, expand_hostlist
 from cluster_tool.errors import ClusterToolError, ParseError
 
 # States after which a job will never run again (sacct/squeue long names).
@@ -161,8 +162,40 @@ def parse_squeue(text: str) -> dict[str, JobState]:
     return states
 
 
-# A `Key=value` field of `scontrol show node -o`; values may hold spaces (Reason, OS).
-_FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z/_]*)=")
+# The keys of `scontrol show node -o`, in the order Slurm prints them (slurm_sprint_node_table
+# in src/api/node_info.c, https://github.com/SchedMD/slurm; the keys of older releases at their
+# places). A value runs to the next of these keys that Slurm prints after it: text inside a value
+# that looks like an earlier key (`NodeName=`, `State=` in a drain reason) stays in the value.
+_NODE_KEYS = (
+    "NodeName", "Arch", "CpuBind", "CoresPerSocket", "CPUAlloc", "CPUEfctv", "CPUErr", "CPUTot",
+    "CPULoad", "AvailableFeatures", "ActiveFeatures", "Features", "Gres", "GresDrain",
+    "GresUsed", "NodeAddr", "NodeHostName", "BcastAddr", "Port", "Version", "OS", "RealMemory",
+    "AllocMem", "FreeMem", "Sockets", "Boards", "CoreSpecCount", "CPUSpecList", "MemSpecLimit",
+    "RestrictedCoresPerGPU", "State", "ThreadsPerCore", "TmpDisk", "Weight", "Owner",
+    "MCS_label", "NextState", "Partitions", "BootTime", "SlurmdStartTime", "LastBusyTime",
+    "ResumeAfterTime", "CfgTRES", "AllocTRES", "CapWatts", "CurrentWatts", "AveWatts",
+    "LowestJoules", "ConsumedJoules", "ExtSensorsJoules", "ExtSensorsWatts", "ExtSensorsTemp",
+    "Reason", "Comment", "Extra", "InstanceId", "InstanceType", "ReservationName",
+)  # fmt: skip
+_NODE_ORDER = {key: at for at, key in enumerate(_NODE_KEYS)}
+_NODE_KEY = re.compile(r"(?:^|(?<=\s))(" + "|".join(_NODE_KEYS) + r")=")
+# Free text: the OS string is the node's own (slurmd reports uname), a reason, comment or extra
+# whatever an operator or a tool wrote. Such a value ends only at a key that can follow it.
+_FREE_TEXT_END = {
+    "OS": re.compile(r"\sRealMemory=\d{1,20} AllocMem=\d{1,20} FreeMem="),
+    "Reason": re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)="),
+    "Comment": re.compile(r"\s(?:Extra|InstanceId|InstanceType|ReservationName)="),
+    "Extra": re.compile(r"\s(?:InstanceId|InstanceType|ReservationName)="),
+}
+
+
+def _nodes_of(hostlist: str, line_no: int, line: str) -> list[str]:
+    """A node list Slurm printed, through the one bounded expansion; ParseError naming the line
+    when it is not a hostlist or names more hosts than any cluster has."""
+    try:
+        return expand_hostlist(hostlist, "node list")
+    except (HostlistError, HostlistTooLarge) as exc:
+        raise ParseError(str(exc), line_no=line_no, line=line) from None
 
 
 def parse_squeue_nodes(text: str) -> dict[str, list[str]]:
@@ -174,7 +207,7 @@ def parse_squeue_nodes(text: str) -> dict[str, list[str]]:
         parts = line.split("|")
         if len(parts) != 2:
             raise ParseError("expected JOBID|NODELIST", line_no=no, line=line)
-        for node in NodeSet(parts[1].strip()):
+        for node in _nodes_of(parts[1].strip(), no, line):
             found.setdefault(node, []).append(parts[0].strip())
     return found
 
@@ -217,7 +250,7 @@ def parse_squeue_running(text: str, token: str | None = None) -> list[RunningJob
         jobs.append(
             RunningJob(
                 parts[0].strip(),
-                tuple(NodeSet(parts[1].strip())),
+                tuple(_nodes_of(parts[1].strip(), no, line)),
                 "" if features == "(null)" else features,
                 "" if comment == "(null)" else comment,
             )
@@ -226,19 +259,45 @@ def parse_squeue_running(text: str, token: str | None = None) -> list[RunningJob
 
 
 def parse_scontrol_fields(line: str) -> dict[str, str]:
-    """Split one `scontrol show ... -o` line into its fields, keeping spaces inside values."""
-    matches = list(_FIELD.finditer(line))
+    """Split one `scontrol show node -o` line into its fields, keeping spaces inside values. A
+    field starts only at a known key printed after the one before it; a free-text value (OS,
+    Reason, Comment, Extra) ends only at a key that can follow it, so a reason reading
+    `NodeName=gpu009 State=IDLE` neither renames nor "undrains" the node."""
     fields: dict[str, str] = {}
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-        fields[m.group(1)] = line[m.end() : end].strip()
-    return fields
+    key: str | None = None
+    start = 0
+    at = 0
+    while True:
+        found = _FREE_TEXT_END[key].search(line, at) if key in _FREE_TEXT_END else None
+        if found is not None or key in ("Reason", "Comment", "Extra"):
+            match = _NODE_KEY.match(line, found.start() + 1) if found else None
+        else:  # a structured value, or an OS string no later field follows as Slurm prints it
+            match = _NODE_KEY.search(line, at)
+            while match and key is not None and _NODE_ORDER[match[1]] <= _NODE_ORDER[key]:
+                match = _NODE_KEY.search(line, match.end())
+        end = match.start() if match else len(line)
+        if key is not None:
+            fields[key] = line[start:end].strip()
+        if match is None:
+            return fields
+        key, start, at = match[1], match.end(), match.end()
 
 
 def _node_flags(state: str) -> tuple[str, frozenset[str]]:
     # "IDLE+DRAIN", "MIXED+DRAIN", "DOWN*+DRAIN": base state then flags.
     parts = [p.rstrip("*~#!%$@^-") for p in state.upper().split("+")]
     return parts[0], frozenset(parts[1:])
+
+
+def _without_stamp(reason: str) -> str:
+    """The reason without the `[user@time]` Slurm appends (cut in code: the pattern
+    `\\s*\\[...\\]$` backtracks quadratically over a long blank run in a reason)."""
+    body = reason.rstrip()
+    if body.endswith("]"):
+        at = body.rfind("[")
+        if at >= 0 and "@" in body[at:] and "]" not in body[at:-1]:
+            return body[:at].rstrip()
+    return reason
 
 
 def parse_scontrol_nodes(text: str) -> list[NodeState]:
@@ -251,7 +310,7 @@ def parse_scontrol_nodes(text: str) -> list[NodeState]:
         if "NodeName" not in fields or "State" not in fields:
             raise ParseError("expected NodeName=… State=…", line_no=no, line=line)
         base, flags = _node_flags(fields["State"])
-        reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", fields.get("Reason", ""))  # [user@time]
+        reason = _without_stamp(fields.get("Reason", ""))
         boot = fields.get("BootTime", "").split(" ", 1)[0]
         boot = "" if boot in ("None", "Unknown", "n/a") else boot
         nodes.append(NodeState(fields["NodeName"].split()[0], base, reason, flags, boot))

@@ -16,8 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
-
+from cluster_tool.bounds import HostlistError, expand_hostlist
 from cluster_tool.errors import EXIT_CHECKS_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from cluster_tool.findings import Finding
 from cluster_tool.registry import CHECKS
@@ -160,8 +159,8 @@ def _named(finding: Finding) -> list[str]:
     if comp.startswith("job "):
         text = comp.removeprefix("job ")
         try:
-            return list(NodeSet(text.replace(" + ", ",")))
-        except NodeSetException:
+            return expand_hostlist(text.replace(" + ", ","), f"finding {finding.check}")
+        except HostlistError:
             return []
     return []
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -44,3 +45,28 @@ def read_real_output(name: str) -> str:
 @pytest.fixture
 def real_output() -> object:
     return read_real_output
+
+
+_SECTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):", re.MULTILINE)
+
+
+def with_sections(spec_text: str, tail: str) -> str:
+    """`spec_text` with the top-level sections of the YAML text `tail` added; a section the spec
+    has already (examples/lab.yml's `software`) gets the tail's keys at its end instead of a
+    second, duplicate key."""
+    lines = spec_text.rstrip("\n").split("\n")
+    for block in re.split(r"\n(?=[A-Za-z_][A-Za-z0-9_]*:)", tail.strip("\n")):
+        match = _SECTION.match(block)
+        key = match.group(1) if match else None
+        starts = [i for i, line in enumerate(lines) if key and line.startswith(f"{key}:")]
+        body = block.split("\n")[1:]
+        if not starts or not body or block.split("\n")[0].strip() != f"{key}:":
+            lines += block.split("\n")
+            continue
+        end = next(
+            (i for i in range(starts[0] + 1, len(lines)) if _SECTION.match(lines[i])), len(lines)
+        )
+        while end > starts[0] + 1 and not lines[end - 1].strip():
+            end -= 1
+        lines[end:end] = body
+    return "\n".join(lines) + "\n"

@@ -33,7 +33,13 @@ from .kernel_state import (
     publish,
 )
 from .render_dcgmi import diag_failed, render_diag, render_discovery, render_kernel_log
-from .render_link import nic_port, render_lspci, render_mlxlink, render_nvlink_errors
+from .render_link import (
+    nic_port,
+    render_ibdev2netdev,
+    render_lspci,
+    render_mlxlink,
+    render_nvlink_errors,
+)
 from .render_smi import (
     QueryError,
     render_list,
@@ -251,6 +257,14 @@ def lspci(argv: list[str], model: dict[str, Any], host: str) -> Result:
         if a == "-d" and i + 1 < len(argv):
             vendors = (vendors or set()) | {argv[i + 1].split(":")[0].lower()}
     return Result(render_lspci(hw, vendors))
+
+
+def ibdev2netdev(argv: list[str], model: dict[str, Any], host: str) -> Result:
+    """`ibdev2netdev [-v]`: each RDMA device of the node with its interface and carrier."""
+    hw = _hardware(model, host)
+    if hw is None or node_down(model, host):
+        return Result("")
+    return Result(render_ibdev2netdev(hw, verbose="-v" in argv or "--verbose" in argv))
 
 
 def dmesg(argv: list[str], model: dict[str, Any], host: str) -> Result:
@@ -485,6 +499,7 @@ TOOLS: dict[str, Callable[[list[str], dict[str, Any], str], Result]] = {
     "dmesg": dmesg,
     "mlxlink": mlxlink,
     "lspci": lspci,
+    "ibdev2netdev": ibdev2netdev,
     "lsmod": lsmod,
     "modprobe": modprobe,
     "nvidia-persistenced": persistenced,

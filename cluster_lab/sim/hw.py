@@ -42,11 +42,14 @@ HGX_COMPUTE_HCAS = (
     ("mlx5_10", "0000:ce:00.0", 6, 6),
     ("mlx5_11", "0000:dc:00.0", 7, 7),
 )
+# The storage/in-band ports of the two dual-port ConnectX-7 cards (device, PCI, link layer), as
+# the DGX BasePOD guide sets them: port 1 InfiniBand storage (uncabled in the lab, so Down and
+# Polling), port 2 Ethernet, bonded for in-band management.
 HGX_OTHER_NICS = (
-    ("mlx5_1", "0000:29:00.0"),
-    ("mlx5_2", "0000:29:00.1"),
-    ("mlx5_7", "0000:aa:00.0"),
-    ("mlx5_8", "0000:aa:00.1"),
+    ("mlx5_1", "0000:29:00.0", "InfiniBand"),
+    ("mlx5_2", "0000:29:00.1", "Ethernet"),
+    ("mlx5_7", "0000:aa:00.0", "InfiniBand"),
+    ("mlx5_8", "0000:aa:00.1", "Ethernet"),
 )
 # SXM module slot of each GPU (the board's "Module ID"), as on the real capture.
 HGX_MODULE_IDS = (2, 4, 1, 3, 7, 5, 6, 8)
@@ -235,6 +238,7 @@ class Hca:
     flap_since: float = 0.0
     # The port's IBTA PortCounters as the model keeps them (LinkDownedCounter, PortXmitData...).
     counters: dict[str, int] = field(default_factory=dict)
+    netdev: str = ""  # the IPoIB interface ibdev2netdev names (ibp24s0)
 
     def link_downed(self, now: float) -> int:
         """The HCA end's LinkDownedCounter at `now`: the model's, plus every flap of lab fault
@@ -257,13 +261,19 @@ class Hca:
 
 @dataclass
 class Nic:
-    """A storage or management NIC: present in `topo -m` and `ibstat`, never on a rail."""
+    """A storage or management port: present in `topo -m`, `ibstat`, `ibdev2netdev` and `lspci`,
+    never on a rail."""
 
     device: str
     bus_id: str
     numa_node: int
     link_layer: str = "Ethernet"
     rate_gbps: int = 100
+    state: str = "Active"  # Active | Down
+    phys_state: str = "LinkUp"  # LinkUp | Polling | Disabled
+    netdev: str = ""
+    hca_type: str = "MT4129"  # ConnectX-7; MT41692 is a BlueField-3
+    purpose: str = ""
 
 
 @dataclass
@@ -341,7 +351,7 @@ def default_hardware(
     gpu_pci: Sequence[str] = HGX_GPU_PCI,
     gpu_numa: Sequence[int] | None = None,
     hcas: Sequence[tuple[str, str, int, int]] = HGX_COMPUTE_HCAS,
-    other_nics: Sequence[tuple[str, str]] = HGX_OTHER_NICS,
+    other_nics: Sequence[tuple[str, str, str]] = HGX_OTHER_NICS,
     speed: str = "HDR",
     width: str = "4X",
 ) -> NodeHardware:
@@ -384,8 +394,33 @@ def default_hardware(
                 width=width,
             )
         )
-    nics = [Nic(device=dev, bus_id=pci, numa_node=_numa_of(pci)) for dev, pci in other_nics]
+    nics = [
+        Nic(
+            device=dev,
+            bus_id=pci,
+            numa_node=_numa_of(pci),
+            link_layer=layer,
+            state="Active" if layer == "Ethernet" else "Down",
+            phys_state="LinkUp" if layer == "Ethernet" else "Polling",
+        )
+        for dev, pci, layer in other_nics
+    ]
     return NodeHardware(name=name, gpus=gpus, hcas=compute, other_nics=nics)
+
+
+def netdev_name(pci: str, link_layer: str, multi_function: bool = False) -> str:
+    """The interface name udev's predictable naming gives a port at `pci`: `ibp24s0` for an
+    InfiniBand port at 0000:18:00.0, `enp41s0f1np1` for port 2 of a dual-port card in Ethernet
+    mode (systemd.net-naming-scheme: `p<bus>s<slot>[f<function>]`, `np<port>` for a switchdev
+    port name)."""
+    _, bus, rest = pci.split(":")
+    slot, function = rest.split(".")
+    name = f"p{int(bus, 16)}s{int(slot, 16)}"
+    if multi_function:
+        name += f"f{int(function)}"
+    if link_layer == "InfiniBand":
+        return "ib" + name
+    return "en" + name + (f"np{int(function)}" if multi_function else "np0")
 
 
 def _model_nodes(model: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -491,6 +526,7 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
                 flap_period=float(h.get("flap_period", 0.0)),
                 flap_since=float(h.get("flap_since", 0.0)),
                 counters={str(k): int(v) for k, v in counters.items()},
+                netdev=str(h.get("netdev") or ""),
             )
         )
     known = (
@@ -506,7 +542,21 @@ def from_lab_node(node: dict[str, Any]) -> NodeHardware:
         "boot_time",
     )
     extras = {k: node[k] for k in known if k in node}
-    nics = [Nic(**n) for n in node.get("other_nics", [])]
+    nics = [
+        Nic(
+            device=n["device"],
+            bus_id=n["pci"],
+            numa_node=_numa_of(n["pci"]),
+            link_layer=str(n.get("link_layer", "Ethernet")),
+            rate_gbps=int(n.get("rate_gbps", 100)),
+            state=str(n.get("state", "Active")),
+            phys_state=str(n.get("phys_state", "LinkUp")),
+            netdev=str(n.get("netdev") or ""),
+            hca_type=str(n.get("hca_type", "MT4129")),
+            purpose=str(n.get("purpose", "")),
+        )
+        for n in node.get("other_nics", [])
+    ]
     return NodeHardware(name=name, gpus=gpus, hcas=hcas, other_nics=nics, **extras)
 
 

@@ -8,6 +8,7 @@ roles install them exactly as they would install NVIDIA's, Mellanox's or DCGM's.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -58,6 +59,8 @@ DEFAULT_VERSIONS: dict[str, str] = {
     "nccl-rdma-sharp-plugins": "2.7-1",
     "nccl-tests": "2.13.11-1",
     "opensm-ibsim": "1.0-1",
+    # SHARP's aggregation manager, as DOCA-Host ships it (the sharp role's pin is 3.9.*).
+    "sharp": "3.9.0-1",
     # NVIDIA's container toolkit library and CLI, which enroot's GPU hook runs.
     "libnvidia-container1": "1.17.1",
     "libnvidia-container-tools": "1.17.1",
@@ -97,6 +100,9 @@ class SimPackage:
     depends: tuple[str, ...] = ()
     # Packages it takes the place of (DCGM 4 over DCGM 3, which owns the same files).
     conflicts: tuple[str, ...] = ()
+    # The name the simulators read its version under, when it is another OS's name for a
+    # package they know (Ubuntu's nvidia-utils-550 is Debian's nvidia-driver-cuda).
+    stands_for: str | None = None
 
 
 # Where the package puts the binaries (nccl_tests_package_bin_dir); the nccl_tests role links
@@ -146,31 +152,85 @@ PIDFILE=/run/{service}.pid
 ACTION="$1"
 # A package that ships a systemd unit starts its daemon as systemd would: the unit's ExecStart
 # as the drop-ins in /etc/systemd/system/<unit>.d/*.conf override it, in name order (an empty
-# ExecStart= clears it), so a role's drop-in takes effect here as on a real node.
+# ExecStart= clears it), so a role's drop-in takes effect here as on a real node. Its User= and
+# Group= (a missing user fails the start, as systemd's status=217/USER does), RuntimeDirectory=
+# (made for the daemon's user, removed when it stops) and EnvironmentFile= (a leading `-`: may be
+# missing) hold as well; `$NAME` in ExecStart splits into words, `${{NAME}}` stays one.
 COMMAND={daemon}
+RUN_USER=
+RUN_GROUP=
+RUNTIME_DIRS=
+RUNTIME_MODE=0755
+ENV_FILES=
 UNIT=/lib/systemd/system/{service}.service
 if [ -f "$UNIT" ]; then
   for f in "$UNIT" /etc/systemd/system/{service}.service.d/*.conf; do
     [ -f "$f" ] || continue
     while IFS= read -r line; do
-      case "$line" in ExecStart=*) COMMAND="${{line#ExecStart=}}" ;; esac
+      case "$line" in
+        ExecStart=*) COMMAND="${{line#ExecStart=}}" ;;
+        User=*) RUN_USER="${{line#User=}}" ;;
+        Group=*) RUN_GROUP="${{line#Group=}}" ;;
+        RuntimeDirectory=*) RUNTIME_DIRS="${{line#RuntimeDirectory=}}" ;;
+        RuntimeDirectoryMode=*) RUNTIME_MODE="${{line#RuntimeDirectoryMode=}}" ;;
+        EnvironmentFile=*) ENV_FILES="$ENV_FILES ${{line#EnvironmentFile=}}" ;;
+      esac
     done < "$f"
   done
 fi
 set -f
+for f in $ENV_FILES; do
+  case "$f" in -*) f="${{f#-}}"; [ -r "$f" ] || continue ;; esac
+  while IFS= read -r line; do
+    case "$line" in
+      [A-Za-z_]*=*)
+        name="${{line%%=*}}"
+        case "$name" in *[!A-Za-z0-9_]*) continue ;; esac
+        value="${{line#*=}}"
+        case "$value" in \\"*\\") value="${{value#\\"}}"; value="${{value%\\"}}" ;; esac
+        export "$name=$value" ;;
+    esac
+  done < "$f"
+done
 # shellcheck disable=SC2086  # the command line splits into words, as systemd splits it
 set -- $COMMAND
+for word do
+  shift
+  case "$word" in
+    \\$\\{{*\\}}|\\$[A-Za-z_]*)
+      name="${{word#\\$}}"; name="${{name#\\{{}}"; name="${{name%\\}}}}"
+      case "$name" in ''|*[!A-Za-z0-9_]*) set -- "$@" "$word"; continue ;; esac
+      eval "value=\\${{$name-}}"
+      # shellcheck disable=SC2086  # $NAME splits into words; ${{NAME}} is one
+      case "$word" in \\$\\{{*) set -- "$@" "$value" ;; *) set -- "$@" $value ;; esac ;;
+    *) set -- "$@" "$word" ;;
+  esac
+done
 set +f
 DAEMON="$1"
 [ $# -gt 0 ] && shift
 case "$ACTION" in
   start)
+    CHUID=
+    if [ -n "$RUN_USER" ]; then
+      if ! id -u "$RUN_USER" >/dev/null 2>&1; then
+        echo "{service}: User=$RUN_USER: no such user (systemd: status=217/USER)" >&2; exit 1
+      fi
+      CHUID="$RUN_USER${{RUN_GROUP:+:$RUN_GROUP}}"
+    fi
+    for d in $RUNTIME_DIRS; do
+      mkdir -p "/run/$d" && chmod "$RUNTIME_MODE" "/run/$d" || exit 1
+      [ -z "$CHUID" ] || chown "$CHUID" "/run/$d" || exit 1
+    done
     start-stop-daemon --start --quiet --oknodo --background --make-pidfile \\
-      --pidfile "$PIDFILE" --startas "$DAEMON" -- "$@" ;;
+      --pidfile "$PIDFILE" ${{CHUID:+--chuid "$CHUID"}} --startas "$DAEMON" -- "$@" ;;
   stop)
     # --retry: wait until the daemon is gone (as systemd does), so a restart's new daemon
     # starts after the old one has finished stopping.
-    start-stop-daemon --stop --quiet --retry 10 --pidfile "$PIDFILE" --remove-pidfile --oknodo ;;
+    start-stop-daemon --stop --quiet --retry 10 --pidfile "$PIDFILE" --remove-pidfile --oknodo
+    rc=$?
+    for d in $RUNTIME_DIRS; do rm -rf "/run/$d"; done
+    exit $rc ;;
   restart|force-reload)
     "$0" stop; "$0" start ;;
   status)
@@ -327,9 +387,69 @@ WantedBy=multi-user.target
 """
 
 
-def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
+def kernel_release() -> str:
+    """The kernel every lab node runs: the host's (`uname -r` in a node)."""
+    return os.uname().release
+
+
+def kernel_package_version(release: str) -> str:
+    """A package version for the kernel `release` (`6.1.0-28-amd64` -> `6.1.0-1`)."""
+    numbers = re.match(r"[0-9]+(?:\.[0-9]+)*", release)
+    return f"{numbers.group(0) if numbers else '0'}-1"
+
+
+_KERNEL_HEADERS_README = """The headers of the lab's kernel (the host's: every lab node shares it).
+
+DKMS would build the NVIDIA open modules and DOCA's modules against
+/usr/src/linux-headers-<release>; the lab's modules are simulated, so this package carries no
+headers: it is here so that the roles install, and hold, the headers of the running kernel exactly
+as on a real node.
+"""
+
+
+def kernel_headers_package(release: str) -> SimPackage:
+    """linux-headers-<release>, as Debian and Ubuntu name the running kernel's headers."""
+    return SimPackage(
+        f"linux-headers-{release}",
+        f"Header files for Linux {release} (simulated: the lab's kernel is the host's)",
+        files={f"/usr/src/linux-headers-{release}/README.lab": _KERNEL_HEADERS_README},
+    )
+
+
+# SHARP's aggregation manager: a daemon that holds its place (the lab's switches aggregate nothing)
+# and the script NVIDIA's SHARP deployment guide registers it with (`sharp_daemons_setup.sh -s -d
+# sharp_am`: a systemd unit; here also the lab's init script that runs it).
+SHARP_AM = """#!/bin/sh
+# cluster-tool lab: SHARP's aggregation manager (simulated: it runs, and aggregates nothing).
+while :; do sleep 3600; done
+"""
+SHARP_AM_UNIT = """[Unit]
+Description=SHARP Aggregation Manager (sharp_am)
+After=network.target
+
+[Service]
+ExecStart=/opt/mellanox/sharp/bin/sharp_am
+
+[Install]
+WantedBy=multi-user.target
+"""
+SHARP_DAEMONS_SETUP = """#!/bin/sh
+# cluster-tool lab: sharp_daemons_setup.sh -s -d sharp_am registers the daemon as a service.
+set -e
+if [ "$1" != -s ] || [ "$2" != -d ] || [ "$3" != sharp_am ]; then
+    echo "usage: $0 -s -d sharp_am" >&2
+    exit 2
+fi
+install -m 0644 /opt/mellanox/sharp/share/sharp_am.service /etc/systemd/system/sharp_am.service
+install -m 0755 /opt/mellanox/sharp/share/sharp_am.init /etc/init.d/sharp_am
+"""
+
+
+def packages_for(branch: str = DRIVER_BRANCH, kernel: str | None = None) -> list[SimPackage]:
+    """Every simulator package (Debian's names) for driver `branch` and the running kernel."""
     driver_doc = "/usr/share/doc/cluster-tool-lab/MODULES"
     return [
+        kernel_headers_package(kernel or kernel_release()),
         SimPackage(
             "nvidia-open-kernel-dkms",
             "NVIDIA open GPU kernel modules (simulated: modprobe/lsmod/dmesg shims)",
@@ -410,7 +530,13 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             # openibd loads DOCA's mlx5_core/ib_core in place of the inbox stack, which stays
             # loaded after the install until openibd restarts or the node reboots; modinfo
             # answers for DOCA's modules (what modprobe would load now).
-            tools={"usr/sbin/openibd-lab": "openibd", "usr/local/sbin/modinfo": "modinfo"},
+            tools={
+                "usr/sbin/openibd-lab": "openibd",
+                "usr/local/sbin/modinfo": "modinfo",
+                # DOCA's ofed-scripts ship ibdev2netdev (the real one reads sysfs links the
+                # lab's tree cannot hold; this one reads the model the tree is written from).
+                "usr/bin/ibdev2netdev": "ibdev2netdev",
+            },
             services={"openibd": "/usr/sbin/openibd-lab"},
             carries_simulator=True,
             postinst=_INBOX_MLX5_AT_INSTALL,
@@ -444,6 +570,20 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             depends=("opensm", "ibsim-utils"),
         ),
         SimPackage(
+            "sharp",
+            "NVIDIA SHARP: the aggregation manager and its service setup (simulated)",
+            files={
+                "/opt/mellanox/sharp/share/sharp_am.service": SHARP_AM_UNIT,
+            },
+            executables={
+                "/opt/mellanox/sharp/bin/sharp_am": SHARP_AM,
+                "/opt/mellanox/sharp/sbin/sharp_daemons_setup.sh": SHARP_DAEMONS_SETUP,
+                "/opt/mellanox/sharp/share/sharp_am.init": _INIT.format(
+                    service="sharp_am", daemon="/opt/mellanox/sharp/bin/sharp_am"
+                ),
+            },
+        ),
+        SimPackage(
             "libnvidia-container1",
             "NVIDIA container runtime library (simulated: no payload)",
         ),
@@ -454,6 +594,12 @@ def _packages(branch: str = DRIVER_BRANCH) -> list[SimPackage]:
             depends=("libnvidia-container1",),
         ),
     ]
+
+
+def init_script(service: str, daemon: str) -> str:
+    """The lab's /etc/init.d script of `service`: runs its systemd unit as systemd would (the
+    unit's ExecStart, User, Group, RuntimeDirectory, EnvironmentFile), `daemon` without one."""
+    return _INIT.format(service=service, daemon=daemon)
 
 
 def _data(name: str) -> str:
@@ -470,6 +616,9 @@ def enroot_packages() -> list[SimPackage]:
             executables={
                 "/usr/bin/enroot": _data("enroot"),
                 "/etc/enroot/hooks.d/98-nvidia.sh": _data("98-nvidia.sh"),
+                # enroot's extra hooks, kept apart and off until an administrator enables them.
+                "/usr/share/enroot/hooks.d/50-slurm-pmi.sh": _data("50-slurm-pmi.sh"),
+                "/usr/share/enroot/hooks.d/50-slurm-pytorch.sh": _data("50-slurm-pytorch.sh"),
             },
             files={"/etc/enroot/mounts.d/10-system.fstab": _data("10-system.fstab")},
             depends=("curl",),
@@ -524,7 +673,7 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
     _write(root / "DEBIAN" / "control", _control(pkg, version), 0o644)
     # The simulated tools report the versions of what is installed (nvidia-smi's driver
     # version is the driver package's, as the roles' version checks expect).
-    _write(root / LIB_DIR / "versions" / pkg.name, version + "\n", 0o644)
+    _write(root / LIB_DIR / "versions" / (pkg.stands_for or pkg.name), version + "\n", 0o644)
     if pkg.carries_simulator:
         _vendor(root, pkg.name)
     for path, tool in pkg.tools.items():
@@ -557,7 +706,12 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
     if not any(p.is_file() for p in root.rglob("*") if "DEBIAN" not in p.parts):
         # dpkg accepts an empty package, but a file list tells an operator what this is.
         _write(root / "usr" / "share" / "doc" / pkg.name / "README.lab", pkg.summary + "\n", 0o644)
-    out = dest_dir / f"{pkg.name}_{version.split(':')[-1]}_amd64.deb"
+    return pack_tree(root, dest_dir / f"{pkg.name}_{version.split(':')[-1]}_amd64.deb", work)
+
+
+def pack_tree(root: Path, out: Path, work: Path) -> Path:
+    """`root` (a package tree with its DEBIAN/) as the .deb `out`, reproducibly: fixed times and
+    root ownership, written only when its bytes change."""
     dpkg_deb = shutil.which("dpkg-deb")
     if dpkg_deb is None:
         raise PackageBuildError("dpkg-deb not found: install dpkg to build the lab's packages")
@@ -565,7 +719,8 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
     # leaves its repository index valid (apt refuses a .deb whose size or hash changed).
     for dirpath, _, files in os.walk(root):
         for name in files:
-            os.utime(os.path.join(dirpath, name), (BUILD_EPOCH, BUILD_EPOCH))
+            # A link's own time (a link may point where nothing is on this host).
+            os.utime(os.path.join(dirpath, name), (BUILD_EPOCH, BUILD_EPOCH), follow_symlinks=False)
         os.utime(dirpath, (BUILD_EPOCH, BUILD_EPOCH))
     built = work / out.name
     done = subprocess.run(
@@ -576,7 +731,7 @@ def build_package(pkg: SimPackage, version: str, dest_dir: Path, work: Path) -> 
         env={**os.environ, "SOURCE_DATE_EPOCH": str(BUILD_EPOCH)},
     )
     if done.returncode != 0:
-        raise PackageBuildError(f"dpkg-deb failed for {pkg.name}: {done.stderr.strip()}")
+        raise PackageBuildError(f"dpkg-deb failed for {root.name}: {done.stderr.strip()}")
     if not (out.is_file() and out.read_bytes() == built.read_bytes()):
         # Atomic: a node fetching from the repository never sees half a package.
         tmp = out.with_name(f".{out.name}.tmp")
@@ -649,7 +804,9 @@ def build_sim_packages(dest_dir: Path, versions: Mapping[str, str] | None = None
         for name in source:
             if name.startswith("nvidia-fabricmanager-"):
                 branch = name.rsplit("-", 1)[1]
-    packages = _packages(branch)
+    packages = packages_for(branch)
+    kernel = kernel_release()
+    chosen.setdefault(f"linux-headers-{kernel}", kernel_package_version(kernel))
     chosen = {
         n: v for n, v in chosen.items() if n in {p.name for p in packages} or n in (versions or {})
     }

@@ -10,7 +10,7 @@ import hashlib
 import math
 import time
 
-from .hw import Gpu, Hca, Nic, NodeHardware
+from .hw import CONNECTX7_FIRMWARE, Gpu, Hca, Nic, NodeHardware, netdev_name
 from .perf import LANE_GBS, WIDTH_LANES
 
 # What mlxlink prints for a BER it counted no error for (the BlueField-3 capture).
@@ -89,7 +89,9 @@ def _cable_serial(hw: NodeHardware, hca: Hca) -> str:
 
 
 def nic_port(nic: Nic) -> Hca:
-    """A storage or management NIC as mlxlink sees it: an Ethernet port at its rate, clean."""
+    """A storage or management port as mlxlink sees it, clean: an Ethernet port at its rate, an
+    InfiniBand one at the generation of its rate; an uncabled one polling."""
+    ib_speed = {400: "NDR", 200: "HDR", 100: "EDR"}.get(nic.rate_gbps, "NDR")
     return Hca(
         device=nic.device,
         bus_id=nic.bus_id,
@@ -97,7 +99,9 @@ def nic_port(nic: Nic) -> Hca:
         rail=-1,
         numa_node=nic.numa_node,
         node_guid="0" * 16,
-        speed=f"{nic.rate_gbps}G",
+        speed=ib_speed if nic.link_layer == "InfiniBand" else f"{nic.rate_gbps}G",
+        state=nic.state,
+        hca_type=nic.hca_type,
     )
 
 
@@ -191,7 +195,17 @@ def _gpu_description(gpu: Gpu) -> str:
 
 
 _HCA_DESCRIPTION = "Infiniband controller: Mellanox Technologies MT2910 Family [ConnectX-7]"
-_NIC_DESCRIPTION = "Ethernet controller: Mellanox Technologies MT2910 Family [ConnectX-7]"
+# The class follows the port's type (a ConnectX-7 set to Ethernet is an Ethernet controller); the
+# device name is pci.ids' for the chip.
+_NIC_CHIP = {
+    "MT4129": "Mellanox Technologies MT2910 Family [ConnectX-7]",
+    "MT41692": "Mellanox Technologies MT43244 BlueField-3 integrated ConnectX-7 network controller",
+}
+
+
+def _nic_description(nic: Nic) -> str:
+    kind = "Infiniband controller" if nic.link_layer == "InfiniBand" else "Ethernet controller"
+    return f"{kind}: {_NIC_CHIP.get(nic.hca_type, _NIC_CHIP['MT4129'])}"
 
 
 def _function(
@@ -263,9 +277,41 @@ def render_lspci(hw: NodeHardware, vendors: set[str] | None = None) -> str:
                 (
                     address,
                     _function(
-                        address, _NIC_DESCRIPTION, nic.numa_node, (5, 16), (5, 16), "mlx5_core"
+                        address,
+                        _nic_description(nic),
+                        nic.numa_node,
+                        (5, 16),
+                        (5, 16),
+                        "mlx5_core",
                     ),
                 )
             )
     blocks = ["\n".join(lines) + "\n" for _, lines in sorted(entries)]
     return "\n".join(blocks)
+
+
+def render_ibdev2netdev(hw: NodeHardware, *, verbose: bool = False) -> str:
+    """`ibdev2netdev [-v]` as DOCA's ofed-scripts print it: `mlx5_0 port 1 ==> ibp24s0 (Up)`, one
+    line per RDMA device with a netdev, Up when the interface has carrier (`-v`: PCI address,
+    chip, firmware and port state first). Compute HCAs and the other ports alike, in name order."""
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    for hca in hw.hcas:
+        if hca.present:
+            netdev = hca.netdev or netdev_name(hca.bus_id, "InfiniBand")
+            rows.append((hca.device, hca.bus_id, hca.hca_type, hca.fw_ver, hca.state, netdev))
+    for nic in hw.other_nics:
+        netdev = nic.netdev or netdev_name(nic.bus_id, nic.link_layer, multi_function=True)
+        rows.append((nic.device, nic.bus_id, nic.hca_type, CONNECTX7_FIRMWARE, nic.state, netdev))
+    rows.sort(key=lambda r: (len(r[0]), r[0]))
+    lines = []
+    for device, pci, chip, fw, state, netdev in rows:
+        carrier = "Up" if state == "Active" else "Down"
+        if verbose:
+            port_state = {"Active": "ACTIVE", "Down": "DOWN"}.get(state, state.upper())
+            lines.append(
+                f"{pci} {device} ({chip} - NA) fw {fw} port 1 ({port_state:<6}) ==> "
+                f"{netdev} ({carrier})"
+            )
+        else:
+            lines.append(f"{device} port 1 ==> {netdev} ({carrier})")
+    return "".join(line + "\n" for line in lines)

@@ -98,11 +98,23 @@ def _write(path: Path, text: str) -> None:
         f.truncate()
 
 
+def _link(path: Path, target: str) -> None:
+    """A symlink as sysfs has it (`device` -> `../../../0000:18:00.0`): tools read the PCI address
+    as the link's last component, so it may point at nothing inside the node."""
+    if path.is_symlink() and os.readlink(path) == target:
+        return
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, path)
+
+
 def _write_device(
     root: Path,
     device: str,
     *,
     host: str,
+    pci: str,
     hca_type: str,
     fw_ver: str,
     guid: str,
@@ -116,6 +128,9 @@ def _write_device(
     link_layer: str,
 ) -> None:
     dev = root / "infiniband" / device
+    # The PCI function the device belongs to, as the kernel links it (what ibdev2netdev, rdma
+    # tools and the doca_ofed role read to tell devices apart by slot, not by name).
+    _link(dev / "device", f"../../../{pci}")
     _write(dev / "node_type", "1: CA")
     _write(dev / "fw_ver", fw_ver)
     _write(dev / "hca_type", hca_type)
@@ -172,6 +187,7 @@ def write_sysfs_tree(node: NodeHardware, dest: Path, now: float | None = None) -
             dest,
             hca.device,
             host=node.name,
+            pci=hca.bus_id,
             hca_type=hca.hca_type,
             fw_ver=hca.fw_ver,
             guid=hca.node_guid,
@@ -192,7 +208,9 @@ def write_sysfs_tree(node: NodeHardware, dest: Path, now: float | None = None) -
     for dirpath, _, files in os.walk(dest):
         os.chmod(dirpath, 0o755)
         for f in files:
-            os.chmod(os.path.join(dirpath, f), 0o644)
+            path = os.path.join(dirpath, f)
+            if not os.path.islink(path):
+                os.chmod(path, 0o644)
     return dest
 
 
@@ -211,19 +229,26 @@ def _write_nic(dest: Path, node: NodeHardware, nic: Nic) -> None:
     import hashlib
 
     d = hashlib.sha256(f"{node.name}/nic/{nic.device}".encode()).hexdigest()
+    up = nic.state == "Active"
+    # An Ethernet port's rate file names the InfiniBand speed of the same lane rate, as the mlx5
+    # driver maps it (100 GbE reads "100 Gb/sec (4X EDR)"); a port with no link reads SDR.
+    speed = {400: "NDR", 200: "HDR", 100: "EDR", 56: "FDR", 40: "QDR"}.get(nic.rate_gbps, "EDR")
+    rate = f"{nic.rate_gbps} Gb/sec (4X {speed})" if up else "10 Gb/sec (4X SDR)"
+    infiniband = nic.link_layer == "InfiniBand"
     _write_device(
         dest,
         nic.device,
         host=node.name,
-        hca_type="MT4129",
+        pci=nic.bus_id,
+        hca_type=nic.hca_type,
         fw_ver=CONNECTX7_FIRMWARE,
         guid=f"a088c20300{d[:6]}",
         port_guid=f"a088c20300{d[:6]}",
-        state="4: ACTIVE",
-        phys_state="5: LinkUp",
-        rate=f"{nic.rate_gbps} Gb/sec (4X EDR)",
+        state=_STATE.get(nic.state, "1: DOWN"),
+        phys_state=_PHYS_CODE.get(nic.phys_state, "3: Disabled"),
+        rate=rate,
         lid=0,
         sm_lid=0,
-        cap_mask=_CAP_MASK_ETH,
+        cap_mask=_CAP_MASK_IB if infiniband else _CAP_MASK_ETH,
         link_layer=nic.link_layer,
     )

@@ -7,7 +7,6 @@ head, or from the node file the roles install (`/etc/cluster-tool/node.json`) wh
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,14 +174,11 @@ def expectations_for(
 
 def read_node_file(path: Path = NODE_FILE) -> NodeExpectations:
     """The node file the roles install; UsageError naming the file when it is absent or bad."""
-    from cluster_tool.fileio import read_input_bytes
+    from cluster_tool.fileio import load_json, read_input_bytes
 
     if not Path(path).exists():
         raise UsageError(f"{path}: no node file (the roles install it; or pass --node-file)")
-    try:
-        data = json.loads(read_input_bytes(path))
-    except ValueError as exc:  # not JSON, or not UTF-8
-        raise UsageError(f"{path}: not a node file: {exc}") from None
+    data = load_json(read_input_bytes(path), f"{path}: not a node file")
     if not isinstance(data, dict) or data.get("version") != NODE_FILE_VERSION:
         raise UsageError(f"{path}: expected a cluster-tool node file, version {NODE_FILE_VERSION}")
     try:
@@ -200,6 +196,12 @@ def read_node_file(path: Path = NODE_FILE) -> NodeExpectations:
             ),
         )
     except (KeyError, ValueError, TypeError) as exc:
+        # pydantic's message runs over several lines: the first problem, on one.
+        errors = getattr(exc, "errors", None)
+        if callable(errors) and errors():
+            first = errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise UsageError(f"{path}: not a valid node file: {where}: {first['msg']}") from None
         raise UsageError(f"{path}: not a valid node file: {exc}") from None
 
 

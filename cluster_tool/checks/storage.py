@@ -32,7 +32,10 @@ class ExpectedMount:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ExpectedMount:
+    def from_json(cls, data: object) -> ExpectedMount:
+        """One mount of a node file (text from a file: TypeError when it is not one)."""
+        if not isinstance(data, dict) or not isinstance(data.get("fstypes"), list):
+            raise TypeError(f"a storage entry is not a mount: {str(data)[:60]!r}")
         source = data.get("source")
         return cls(
             str(data["role"]),

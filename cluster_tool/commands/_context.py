@@ -17,6 +17,17 @@ if TYPE_CHECKING:
     from cluster_tool.workflows.jobs import RunOutcome, ValidateAfterJob
 
 
+def load_cluster(path: Path) -> Cluster:
+    """The spec, and its run's secrets handed to the output sink: what this command shows (its
+    lines, `--json`, progress, errors) hides the secrets its run folder hides."""
+    from cluster_tool.spec import load_spec
+    from cluster_tool.workflows.runs import run_secrets
+
+    cluster = load_spec(path)
+    output.hide(run_secrets(cluster))
+    return cluster
+
+
 def reach_cluster(
     cluster: Cluster,
     inventory: Path | None = None,
@@ -90,6 +101,7 @@ def progress(line: str) -> None:
 def show_run(outcome: RunOutcome, json_out: bool) -> int:
     """A finished job on stdout: its summary as JSON, or its phases, the nodes that did not
     pass and the headline with the report's path; returns the job's exit code."""
+    output.hide(outcome.record.secrets)  # with what the run learnt (a vault's BMC password)
     summary = outcome.summary
     if json_out:
         output.emit_json({**summary.to_json(), "run_dir": str(outcome.record.path)})
@@ -111,11 +123,10 @@ def validate_after_job(job: ValidateAfterJob, json_out: bool) -> int:
     is read, the cluster reached (a replay reaches nothing), the job run and shown."""
     from dataclasses import replace
 
-    from cluster_tool.spec import load_spec
     from cluster_tool.workflows.jobs import check_validate_after, run_validate_after
 
     check_validate_after(job)
-    cluster = load_spec(job.spec)
+    cluster = load_cluster(job.spec)
     if job.replay is None:
         r = job.reach
         job = replace(

@@ -43,12 +43,12 @@ def _located(exc: ParseError, path: Path) -> UsageError:
 
 
 def _spec(path: Path | None, positional: Path | None = None):  # type: ignore[no-untyped-def]
-    from cluster_tool.spec import load_spec
+    from cluster_tool.commands._context import load_cluster
 
     chosen = path or positional
     if chosen is None:
         raise UsageError("give the cluster spec: --spec FILE")
-    return load_spec(chosen)
+    return load_cluster(chosen)
 
 
 def _print_report(report: "Report", json_out: bool, extra: dict[str, object] | None = None) -> None:
@@ -319,7 +319,7 @@ def validate(
         from cluster_tool.fileio import atomic_write
 
         junit.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(junit, junit_xml(result))
+        atomic_write(junit, output.redact_encoded(junit_xml(result)))
     step = result.report.summary.get("slurm_step")
     if step and not json_out:
         # Which nodes the step read and which SSH read instead, before the findings.

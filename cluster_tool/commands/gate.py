@@ -120,17 +120,17 @@ def gate(
     if ctx.invoked_subcommand is not None:
         return 0
     from cluster_tool import slurm as slurm_door
+    from cluster_tool.commands._context import load_cluster
     from cluster_tool.gate.from_spec import gate_inputs
     from cluster_tool.gate.ladder import GateOptions, run_gate
     from cluster_tool.gate.runner import SlurmRunner
     from cluster_tool.nodes import select_gpu_nodes
-    from cluster_tool.spec import load_spec
 
     if spec is None:
         raise UsageError("gate: --spec FILE is required (or use `gate simulate`)")
     if drain and dry_run:
         raise UsageError("--drain and --dry-run are exclusive")
-    cluster = load_spec(spec)
+    cluster = load_cluster(spec)
     from cluster_tool.commands._context import reach_cluster
 
     via = reach_cluster(cluster, ssh_config=ssh_config, slurm_via=slurm_via, gate_workdir=workdir)

@@ -43,8 +43,8 @@ def versions(
 ) -> int:
     """The fleet's versions against the spec and the compatibility matrix. Exit 0 when no error
     finding, 1 otherwise, 3 when a node could not be reached."""
+    from cluster_tool.commands._context import load_cluster
     from cluster_tool.nodes import select_gpu_nodes
-    from cluster_tool.spec import load_spec
     from cluster_tool.workflows.versions import collect_versions
 
     chosen = spec or spec_arg
@@ -52,7 +52,7 @@ def versions(
         raise UsageError("give the cluster spec: --spec FILE")
     if save is not None and replay is not None:
         raise UsageError("--save and --from exclude each other")
-    cluster = load_spec(chosen)
+    cluster = load_cluster(chosen)
     selected = select_gpu_nodes(cluster, nodes or None)
     reach = None
     if replay is None:

@@ -83,15 +83,15 @@ def watch(
     """Watch the GPU nodes every `watch.interval_s`: port counter deltas, new Xids and link
     flaps, GPU health, stragglers of running jobs; act by policy. Exit 0 when the (last)
     cycle found no error, 1 when it did, 2 on bad input, 130 when stopped."""
+    from cluster_tool.commands._context import load_cluster
     from cluster_tool.remote.fanout import transport_named
     from cluster_tool.slurm import connect
-    from cluster_tool.spec import load_spec
     from cluster_tool.watch.service import watch_forever, watch_once
     from cluster_tool.watch.signals import FanoutSources
 
     if policy is not None and policy not in POLICIES:
         raise UsageError(f"--policy: one of {', '.join(POLICIES)}, not {policy!r}")
-    cluster = load_spec(spec)
+    cluster = load_cluster(spec)
     settings = cluster.watch
     if policy is not None:
         settings = settings.model_copy(update={"policy": policy})

@@ -74,10 +74,10 @@ def bringup(
 ) -> int:
     """Render, converge (site.yml), validate, gate, admit what is proven. Exit 0 every node
     proven and admitted, 1 otherwise, 3 a host unreachable."""
-    from cluster_tool.spec import load_spec
+    from cluster_tool.commands._context import load_cluster
     from cluster_tool.workflows.jobs import BringupJob, run_bringup
 
-    cluster = load_spec(spec)
+    cluster = load_cluster(spec)
     via = reach_cluster(cluster, inventory, ssh_config, slurm_via, gate_workdir)
     job = BringupJob(
         spec, via, limit=limit, phase=phase, check=check, diff=diff, retry_failed=retry_failed,
@@ -148,10 +148,10 @@ def reimage(
     json_out: JsonOpt = False,
 ) -> int:
     """Rolling re-image: drain → PXE + power cycle → SSH → converge → node ladder → resume."""
-    from cluster_tool.spec import load_spec
+    from cluster_tool.commands._context import load_cluster
     from cluster_tool.workflows.jobs import ReimageJob, run_reimage
 
-    cluster = load_spec(spec)
+    cluster = load_cluster(spec)
     via = reach_cluster(cluster, inventory, ssh_config, slurm_via, gate_workdir)
     job = ReimageJob(
         spec, via, nodes=nodes, batch=batch, per_su=per_su, max_fail=max_fail, resume=resume,

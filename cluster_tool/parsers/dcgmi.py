@@ -21,16 +21,19 @@ _CATEGORY = re.compile(r"^[|+]-----  (?P<name>[A-Za-z][A-Za-z ]*?)  -*\+-+[|+]$"
 # DCGM 3.x: "Pass - All", "Fail - GPU: 0", "Pass - GPUs: 1, 2, 3"; Deployment tests and
 # every DCGM 4.x test: a bare verdict.
 _VERDICT_3X = re.compile(
-    r"^(?P<verdict>Pass|Fail|Skip|Warn) - (?:(?P<all>All)|GPUs?: (?P<gpus>\d+(?:, \d+)*))$"
+    r"^(?P<verdict>Pass|Fail|Skip|Warn) - "
+    r"(?:(?P<all>All)|GPUs?: (?P<gpus>\d{1,20}(?:, \d{1,20})*))$"
 )
 _VERDICT_BARE = re.compile(r"^(?P<verdict>Pass|Fail|Skip|Warn)$")
 # DCGM 4.x per-entity lines under a test: "GPU0: Pass" (CPU EUD prints CPU entities).
-_ENTITY = re.compile(r"^(?P<kind>GPU|CPU)(?P<index>\d+): (?P<verdict>Pass|Fail|Skip|Warn)$")
-_EUD_CODE = re.compile(r"^Code: \((?P<code>\d+)\)$")
+_ENTITY = re.compile(r"^(?P<kind>GPU|CPU)(?P<index>\d{1,20}): (?P<verdict>Pass|Fail|Skip|Warn)$")
+_EUD_CODE = re.compile(r"^Code: \((?P<code>\d{1,20})\)$")
 _MESSAGE_KINDS = ("Warning", "Error", "Info")
-_GPU_IN_TEXT = re.compile(r"\bGPU ?(\d+)\b")
+_GPU_IN_TEXT = re.compile(r"\bGPU ?(\d{1,20})\b")
 # Every GPU a message names: "GPU 3", "GPU3", "GPUs 0, 1 and 2", "GPU(s) 0,1".
-_GPU_LIST_IN_TEXT = re.compile(r"\bGPU(?:s|\(s\))?:? ?(\d+(?:(?:\s*,\s*|\s+and\s+)\d+)*)\b")
+_GPU_LIST_IN_TEXT = re.compile(
+    r"\bGPU(?:s|\(s\))?:? ?(\d{1,20}(?:(?:\s*+,\s*+|\s++and\s++)\d{1,20})*+)\b"
+)
 # The info column is 46 wide and DCGM wraps messages every 45 characters.
 _CHUNK = 45
 _PREAMBLE = ("Successfully ran diagnostic for group.",)

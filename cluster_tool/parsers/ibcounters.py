@@ -57,10 +57,10 @@ class PerfCounters:
 
 
 _PQ_HEAD = re.compile(
-    r"^#\s*Port (extended )?counters:\s*Lid (\d{1,20}) port (\d{1,20})"
-    r"(?:\s*\(CapMask:\s*(0x[0-9A-Fa-f]+)[^)]*\))?\s*$"
+    r"^#\s*+Port (extended )?counters:\s*+Lid (\d{1,20}) port (\d{1,20})"
+    r"(?:\s*+\(CapMask:\s*+(0x[0-9A-Fa-f]++)[^)]*+\))?\s*+$"
 )
-_PQ_FIELD = re.compile(r"^(\w+):\.*(\S+)\s*$")
+_PQ_FIELD = re.compile(r"^(\w++):\.*+(\S++)\s*+$")
 
 
 @parser(
@@ -140,12 +140,14 @@ class IbQueryErrors:
         return tuple(p for p in self.ports if p.section == "errors" and p.port is not None)
 
 
-_IQE_NODE = re.compile(r'^(Errors|Data Counters) for\s+(?:(0x[0-9A-Fa-f]+)\s+)?"(.*)"\s*$')
-_IQE_PORT = re.compile(r"^\s+GUID\s+(0x[0-9A-Fa-f]+)\s+port\s+(\d{1,20}|ALL):\s*(.*?)\s*$")
+# Possessive repeats, and values stripped in code rather than by `\s*(.*?)\s*$`, which
+# backtracks quadratically on a long run of blanks in one untrusted line.
+_IQE_NODE = re.compile(r'^(Errors|Data Counters) for\s++(?:(0x[0-9A-Fa-f]++)\s++)?"(.*)"\s*+$')
+_IQE_PORT = re.compile(r"^\s++GUID\s++(0x[0-9A-Fa-f]++)\s++port\s++(\d{1,20}|ALL):(.*)$")
 # `[SymbolErrorCounter == 1234]`; with extended counters a human-readable copy follows:
 # `[PortXmitWait == 3404542 (3.405M)]`, `[PortXmitData == 2448 (9.562KB)]`.
-_IQE_COUNTER = re.compile(r"\[(\w+) == (\d{1,20})(?:\s*\(\s*[\d.]+\s*[A-Za-z]*\))?\]")
-_IQE_LINK_INFO = re.compile(r"^\s+Link info:\s*(.*?)\s*$")
+_IQE_COUNTER = re.compile(r"\[(\w++) == (\d{1,20})(?:\s*+\(\s*+[\d.]++\s*+[A-Za-z]*+\))?\]")
+_IQE_LINK_INFO = re.compile(r"^\s++Link info:(.*)$")
 _IQE_SUMMARY = re.compile(
     r"^## Summary:\s*(\d{1,20}) nodes checked,\s*(\d{1,20}) bad nodes found\s*$"
 )
@@ -180,13 +182,13 @@ def parse_ibqueryerrors(text: str) -> IbQueryErrors:
         if m:
             if not ports:
                 raise ParseError("`Link info:` before any port line", line_no=line_no, line=line)
-            ports[-1] = dataclasses.replace(ports[-1], link_info=m.group(1))
+            ports[-1] = dataclasses.replace(ports[-1], link_info=m.group(1).strip())
             continue
         m = _IQE_PORT.match(line)
         if m:
             if node is None:
                 raise ParseError("port line before any `Errors for`", line_no=line_no, line=line)
-            rest = m.group(3)
+            rest = m.group(3).strip()
             counters = {name: int(value) for name, value in _IQE_COUNTER.findall(rest)}
             leftover = _IQE_COUNTER.sub("", rest).strip()
             if leftover:

@@ -60,16 +60,21 @@ class IbLinkInfoPort:
         return self.state == "Active" and self.physical_state == "LinkUp"
 
 
-_SWITCH_HEAD = re.compile(r"^Switch:\s+(0x[0-9A-Fa-f]+)\s+(.*):\s*$")
-_CA_HEAD = re.compile(r"^CA:\s+(.*):\s*$")
+_SWITCH_HEAD = re.compile(r"^Switch:\s++(0x[0-9A-Fa-f]++)\s++(.*):\s*+$")
+_CA_HEAD = re.compile(r"^CA:\s++(.*):\s*+$")
 # `[guid "desc"] lid port[ext] ==( link )==> [guid] [lid port][ext] "peer" ( annotation )`
+# Linear on any line (node descriptions are set by whoever runs the node): the repeats are
+# possessive, the link text ends at the first `)==>` (atomic: never retried at a later one), the
+# annotation holds no quote, and the fields are stripped in code rather than by `\s*(.*?)\s*`.
 _PORT = re.compile(
-    r'^\s*(?:(0x[0-9A-Fa-f]+)\s+)?(?:"([^"]*)"\s+)?(\d{1,20})\s+(\d{1,20})\[\s*([^\]]*?)\s*\]\s+'
-    r"==\(\s*(.*?)\s*\)==>\s*"
-    r"(?:(0x[0-9A-Fa-f]+)\s+)?(?:(\d{1,20})\s+(\d{1,20}))?\s*\[\s*([^\]]*?)\s*\]\s*"
-    r'"(.*)"\s*\(\s*(.*?)\s*\)\s*$'
+    r'^\s*+(?:(0x[0-9A-Fa-f]++)\s++)?(?:"([^"]*+)"\s++)?(\d{1,20})\s++(\d{1,20})\[([^\]]*+)\]\s++'
+    r"==\((?>(.*?)\)==>)\s*+"
+    r"(?:(0x[0-9A-Fa-f]++)\s++)?(?:(\d{1,20})\s++(\d{1,20}))?\s*+\[([^\]]*+)\]\s*+"
+    r'"(.*)"\s*+\(([^"]*)\)\s*+$'
 )
-_LINK = re.compile(r"^(?:(\d{1,20})X\s+([\d.]+)\s*Gbps(?:\s+\(\w+\))?\s+)?([A-Za-z]+)/\s*(\w+)$")
+_LINK = re.compile(
+    r"^(?:(\d{1,20})X\s++([\d.]++)\s*+Gbps(?:\s++\(\w++\))?\s++)?([A-Za-z]++)/\s*+(\w++)$"
+)
 
 
 @parser(
@@ -103,6 +108,7 @@ def parse_iblinkinfo(text: str) -> list[IbLinkInfoPort]:
             )
         (guid, desc, lid, port, ext, link, peer_guid, peer_lid, peer_port, peer_ext, peer_desc,
          note) = m.groups()  # fmt: skip
+        link, ext, peer_ext, note = link.strip(), ext.strip(), peer_ext.strip(), note.strip()
         lk = _LINK.match(link)
         if not lk:
             raise ParseError(

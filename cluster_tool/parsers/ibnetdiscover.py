@@ -278,7 +278,10 @@ class Fabric:
 
 
 # `Switch  129 "S-9c05..."  # "MF0;...:MQM9700/U1" enhanced port 0 lid 1 lmc 0`
-_NODE = re.compile(r'^(Switch|Ca|Hca|Rt)\s+(\d{1,20})\s+"([^"]*)"\s*(?:#\s*(.*?))?\s*$')
+# Every pattern here meets untrusted fabric text (node descriptions are set by whoever runs the
+# node): no two neighbouring repeats may match the same characters, so the quantifiers are
+# possessive and the lines arrive stripped; `\s*(.*?)\s*$` took seconds on one long line.
+_NODE = re.compile(r'^(Switch|Ca|Hca|Rt)\s++(\d{1,20})\s++"([^"]*+)"\s*+(?:#\s*+(.*))?$')
 _NODE_COMMENT = re.compile(
     r'^"(.*)"(?:\s+(base|enhanced) port (\d{1,20}) lid (\d{1,20}) lmc (\d{1,20}))?$'
 )
@@ -286,16 +289,26 @@ _NODE_COMMENT = re.compile(
 # One pattern for the whole port line (two matches per line cost twice as much at 84,000 lines):
 # `[1](10000b)  "S-..."[3](guid)  # lid 9 lmc 0 "desc" lid 4 4xQDR`; ibsim adds ` w=1 s=4 e=0`.
 _PORT = re.compile(
-    r"^\[(\d{1,20})\](?:\[ext ([^\]]*)\])?(?:\(([^)]*)\))?\s*"
-    r'"([^"]*)"\[(\d{1,20})\](?:\[ext [^\]]*\])?(?:\(([^)]*)\))?'
-    r"(?:\s+[wse]=\d+)*\s*"
-    r'(?:#\s*(?:(?:lid (\d{1,20}) lmc (\d{1,20}) )?"(.*)"'
-    r"(?: lid (\d{1,20}))?(?: (\d{1,20})x([A-Za-z0-9]+))?)?)?\s*$"
+    r"^\[(\d{1,20})\](?:\[ext ([^\]]*+)\])?(?:\(([^)]*+)\))?\s*+"
+    r'"([^"]*+)"\[(\d{1,20})\](?:\[ext [^\]]*+\])?(?:\(([^)]*+)\))?'
+    r"(?:\s++[wse]=\d++)*+\s*+"
+    r'(?:#\s*+(?:(?:lid (\d{1,20}) lmc (\d{1,20}) )?"(.*)"'
+    r"(?: lid (\d{1,20}))?(?: (\d{1,20})x([A-Za-z0-9]++))?)?)?$"
 )
-_ATTR = re.compile(r"^(\w+)=(\S+?)(?:\(([^)]*)\))?\s*$")
+# `switchguid=0x...(port 0 GUID)`: the value, then a parenthesised suffix cut off in code.
+_ATTR = re.compile(r"^(\w++)=(\S++)$")
 # A port label, not a GUID: a path (`B9D0F0/0/0/1`, `1/2`) or a port number of up to three
 # digits (`1`); ibnetdiscover's GUIDs are hex numbers of five digits and more.
 _PORT_LABEL = re.compile(r"^(?:[^/]*/.*|\d{1,3})$")
+
+
+def _without_suffix(value: str) -> str:
+    """`0x2c9030000(0x2c9030001)` -> `0x2c9030000`: the value without its last `(...)`."""
+    if value.endswith(")"):
+        at = value.rfind("(")
+        if at > 0 and ")" not in value[at:-1]:
+            return value[:at]
+    return value
 
 
 def _guid_or_label(value: str | None) -> tuple[str | None, str | None]:
@@ -462,7 +475,7 @@ def parse_ibnetdiscover(text: str) -> Fabric:
             if current is not None:
                 nodes.append(_build(current, current_line))
                 current = None
-            attrs[m.group(1)] = m.group(2)
+            attrs[m.group(1)] = _without_suffix(m.group(2))
             continue
         m = _NODE.match(line)
         if m is not None:

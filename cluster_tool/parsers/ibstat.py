@@ -63,7 +63,9 @@ class IbstatCa:
 
 _CA = re.compile(r"^CA '([^']+)'\s*$")
 _PORT = re.compile(r"^\s+Port (\d{1,20}):\s*$")
-_FIELD = re.compile(r"^\s+([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*$")
+# Possessive quantifiers and the value stripped in code, not by `(.*?)\s*$`: that pair backtracks
+# quadratically on a long run of blanks, and node output is untrusted (a 50 KB line took 27 s).
+_FIELD = re.compile(r"^\s++([A-Za-z][A-Za-z ]*+):(.*)$")
 
 _CA_FIELDS = {
     "CA type": "ca_type",
@@ -201,7 +203,7 @@ def parse_ibstat(text: str) -> list[IbstatCa]:
         m = _FIELD.match(line)
         if not m:
             raise ParseError("expected `Key: value`", line_no=line_no, line=line)
-        name, value = m.group(1), m.group(2)
+        name, value = m.group(1).rstrip(), m.group(2).strip()
         if current.port is not None and name in _PORT_FIELDS:
             key = _PORT_FIELDS[name]
             setattr(current.port, key, _port_value(key, value, line_no, line))
@@ -264,7 +266,7 @@ class IbstatusPort:
 
 
 _IBSTATUS_HEAD = re.compile(r"^Infiniband device '([^']+)' port (\d{1,20}) status:\s*$")
-_IBSTATUS_FIELD = re.compile(r"^\s+([a-z_ ]+):\s*(.*?)\s*$")
+_IBSTATUS_FIELD = re.compile(r"^\s++([a-z_ ]++):(.*)$")
 _CODED = re.compile(r"^\d+:\s*(\S.*)$")
 _RATE = re.compile(r"^([\d.]+) Gb/sec(?: \((\d{1,20})X(?: (\w+))?\))?$")
 
@@ -313,7 +315,7 @@ def parse_ibstatus(text: str) -> list[IbstatusPort]:
                 line_no=line_no,
                 line=line,
             )
-        key, value = m.group(1).strip(), m.group(2)
+        key, value = m.group(1).strip(), m.group(2).strip()
         if key == "base lid":
             draft.base_lid = to_int(value, key, line_no=line_no, line=line)
         elif key == "sm lid":

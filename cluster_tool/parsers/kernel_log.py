@@ -19,19 +19,19 @@ __all__ = ["XidEvent", "log_prefix", "parse_xids"]
 _TRIGGER = re.compile(r"NVRM: Xid\b|nvidia-nvswitch\d*: SXid\b")
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): "
-    r"(?P<code>\d+)(?:, (?P<rest>.*))?$"
+    r"(?P<code>\d{1,20})(?:, (?P<rest>.*))?$"
 )
 _SXID = re.compile(
     r"(?P<device>nvidia-nvswitch\d*): SXid "
     r"\((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): "
-    r"(?P<code>\d+)(?:, (?P<rest>.*))?$"
+    r"(?P<code>\d{1,20})(?:, (?P<rest>.*))?$"
 )
 # R470+ drivers name the process: pid=1234, name=python3, ... ('<unknown>' when none).
 _PROCESS = re.compile(
-    r"^pid=(?P<pid>\d+|'<unknown>'|<unknown>)(?:, name=(?P<name>[^,]*))?(?:, (?P<msg>.*))?$"
+    r"^pid=(?P<pid>\d{1,20}|'<unknown>'|<unknown>)(?:, name=(?P<name>[^,]*))?(?:, (?P<msg>.*))?$"
 )
 _SXID_SEVERITY = re.compile(r"^(?P<severity>Fatal|Non-fatal|Nonfatal), (?P<msg>.*)$")
-_SXID_LINK = re.compile(r"\bLink (\d+)\b")
+_SXID_LINK = re.compile(r"\bLink (\d{1,20})\b")
 # Follow-up lines of one SXid: "Severity 1 Engine instance 60 ..." and "Data {0x...}".
 _SXID_DETAIL = re.compile(r"^(Severity \d+ Engine instance|Data \{)")
 

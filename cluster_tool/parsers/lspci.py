@@ -24,10 +24,12 @@ PCIE_GENERATIONS: dict[str, int] = {
 _HEADER = re.compile(
     r"^(?P<address>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<desc>\S.*)$"
 )
-_LNKCAP = re.compile(r"^LnkCap:\s+.*?Speed (?P<speed>[\d.]+GT/s|unknown), Width x(?P<width>\d+)")
+_LNKCAP = re.compile(
+    r"^LnkCap:\s+.*?Speed (?P<speed>[\d.]+GT/s|unknown), Width x(?P<width>\d{1,20})"
+)
 _LNKSTA = re.compile(
     r"^LnkSta:\s+Speed (?P<speed>[\d.]+GT/s|unknown)(?: \((?P<speed_note>[^)]*)\))?,"
-    r" Width x(?P<width>\d+)(?: \((?P<width_note>[^)]*)\))?"
+    r" Width x(?P<width>\d{1,20})(?: \((?P<width_note>[^)]*)\))?"
 )
 # lspci's own complaints on stderr, captured with 2>&1 (no libkmod in a container, ...).
 _LSPCI_WARNING = re.compile(r"^lspci: ")

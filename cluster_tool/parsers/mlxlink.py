@@ -21,7 +21,7 @@ _FIELD = re.compile(r"^(?P<key>[^:]*?\S)\s*: ?(?P<value>.*)$")
 # -d mlx5_0 -m -c` after a prompt): it opens a new port and names the device.
 _COMMAND = re.compile(r"(?:^|[\s$#>])(?:sudo\s+)?mlxlink\s(?P<args>.*)$")
 _DEVICE_ARG = re.compile(r"(?:^|\s)(?:-d|--device)[\s=](?P<dev>\S+)")
-_PORT_ARG = re.compile(r"(?:^|\s)(?:-p|--port)[\s=](?P<port>\d+)")
+_PORT_ARG = re.compile(r"(?:^|\s)(?:-p|--port)[\s=](?P<port>\d{1,20})")
 # A shell prompt with nothing after it (the end of a pasted session).
 _BARE_PROMPT = re.compile(r"^\S+@\S+:\S*[$#]$")
 # `49 [-10..80]`: a reading and the module's own alarm range.
@@ -117,7 +117,7 @@ def _count(value: str, what: str, line_no: int, line: str) -> int | None:
     text = _text(value)
     if text is None:
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
         raise ParseError(f"{what} is not a count: {text!r}", line_no=line_no, line=line)
     return int(text)
 

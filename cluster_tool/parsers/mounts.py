@@ -88,10 +88,11 @@ def parse_mounts(text: str) -> list[Mount]:
 
 
 _DF_HEADER = re.compile(r"^Filesystem\s+1024-blocks\s+Used\s+Available\s+Capacity\s+Mounted on$")
-# The mount point is the rest of the line (it may hold spaces; df does not escape them).
+# The mount point is the rest of the line (it may hold spaces; df does not escape them). KiB
+# counts are bounded to 20 ASCII digits: a longer run is not a size, and int() of one is slow.
 _DF_ROW = re.compile(
-    r"^(?P<fs>\S+)\s+(?P<size>\d+)\s+(?P<used>\d+)\s+(?P<avail>\d+)\s+"
-    r"(?P<cap>\d+%|-)\s+(?P<target>/.*)$"
+    r"^(?P<fs>\S+)\s+(?P<size>[0-9]{1,20})\s+(?P<used>[0-9]{1,20})\s+(?P<avail>[0-9]{1,20})\s+"
+    r"(?P<cap>[0-9]{1,3}%|-)\s+(?P<target>/.*)$"
 )
 
 

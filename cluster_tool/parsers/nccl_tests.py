@@ -158,9 +158,10 @@ _BINARY = re.compile(
 )
 _COLLECTIVE_LINE = re.compile(r"^#\s*(?:Collective test starting|Running):?\s*(\w+?)(?:_perf)?\s*$")
 _SETTINGS = re.compile(r"^#?\s*nThread\s")
+# The GPU name is stripped in code: `\s*(.*?)\s*$` backtracks quadratically on a long blank run.
 _RANK = re.compile(
-    r"^#\s+Rank\s+(\d{1,20})(?:\s+Group\s+(\d{1,20}))?(?:\s+Pid\s+(\d{1,20}))?"
-    r"\s+on\s+(\S+)\s+device\s+(\d{1,20})\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"^#\s++Rank\s++(\d{1,20})(?:\s++Group\s++(\d{1,20}))?(?:\s++Pid\s++(\d{1,20}))?"
+    r"\s++on\s++(\S++)\s++device\s++(\d{1,20})\s++\[([^\]]*+)\](.*)$"
 )
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d{1,20})\b")
@@ -459,7 +460,7 @@ def parse_nccl_tests(text: str) -> NcclTestsRun:
                         host=m.group(4),
                         device=int(m.group(5)),
                         bus_id=m.group(6),
-                        gpu=m.group(7),
+                        gpu=m.group(7).strip(),
                     )
                 )
                 recognised = True

@@ -32,9 +32,9 @@ _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[
 # pdsh and clush write "host: " before each line (a blank line becomes "host: ").
 _HOST_PREFIX = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9._@-]*):(?: |$)")
 # Open MPI's --tag-output: "[jobid,rank]<stdout>:" (Open MPI 5 adds a space).
-_MPI_PREFIX = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")
+_MPI_PREFIX = re.compile(r"^\[(?P<job>\d{1,20}),(?P<rank>\d{1,20})\]<(?:stdout|stderr|stddiag)>: ?")
 # srun --label: the task id, right-aligned, then ": ".
-_SRUN_PREFIX = re.compile(r"^ *(?P<rank>\d+): ")
+_SRUN_PREFIX = re.compile(r"^ *+(?P<rank>\d{1,20}): ")
 # Words a kernel or a tool puts first on a line that look like "host: ": never hosts.
 _NOT_HOSTS = re.compile(
     r"^(?:NVRM|kernel|nvidia|nvidia-nvswitch\d*|ibpanic|ibwarn|iberror|ibstat|ibstatus"

@@ -16,7 +16,7 @@ QueryValue = int | float | str | None
 # A header column: the field name as passed to --query-gpu, then its unit when it has one
 # ("memory.total [MiB]"); nvidia-smi keeps the unit in the header even with nounits.
 _HEADER_COLUMN = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_.]*)(?: \[(?P<unit>[^\]]+)\])?$")
-_INT = re.compile(r"^[+-]?\d+$")
+_INT = re.compile(r"^[+-]?\d{1,20}$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 # Units nvidia-smi appends to values without nounits, when no header says which.
 _KNOWN_UNITS = ("MiB", "KiB", "GiB", "MHz", "W", "%", "C", "mV", "KB/s", "us", "ms", "s")

@@ -334,7 +334,7 @@ class _Section:
         if node is None or value is None:
             return None
         number = _strip_unit(value, unit)
-        if not re.fullmatch(r"[+-]?\d+", number):
+        if not re.fullmatch(r"[+-]?\d{1,20}", number):
             raise ParseError(
                 f"expected an integer{' in ' + unit.strip() if unit else ''} for "
                 f"{self._where(node.key)!r}",

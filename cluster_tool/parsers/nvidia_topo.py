@@ -14,16 +14,16 @@ __all__ = ["TopoDevice", "TopoMatrix", "parse_topo_matrix"]
 # X = self; PIX = at most one PCIe bridge; PXB = several bridges, no host bridge;
 # PHB = through a host bridge (the CPU); NODE = between host bridges of one NUMA node;
 # SYS = across NUMA nodes (SOC is the pre-2017 name of SYS); NV# = # bonded NVLinks.
-_CODE = re.compile(r"^(X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d+)$")
+_CODE = re.compile(r"^(X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d{1,20})$")
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _HEADER_TOKEN = re.compile(r"CPU Affinity|NUMA Affinity|GPU NUMA ID|\S+")
-_GPU = re.compile(r"^GPU(\d+)$")
-_NIC = re.compile(r"^NIC(\d+)$")
+_GPU = re.compile(r"^GPU(\d{1,20})$")
+_NIC = re.compile(r"^NIC(\d{1,20})$")
 # Older drivers print the RDMA device itself as the row/column name (mlx5_0, not NIC0).
 _DEVICE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\d$")
 _LEGEND_LINE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _CODE_LEGEND_LINE = re.compile(r"^\s*(X|SYS|SOC|NODE|PHB|PXB|PIX|NV#|NV\d+)\s*=\s*\S")
-_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_CPU_LIST = re.compile(r"^\d{1,20}(-\d{1,20})?(,\d{1,20}(-\d{1,20})?)*+$")
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,9 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             values.get("NUMA Affinity"), f"NUMA Affinity of {name}", line_no, row_line
         )
         numa_id = values.get("GPU NUMA ID")
-        if numa_id not in (None, "N/A") and not numa_id.isdigit():
+        if numa_id not in (None, "N/A") and not (
+            numa_id.isascii() and numa_id.isdigit() and len(numa_id) <= 20
+        ):
             raise ParseError(
                 f"expected a GPU NUMA ID number or N/A for {name}, found {numa_id!r}",
                 line_no=line_no,

@@ -9,9 +9,9 @@ from cluster_tool.parsers.base import ParseError, parser
 
 __all__ = ["NvlinkGpu", "NvlinkLink", "parse_nvlink_status"]
 
-_GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)$")
+_GPU_LINE = re.compile(r"^GPU (?P<index>\d{1,20}): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)$")
 _LINK_LINE = re.compile(
-    r"^Link (?P<link>\d+): (?:(?P<speed>\d+(?:\.\d+)?) GB/s|(?P<inactive><inactive>))$"
+    r"^Link (?P<link>\d{1,20}): (?:(?P<speed>\d+(?:\.\d+)?) GB/s|(?P<inactive><inactive>))$"
 )
 # Printed under a GPU instead of link lines when the GPU has no active link at all.
 _ALL_INACTIVE = re.compile(

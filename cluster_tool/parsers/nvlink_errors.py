@@ -11,8 +11,10 @@ from cluster_tool.parsers.base import ParseError, parser
 __all__ = ["NvlinkErrorGpu", "NvlinkErrors", "parse_nvlink_errors"]
 
 # Newer drivers print the GPU without its UUID (`GPU 0: NVIDIA GB300`).
-_GPU_LINE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>[^)]+)\))?$")
-_COUNTER_LINE = re.compile(r"^Link (?P<link>\d+): (?P<name>[A-Za-z][A-Za-z -]*?): (?P<value>\S+)$")
+_GPU_LINE = re.compile(r"^GPU (?P<index>\d{1,20}): (?P<name>.+?)(?: \(UUID: (?P<uuid>[^)]+)\))?$")
+_COUNTER_LINE = re.compile(
+    r"^Link (?P<link>\d{1,20}): (?P<name>[A-Za-z][A-Za-z -]*?): (?P<value>\S+)$"
+)
 _ALL_INACTIVE = re.compile(
     r"^NVML: Unable to retrieve NVLink information as all links are inActive$"
 )
@@ -112,7 +114,7 @@ def parse_nvlink_errors(text: str) -> list[NvlinkErrorGpu]:
                 line=raw,
             )
         value = counter["value"]
-        if value != "N/A" and not value.isdigit():
+        if value != "N/A" and not (value.isascii() and value.isdigit() and len(value) <= 20):
             raise ParseError(
                 f"{counter['name']} is not a count: {value!r}", line_no=line_no, line=raw
             )

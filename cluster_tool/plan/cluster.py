@@ -3,7 +3,6 @@ HBM, peak compute, and the bus bandwidth the gate measured (or the profile expec
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -304,12 +303,9 @@ def read_gate_results(path: Path, *, gpus_per_node: int = 8) -> GateResults:
 
     Where several values are found the lowest counts: plan for the slowest measured path.
     """
-    from cluster_tool.fileio import read_input_text
+    from cluster_tool.fileio import load_json, read_input_bytes
 
-    try:
-        data = json.loads(read_input_text(path))
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    data: Any = load_json(read_input_bytes(path), path)
     fabric: list[float] = []
     nvlink: list[float] = []
     drained: set[str] = set()

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,8 +28,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from cluster_tool.bounds import host_name
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.fileio import PRIVATE_FILE, atomic_write, private_dir, read_input_bytes
+from cluster_tool.fileio import (
+    PRIVATE_FILE,
+    atomic_write,
+    load_json,
+    private_dir,
+    read_input_bytes,
+)
 from cluster_tool.probes import Probe, ProbeOutput
 from cluster_tool.remote.known_hosts import KnownHosts
 from cluster_tool.remote.probes import composite_script, outputs_to_json, split_output
@@ -327,13 +335,29 @@ def save_capture(directory: Path, results: Mapping[str, HostResult]) -> None:
 
 def _capture_json(path: Path) -> dict:
     """A JSON object of a capture; a capture from elsewhere that is not one is a UsageError."""
-    try:
-        data = json.loads(read_input_bytes(path))
-    except ValueError as exc:
-        raise UsageError(f"{path}: not a capture file: {exc}") from None
+    data = load_json(_capture_bytes(path), f"{path}: not a capture file")
     if not isinstance(data, dict):
         raise UsageError(f"{path}: not a capture file: expected a JSON object")
     return data
+
+
+def _no_link(path: Path, *, want_dir: bool = False) -> None:
+    """UsageError when a capture's entry is a symlink or (a host's folder) not a folder: a
+    capture from elsewhere is read as it is, never through a link to a file of this machine."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise UsageError(f"{path}: is a symlink; a capture's files are never read through one")
+    if want_dir and not stat.S_ISDIR(info.st_mode):
+        raise UsageError(f"{path}: not a folder")
+
+
+def _capture_bytes(path: Path) -> bytes:
+    """A capture's file: a regular file only (not a symlink, FIFO or device), bounded."""
+    _no_link(path)
+    return read_input_bytes(path, follow_symlinks=False)
 
 
 def _capture_name(name: object, path: Path) -> str:
@@ -344,10 +368,25 @@ def _capture_name(name: object, path: Path) -> str:
     return text
 
 
+def _is_entry(entry: object) -> bool:
+    """A manifest entry as `save_capture` writes it (a capture from elsewhere may hold anything)."""
+    if not isinstance(entry, dict):
+        return False
+    probes, elapsed = entry.get("probes", []), entry.get("elapsed_s", 0.0)
+    return (
+        isinstance(probes, list)
+        and all(isinstance(p, str) for p in probes)
+        and isinstance(elapsed, int | float)
+        and not isinstance(elapsed, bool)
+        and isinstance(entry.get("error"), str | None)
+        and isinstance(entry.get("reachable", True), bool)
+    )
+
+
 def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[str, HostResult]:
     """Read a saved capture back as if it had just been collected."""
     manifest_path = directory / "manifest.json"
-    if not manifest_path.exists():
+    if not os.path.lexists(manifest_path):
         raise UsageError(f"{directory}: not a capture folder (no manifest.json)")
     manifest = _capture_json(manifest_path)
     if manifest.get("version") != CAPTURE_VERSION or not isinstance(manifest.get("hosts"), dict):
@@ -357,15 +396,18 @@ def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[st
     for name, entry in manifest["hosts"].items():
         if wanted is not None and name not in wanted:
             continue
-        if not isinstance(entry, dict) or not isinstance(entry.get("probes", []), list):
+        if not _is_entry(entry):
             raise UsageError(f"{manifest_path}: host {name!r}: not a capture entry")
+        # A host's name becomes a path, and is a host name (never a range a report expands).
         folder = directory / _capture_name(name, manifest_path)
+        host_name(name, f"{manifest_path}: host")
+        _no_link(folder, want_dir=True)
         meta_path = folder / "probes.json"
-        meta = _capture_json(meta_path) if meta_path.is_file() else {}
+        meta = _capture_json(meta_path) if os.path.lexists(meta_path) else {}
         outputs = {}
         for probe in entry.get("probes", []):
             out_path = folder / f"{_capture_name(probe, manifest_path)}.out"
-            if not out_path.is_file():
+            if not os.path.lexists(out_path):
                 continue
             info = meta.get(probe, {})
             if not isinstance(info, dict):
@@ -375,7 +417,7 @@ def load_capture(directory: Path, hosts: Iterable[str] | None = None) -> dict[st
             except (TypeError, ValueError):
                 raise UsageError(f"{meta_path}: {probe!r}: rc is not a number") from None
             # Node output is kept as it came: bytes that are not UTF-8 are shown replaced.
-            text = read_input_bytes(out_path).decode("utf-8", errors="replace")
+            text = _capture_bytes(out_path).decode("utf-8", errors="replace")
             outputs[probe] = ProbeOutput(rc, text, str(info.get("stderr", "")))
         results[name] = HostResult(
             name,

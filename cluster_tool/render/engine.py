@@ -23,6 +23,7 @@ from cluster_tool.fabric.plan import (
     switch_links,
     switch_links_csv,
 )
+from cluster_tool.render import guards
 from cluster_tool.render.output_dir import OutputDirError, publish, read_rendered
 from cluster_tool.spec.models import (
     ROLE_CONTROLLER,
@@ -249,6 +250,14 @@ _LINE_MAX = 120  # the project's yamllint line-length
 
 
 def _to_yaml(data: Any) -> str:
+    text = _dump_yaml(data)
+    # The guard for a block: read back as Ansible's loader reads it, it is exactly the data.
+    if load_rendered_yaml(text) != data:
+        raise RenderError("group_vars/all.yml would not read back as the values rendered")
+    return Checked(text, lines=True)
+
+
+def _dump_yaml(data: Any) -> str:
     text = yaml.dump(
         data, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=110
     )
@@ -269,16 +278,18 @@ def _yaml_scalar(value: Any) -> str:
     """One YAML scalar: ints and bools as such, strings plain when safe, else quoted;
     `Unsafe` strings tagged for Ansible."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return Checked("true" if value else "false")
     if isinstance(value, int):
-        return str(value)
+        return Checked(str(value))
     text = str(value)
     if isinstance(value, Unsafe):
-        return f"{UNSAFE_TAG} {json.dumps(text)}"
+        written = f"{UNSAFE_TAG} {json.dumps(text)}"
     # PyYAML's own implicit resolver says whether a plain scalar would stay a string.
-    if _PLAIN.match(text) and _resolves_to_str(text):
-        return text
-    return json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
+    elif _PLAIN.match(text) and _resolves_to_str(text):
+        written = text
+    else:
+        written = json.dumps(text)  # a JSON string is a valid double-quoted YAML scalar
+    return _guarded("yaml", written, value=text)
 
 
 # slurm.conf and its includes: `Key=Value` words split on whitespace, `#` starts a comment
@@ -289,10 +300,10 @@ _SLURM_PLAIN = re.compile(r"[A-Za-z0-9_.,:/\[\]+@%-]+")
 def _slurm_value(value: Any) -> str:
     text = str(value)
     if _SLURM_PLAIN.fullmatch(text):
-        return text
+        return _guarded("slurm", text)
     if not text or any(c in text for c in '"#=\\') or not text.isprintable():
         raise RenderError(f"{text!r} cannot be written as a Slurm config value")
-    return f'"{text}"'
+    return _guarded("slurm", f'"{text}"')
 
 
 # nccl.conf: NCCL reads `NAME=VALUE` up to the end of the line, with no quoting at all, and
@@ -306,12 +317,12 @@ def _env_line(name: str, value: Any) -> str:
         raise RenderError(f"{name!r} cannot be written as an environment variable name")
     if not text.isprintable() or len(text) > 1023:
         raise RenderError(f"{name}: {text!r} cannot be written into nccl.conf")
-    return f"{name}={text}"
+    return _guarded("nccl", f"{name}={text}")
 
 
 def _sh_quote(value: Any) -> str:
     """One shell word, whatever it holds (`shlex.quote`: single quotes when needed)."""
-    return shlex.quote(str(value))
+    return _guarded("shell", shlex.quote(str(value)))
 
 
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_.,:/\[\]+@%=-]+")
@@ -323,7 +334,51 @@ def _sbatch_value(value: Any) -> str:
     text = str(value)
     if not _SBATCH_PLAIN.fullmatch(text):
         raise RenderError(f"{text!r} cannot be written as an #SBATCH option value")
-    return text
+    return _guarded("sbatch", text)
+
+
+def _comment(value: Any) -> str:
+    """Text on a comment line the template wrote: it stays on that line."""
+    return _guarded("comment", str(value))
+
+
+# --- the guard after rendering ----------------------------------------------------------------
+# Each filter above writes a value in its file's grammar; the guard then checks the text it
+# wrote (whatever type the value came through) against that grammar, and `_finalize` checks
+# every value a template writes without a filter against its file's. Either refuses with a
+# RenderError (exit 2) before anything is written.
+
+
+class Checked(str):
+    """Text a filter wrote and the guard of its format passed; `lines` for a YAML block."""
+
+    lines: bool
+
+    def __new__(cls, text: str, lines: bool = False) -> Checked:
+        made = super().__new__(cls, text)
+        made.lines = lines
+        return made
+
+
+def _guarded(fmt: str, text: str, value: Any = None) -> Checked:
+    try:
+        return Checked(guards.check(fmt, text, value=value))
+    except guards.UnsafeValue as exc:
+        raise RenderError(str(exc)) from None
+
+
+@jinja2.pass_context
+def _finalize(context: jinja2.runtime.Context, value: Any) -> Any:
+    """Every `{{ ... }}` a template writes: a filter's checked text passes (one line unless it is
+    a YAML block), anything else is checked against the grammar of the template's file."""
+    if isinstance(value, Checked):
+        if not value.lines and guards.FORMATS["comment"](value) is not None:
+            raise RenderError(f"{value!r} would break a line of {context.name}")
+        return value
+    if isinstance(value, bool | int) or value is None:
+        return value
+    fmt = guards.format_of(context.name or "")
+    return _guarded(fmt, str(value), value=str(value) if fmt == "yaml" else None)
 
 
 def _environment() -> jinja2.Environment:
@@ -336,6 +391,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,  # plain config files, not HTML
+        finalize=_finalize,
     )
     env.filters["to_yaml"] = _to_yaml
     env.filters["yaml_scalar"] = _yaml_scalar
@@ -344,6 +400,7 @@ def _environment() -> jinja2.Environment:
     env.filters["sh"] = _sh_quote
     env.filters["sbatch"] = _sbatch_value
     env.filters["fold"] = _fold
+    env.filters["comment"] = _comment
     return env
 
 
@@ -498,6 +555,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             entry["index_in_su"] = node.index_in_su
         if node.profile_name is not None:
             entry["node_profile"] = mark_unsafe(node.profile_name)
+        if node.os is not None:
+            # The OS the spec says this host runs; the preflight holds the host to it.
+            entry["node_os"] = node.os
         inventory_hosts.append({"name": node.name, "vars": entry})
     inventory_groups: dict[str, list[str]] = {}
     for role, group in GROUPS.items():
@@ -506,6 +566,10 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             inventory_groups[group] = members
     for su, group in enumerate(su_groups, start=1):
         inventory_groups[group] = [n.name for n in gpu_nodes if n.su == su]
+    # One group per stated OS (os_ubuntu2204, ...): where a site's per-OS settings go (mirrors,
+    # group_vars/os_<name>.yml).
+    for os_name in sorted({n.os for n in hosts if n.os is not None}):
+        inventory_groups[f"os_{os_name}"] = [n.name for n in hosts if n.os == os_name]
 
     profile = _first_gpu_profile(cluster)
     compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
@@ -534,10 +598,15 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "cluster_slurmdbd_host": slurm.accounting_host or "",
         "cluster_login_nodes": expand_hostlist(slurm.login_nodes or ""),
         "cluster_subnet_manager": fabric.subnet_manager,
-        # The opensm role: primary first (the higher sm_priority), or an external UFM.
+        # The opensm role: primary first (the higher sm_priority), or an external UFM, which runs
+        # the SM (and SHARP's aggregation manager) itself: then no host runs OpenSM or sharp_am.
         "opensm_mode": fabric.subnet_manager_mode,
-        "opensm_hosts": [fabric.subnet_manager]
-        + ([fabric.standby_subnet_manager] if fabric.standby_subnet_manager else []),
+        "opensm_hosts": (
+            [fabric.subnet_manager]
+            + ([fabric.standby_subnet_manager] if fabric.standby_subnet_manager else [])
+            if fabric.subnet_manager_mode == "opensm"
+            else []
+        ),
         "opensm_adaptive_routing": fabric.adaptive_routing or fabric.sharp,
         "cluster_management_network": str(cluster.management.network),
         "cluster_management_interface": cluster.management.interface,
@@ -564,6 +633,18 @@ def _context(cluster: Cluster) -> dict[str, Any]:
             "sharp": fabric.sharp,
         },
         "cluster_compute_hcas": compute_hcas,
+        # Per node profile (each GPU host's `node_profile`): the compute HCAs by PCI address,
+        # the one identity a renamed device keeps, and the ports that are not compute, so a role
+        # checks the HCAs it expects and only lists the rest (a DGX H100 shows twelve).
+        "cluster_node_profiles": {
+            name: {
+                "compute_hcas": [
+                    {"device": h.device, "pci": h.pci, "rail": h.rail} for h in p.compute_hcas
+                ],
+                "nics": [{"device": n.device, "pci": n.pci, "purpose": n.purpose} for n in p.nics],
+            }
+            for name, p in cluster.gpu_profiles().items()
+        },
         "cluster_cabling_csv": "{{ inventory_dir }}/cabling.csv",
         "cluster_switch_links_csv": "{{ inventory_dir }}/switch-links.csv",
         "cluster_thresholds": cluster.thresholds.model_dump(mode="json"),
@@ -577,8 +658,9 @@ def _context(cluster: Cluster) -> dict[str, Any]:
         "sharp_enabled": fabric.sharp,
         "sharp_hpcx_version": software.hpcx_version,
         "sharp_plugin_version": software.sharp_plugin_version,
-        "slurm_version": software.slurm_version,
-        "slurm_download_url": repos.slurm,
+        "slurm_package_source": slurm.packages,
+        "slurm_uid": slurm.uid,
+        "slurm_gid": slurm.gid,
         "slurm_cluster_name": cluster.slurm_cluster_name,
         "slurm_partitions": partitions,
         "slurm_nodes_conf_file": "{{ inventory_dir }}/slurm/nodes.conf",
@@ -603,6 +685,16 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     if dcgm_major.isdigit():
         group_vars["dcgm_major"] = int(dcgm_major)
     group_vars.update(_storage_vars(cluster))
+    if fabric.ufm_url is not None:
+        group_vars["cluster_ufm_url"] = fabric.ufm_url
+    if software.slurm_version is not None:
+        group_vars["slurm_version"] = software.slurm_version
+    if slurm.repository is not None:
+        group_vars["slurm_site_repo_uri"] = slurm.repository.url
+        group_vars["slurm_site_repo_suites"] = list(slurm.repository.suites)
+        group_vars["slurm_site_repo_components"] = list(slurm.repository.components)
+        if slurm.repository.key_url is not None:
+            group_vars["slurm_site_repo_signed_by"] = slurm.repository.key_url
     # Per-OS repositories reach the roles only when the spec names a mirror: otherwise every
     # node gets its own OS release's repository from the role defaults.
     for name, url in (
@@ -626,6 +718,11 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     # repository URLs at its mirror, a site refers to its vault.
     group_vars.update(cluster.ansible_vars)
     group_vars.update(cluster.ansible_connection_vars)
+    # What the roles write into chrony.conf, slurm.conf and systemd units meets that grammar too.
+    try:
+        guards.check_role_variables(group_vars)
+    except guards.UnsafeValue as exc:
+        raise RenderError(str(exc)) from None
 
     node_lines = []
     for name, run in _runs(gpu_nodes, lambda n: n.profile_name):

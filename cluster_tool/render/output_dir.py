@@ -3,8 +3,9 @@ into a private sibling folder, which is exchanged with the old one in one atomic
 lock on the folder, sweeping what an interrupted render left behind. The folder stays a real
 folder at its path (ansible.cfg, `--inventory` and the committed example point at it).
 
-Only what the tool made is read back or replaced: a symlink at the output path or inside it is
-refused, never followed."""
+Only what the tool made is read back or replaced: a folder it made (the marker file it writes,
+`.cluster-tool-render`, and nothing but the files a render writes) or an empty one; a symlink at
+the output path or inside it is refused, never followed."""
 
 from __future__ import annotations
 
@@ -35,6 +36,20 @@ class OutputDirError(ClusterToolError):
     exit_code = 2
 
 
+# Written into every rendered folder: what makes a folder one render may replace whole.
+MARKER = ".cluster-tool-render"
+MARKER_TEXT = (
+    "This folder is rendered by `cluster-tool render` from a cluster spec; the next render\n"
+    "replaces all of it. Edit the spec, not these files.\n"
+)
+# What a render writes, by folder: a file of any other name is the operator's, and a folder
+# holding one is never replaced.
+_OWN_FILES = frozenset(
+    {MARKER, "hosts.yml", "spec.json", "cabling.csv", "switch-links.csv", "nccl.conf"}
+)
+_OWN_FOLDERS = {"group_vars": ".yml", "slurm": ".conf", "nccl-tests": ".sbatch"}
+
+
 def _names(out_dir: Path) -> tuple[str, str]:
     # The prefixes of what a render of `out_dir` may leave beside it when it is killed: the
     # folder being written, and the previous output while two renames swap them.
@@ -56,19 +71,57 @@ def check_target(out_dir: Path) -> Path:
             raise OutputDirError(f"{out}: exists and is not a folder")
         with os.scandir(out) as entries:
             empty = next(entries, None) is None
-        if not empty and not looks_rendered(out):
-            raise OutputDirError(
-                f"{out}: not empty and not a rendered inventory (no hosts.yml and spec.json); "
-                "refusing to replace it"
-            )
+        if not empty:
+            _check_rendered(out)
     return out
 
 
+def _own_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
 def looks_rendered(out: Path) -> bool:
-    return all(
-        (out / name).is_file() and not (out / name).is_symlink()
-        for name in ("hosts.yml", "spec.json")
-    )
+    """A folder a render made: its marker, or (rendered before there was one) hosts.yml and
+    spec.json."""
+    return _own_file(out / MARKER) or all(_own_file(out / n) for n in ("hosts.yml", "spec.json"))
+
+
+def _foreign(out: Path, limit: int = 4) -> list[str]:
+    """Entries of `out` a render does not write (at most `limit`; a foreign folder is not
+    walked)."""
+    found: list[str] = []
+    with os.scandir(out) as entries:
+        for entry in entries:
+            if len(found) >= limit:
+                break
+            path = Path(entry.path)
+            if entry.name in _OWN_FOLDERS and entry.is_dir(follow_symlinks=False):
+                suffix = _OWN_FOLDERS[entry.name]
+                with os.scandir(path) as inner:
+                    found += [
+                        f"{entry.name}/{e.name}"
+                        for e in inner
+                        if not (e.name.endswith(suffix) and e.is_file(follow_symlinks=False))
+                    ]
+            elif entry.name not in _OWN_FILES or not _own_file(path):
+                found.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    return found[:limit]
+
+
+def _check_rendered(out: Path) -> None:
+    """OutputDirError unless `out` is a folder a render made, holding only what a render
+    writes: replacing it must delete nothing of the operator's."""
+    if not looks_rendered(out):
+        raise OutputDirError(
+            f"{out}: not empty and not made by `cluster-tool render` (no {MARKER}); "
+            "refusing to write into it: give an empty or new folder"
+        )
+    foreign = _foreign(out)
+    if foreign:
+        raise OutputDirError(
+            f"{out}: holds files a render does not write ({', '.join(foreign)}), which "
+            "replacing the folder would delete; refusing: move them out first"
+        )
 
 
 def read_rendered(out_dir: Path) -> dict[str, str]:
@@ -79,6 +132,7 @@ def read_rendered(out_dir: Path) -> dict[str, str]:
         return {}
     files: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(out):
+        filenames = [n for n in filenames if not (dirpath == str(out) and n == MARKER)]
         for name in [*dirnames, *filenames]:
             path = Path(dirpath) / name
             if path.is_symlink():
@@ -154,7 +208,7 @@ def publish(files: Mapping[str, str], out_dir: Path) -> None:
         except OSError as exc:
             raise OutputDirError(f"{out}: cannot create the output folder: {exc}") from None
         try:
-            _write_tree(staged, files)
+            _write_tree(staged, {**files, MARKER: MARKER_TEXT})
             if out.exists():
                 _exchange(staged, out)  # `staged` now holds the previous output
                 shutil.rmtree(staged, ignore_errors=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cluster_tool.errors import UsageError
-from cluster_tool.fileio import PRIVATE_FILE, atomic_write, read_input_text
+from cluster_tool.fileio import PRIVATE_FILE, atomic_write, load_json, read_input_bytes
 from cluster_tool.report.html import render_html
 from cluster_tool.report.junit import junit_xml
 
@@ -23,9 +22,9 @@ def load_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         if not path.exists():
             raise UsageError(f"{run_dir}: no {name}; the run did not finish")
         try:
-            loaded.append(json.loads(read_input_text(path)))
-        except ValueError as exc:
-            raise UsageError(f"{path}: unreadable run record: {exc}") from None
+            loaded.append(load_json(read_input_bytes(path), path))
+        except UsageError as exc:
+            raise UsageError(f"unreadable run record: {exc}") from None
     summary, findings = loaded
     if not isinstance(summary, dict):
         raise UsageError(f"{run_dir / 'summary.json'}: unreadable run record: not a JSON object")
@@ -57,7 +56,10 @@ def write_rendered(
     except (AttributeError, TypeError, KeyError, ValueError) as exc:
         # A record from elsewhere (or edited by hand) whose fields are not what the tool writes.
         raise UsageError(f"{run_dir}: unreadable run record: {type(exc).__name__}: {exc}") from None
-    written = []
-    for name, text in rendered:
-        written.append(atomic_write(run_dir / name, text, mode=PRIVATE_FILE))
-    return written
+    # Every file encoded before the first is written: a text no file can hold (a lone
+    # surrogate) must not leave junit.xml new and report.html old.
+    try:
+        encoded = [(name, text.encode("utf-8")) for name, text in rendered]
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"{run_dir}: unreadable run record: {exc}") from None
+    return [atomic_write(run_dir / name, data, mode=PRIVATE_FILE) for name, data in encoded]

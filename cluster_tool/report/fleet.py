@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
+from cluster_tool.bounds import HostlistError, fold_hostlist
 
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 _OK_STATES = frozenset({"up", "ok"})
@@ -65,11 +65,12 @@ def peak_busbw(points: Sequence[Sequence[float]]) -> float | None:
 
 
 def compact_nodes(nodes: Sequence[str]) -> str:
-    """Node names as a hostlist (`gpu[0001-1000]`); names NodeSet cannot fold stay a list."""
+    """Node names as a hostlist (`gpu[0001-1000]`); names NodeSet cannot fold stay a list.
+    HostlistTooLarge when the names (from a record made elsewhere) expand past the bound."""
     names = list(dict.fromkeys(nodes))
     try:
-        return str(NodeSet.fromlist(names))
-    except NodeSetException:
+        return fold_hostlist(names, "node names")
+    except HostlistError:
         return ",".join(names)
 
 

@@ -13,7 +13,13 @@ from typing import Any
 
 from cluster_tool.redact import is_secret_name
 from cluster_tool.spec.models import (
+    DISTRIBUTION_SLURM,
     LANE_RATE_GBPS,
+    OS_TITLES,
+    ROLE_CONTROLLER,
+    ROLE_GPU,
+    ROLE_LOGIN,
+    ROLE_SLURMDBD,
     SUPERPOD_SPINES,
     WIDTH_LANES,
     Cluster,
@@ -30,11 +36,16 @@ def cross_check(cluster: Cluster) -> list[Problem]:
     """Every cross-field violation in a structurally valid spec (empty when the spec is good)."""
     problems: list[Problem] = []
     problems += _check_profiles(cluster)
+    if not all(_fits(g.address, len(expand_hostlist(g.hosts))) for g in cluster.nodes):
+        # Past 255.255.255.255 there is no address to derive a host from: every later check
+        # reads the hosts, so this one says what is wrong and they wait for a fixed spec.
+        return problems + _check_hosts(cluster, derive=False)
     problems += _check_hosts(cluster)
     problems += _check_references(cluster)
     problems += _check_fabric(cluster)
     problems += _check_slurm_and_limits(cluster)
     problems += _check_storage(cluster)
+    problems += _check_slurm_source(cluster)
     problems += _check_no_secrets(cluster.ansible_vars, ("ansible_vars",))
     problems += _check_no_secrets(cluster.ansible_connection_vars, ("ansible_connection_vars",))
     problems += _check_ansible_vars(cluster)
@@ -181,7 +192,7 @@ def _check_profiles(cluster: Cluster) -> list[Problem]:
     return problems
 
 
-def _check_hosts(cluster: Cluster) -> list[Problem]:
+def _check_hosts(cluster: Cluster, *, derive: bool = True) -> list[Problem]:
     problems: list[Problem] = []
     net = cluster.management.network
     seen_names: dict[str, int] = {}
@@ -234,7 +245,8 @@ def _check_hosts(cluster: Cluster) -> list[Problem]:
                 )
                 break
             seen_addresses[address] = name
-    problems += _check_bmc(cluster)
+    if derive:
+        problems += _check_bmc(cluster)
     return problems
 
 
@@ -327,6 +339,13 @@ def _check_references(cluster: Cluster) -> list[Problem]:
     need(("fabric", "standby_subnet_manager"), standby, "standby subnet manager")
     if standby and standby == cluster.fabric.subnet_manager:
         problems.append((("fabric", "standby_subnet_manager"), "the standby must be another host"))
+    if cluster.fabric.ufm_url and cluster.fabric.subnet_manager_mode != "ufm":
+        problems.append(
+            (
+                ("fabric", "ufm_url"),
+                "only `subnet_manager_mode: ufm` asks a UFM; set it, or remove ufm_url",
+            )
+        )
     if standby and cluster.fabric.subnet_manager_mode == "ufm":
         problems.append(
             (
@@ -543,6 +562,123 @@ def _check_storage(cluster: Cluster) -> list[Problem]:
             (
                 ("training", "local_checkpoint_dir"),
                 f"{local} is not on the local scratch ({scratch.mount})",
+            )
+        )
+    return problems
+
+
+# The slurm role's plugins when ansible_vars leave them alone (roles/slurm/defaults/main.yml and
+# vars/main.yml; a unit test holds them together): all three run on cgroups.
+SLURM_CGROUP_DEFAULTS = {
+    "slurm_proctrack_type": "proctrack/cgroup",
+    "slurm_task_plugin": "task/cgroup,task/affinity",
+    "JobAcctGatherType": "jobacct_gather/cgroup",
+}
+
+
+def _slurm_uses_cgroups(cluster: Cluster) -> bool:
+    """Whether the Slurm the roles configure runs a cgroup plugin (proctrack, task or job
+    accounting); a value only known to Ansible (a template) counts as one."""
+    variables = cluster.ansible_vars
+    conf = variables.get("slurm_conf")
+    conf = conf if isinstance(conf, dict) else {}
+    values = [
+        conf.get(
+            "ProctrackType",
+            variables.get("slurm_proctrack_type", SLURM_CGROUP_DEFAULTS["slurm_proctrack_type"]),
+        ),
+        conf.get(
+            "TaskPlugin",
+            variables.get("slurm_task_plugin", SLURM_CGROUP_DEFAULTS["slurm_task_plugin"]),
+        ),
+        conf.get("JobAcctGatherType", SLURM_CGROUP_DEFAULTS["JobAcctGatherType"]),
+    ]
+    return any(not isinstance(v, str) or "cgroup" in v or "{{" in v for v in values)
+
+
+def _release_honours(pin: str, release: str) -> bool:
+    """`23.11` and `23.11.4` are honoured by a 23.11.4 install; `23.11.5` and `24.11` are not."""
+    wanted = pin.split("-")[0].split(".")
+    return wanted == release.split(".")[: len(wanted)]
+
+
+def _check_slurm_source(cluster: Cluster) -> list[Problem]:
+    """`slurm.packages` against what each OS can install: Ubuntu 22.04's own Slurm cannot run
+    the cgroup plugins, the distribution's Slurm is the OS's release whatever the spec pins, and
+    SchedMD's packages need the repository and the release it serves."""
+    problems: list[Problem] = []
+    slurm = cluster.slurm
+    software = cluster.software
+    version = software.slurm_version
+    # The groups with a host that runs a Slurm daemon or its clients.
+    slurm_roles = {ROLE_GPU, ROLE_CONTROLLER, ROLE_SLURMDBD, ROLE_LOGIN}
+    in_slurm = {n.group for n in cluster.hosts() if slurm_roles & set(n.roles)}
+    groups = [(i, group) for i, group in enumerate(cluster.nodes) if i in in_slurm]
+    if slurm.packages == "schedmd":
+        if slurm.repository is None:
+            problems.append(
+                (
+                    ("slurm", "packages"),
+                    "schedmd needs `slurm.repository`: the site's apt repository of slurm-smd "
+                    "packages (SchedMD publishes Slurm as source only; build them from the "
+                    "release tarball with its debian/ folder)",
+                )
+            )
+        if version is None:
+            problems.append(
+                (
+                    ("slurm", "packages"),
+                    "schedmd needs `software.slurm_version`: the release slurm.repository serves",
+                )
+            )
+        return problems
+    if slurm.repository is not None:
+        problems.append(
+            (
+                ("slurm", "repository"),
+                "only `slurm.packages: schedmd` installs from it; with `distribution` each OS's "
+                "own Slurm is installed: set `slurm.packages: schedmd` or remove the repository",
+            )
+        )
+    uses_cgroups = _slurm_uses_cgroups(cluster)
+    unpinnable: dict[str, list[str]] = {}
+    for i, group in groups:
+        named = f"nodes[{i}] ({group.hosts})"
+        if group.os is None:
+            if version is not None:
+                problems.append(
+                    (
+                        ("software", "slurm_version"),
+                        f"slurm.packages: distribution installs each OS's own Slurm, and {named} "
+                        f"states no `os` to hold {version} to; state it, or leave "
+                        "software.slurm_version out",
+                    )
+                )
+            continue
+        release = DISTRIBUTION_SLURM[group.os]
+        if group.os == "ubuntu2204" and uses_cgroups:
+            title = OS_TITLES[group.os]
+            problems.append(
+                (
+                    ("nodes", i, "os"),
+                    f"{title} ships Slurm {release}, which has no cgroup v2 support, and boots "
+                    "the unified cgroup v2 hierarchy: slurmd cannot start under Slurm's cgroup "
+                    f"plugins on {group.hosts}; set `slurm.packages: schedmd` with "
+                    "`slurm.repository` and `software.slurm_version` (SchedMD's slurm-smd "
+                    f"packages built for {title})",
+                )
+            )
+        elif version is not None and not _release_honours(version, release):
+            unpinnable.setdefault(group.os, []).append(named)
+    for os_name, named_groups in unpinnable.items():
+        release = DISTRIBUTION_SLURM[os_name]
+        problems.append(
+            (
+                ("software", "slurm_version"),
+                f"slurm.packages: distribution installs {OS_TITLES[os_name]}'s own Slurm "
+                f"{release} on {', '.join(named_groups)}, not {version}; set "
+                f"`slurm.packages: schedmd` with `slurm.repository` to run {version}, or pin "
+                f"{release}",
             )
         )
     return problems

@@ -33,7 +33,8 @@ Mark = tuple[int, int]  # 1-based line, column
 MAX_YAML_VALUES = 200_000
 # Nesting a spec may have; its deepest real path (ansible_vars) is well under this.
 MAX_YAML_DEPTH = 64
-_HOSTLIST_TEXT = re.compile(r"[A-Za-z0-9\[\],._-]*\[[A-Za-z0-9\[\],._-]*")
+# A range or a comma list: a 70,000-name comma list is as costly as `gpu[1-70000]`.
+_HOSTLIST_TEXT = re.compile(r"[A-Za-z0-9\[\],._-]*+[\[,][A-Za-z0-9\[\],._-]*+")
 
 
 class _Marks:
@@ -81,6 +82,11 @@ class _Loader(yaml.SafeLoader):
             self._depth -= 1
 
 
+_MAX_SCALAR_DIGITS = 64
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
 def _walk(loader: _Loader, node: yaml.Node, loc: Loc, marks: _Marks) -> Any:
     marks.value[loc] = _mark(node)
     if isinstance(node, yaml.MappingNode):
@@ -91,7 +97,7 @@ def _walk(loader: _Loader, node: yaml.Node, loc: Loc, marks: _Marks) -> Any:
                 raise yaml.constructor.ConstructorError(
                     None, None, "a mapping key must be a plain value", key_node.start_mark
                 )
-            key = loader.construct_object(key_node, deep=True)
+            key = _construct(loader, key_node)
             if not isinstance(key, str | int | float | bool) or key is None:
                 raise yaml.constructor.ConstructorError(
                     None, None, "a mapping key must be a plain value", key_node.start_mark
@@ -104,12 +110,37 @@ def _walk(loader: _Loader, node: yaml.Node, loc: Loc, marks: _Marks) -> Any:
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_walk(loader, item, (*loc, i), marks) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+    return _construct(loader, node)
+
+
+def _construct(loader: _Loader, node: yaml.Node) -> Any:
+    # PyYAML's own int() of a scalar of 5,000 digits raises a bare ValueError (Python's limit
+    # on int conversion): a located YAML error instead, as for any value PyYAML cannot read.
+    if isinstance(node, yaml.ScalarNode) and len(node.value) > _MAX_SCALAR_DIGITS:
+        tag = loader.resolve(yaml.ScalarNode, node.value, (True, False))
+        if node.tag == tag and tag in (_INT_TAG, _FLOAT_TAG):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(node.value)} characters", node.start_mark
+            )
+    try:
+        return loader.construct_object(node, deep=True)
+    except ValueError as exc:
+        raise yaml.constructor.ConstructorError(None, None, str(exc), node.start_mark) from None
 
 
 def parse_yaml(text: str, filename: str) -> tuple[Any, _Marks]:
     """YAML text to plain data plus marks; raises SpecError on a syntax error."""
-    loader = _Loader(text)
+    try:
+        # The reader checks every character as it starts: a NUL or ESC is refused here.
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = (
+            exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
+        )
+        problem = f"YAML: character U+{char:04X} is not allowed in a spec"
+        raise SpecError([SpecProblem(filename, line, column, "", problem)]) from None
     marks = _Marks()
     try:
         node = loader.get_single_node()

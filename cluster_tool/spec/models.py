@@ -11,16 +11,18 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from ClusterShell.NodeSet import NodeSet, NodeSetException
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     model_validator,
 )
 
+from cluster_tool.bounds import HostlistError, HostlistTooLarge
+from cluster_tool.bounds import expand_hostlist as bounded_expand
 from cluster_tool.spec.profiles import BUILTIN_PROFILES
 
 API_VERSION = "cluster-tool/v1"
@@ -40,16 +42,10 @@ class StrictModel(BaseModel):
 
 
 def _check_hostlist(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9\[\],._-]*", value):
-        raise ValueError(
-            f"not a valid hostlist {value!r}: only letters, digits, `[`, `]`, `,`, `.`, `_`, `-`"
-        )
     try:
-        NodeSet(value)
-    except NodeSetException as exc:
-        raise ValueError(f"not a valid hostlist {value!r}: {exc}") from exc
-    if "@" in value:
-        raise ValueError(f"not a valid hostlist {value!r}: node groups (@) are not supported")
+        expand_hostlist(value)
+    except (HostlistError, HostlistTooLarge) as exc:
+        raise ValueError(str(exc).removeprefix("hostlist: ")) from None
     return value
 
 
@@ -128,6 +124,43 @@ InterfaceName = Annotated[
     str,
     _matching("an interface name (letters, digits, `_`, `.`, `-`; 15 at most)", _IFNAME_RE, 15),
     _schema(f"^{_IFNAME_RE}$", 15, "A network interface name, e.g. `eno1` or `ibp24s0`."),
+]
+
+
+def _scope_is_an_interface(address: ipaddress.IPv6Address) -> ipaddress.IPv6Address:
+    # Python takes any text after `%` as the scope id, line breaks and blanks included
+    # (`fe80::1%eth0\nserver 203.0.113.66 iburst` passed): RFC 4007 zones name an interface.
+    scope = address.scope_id
+    if scope is not None and not re.fullmatch(_IFNAME_RE, scope):
+        raise ValueError(f"the zone of an IPv6 address is an interface name, not {scope!r}")
+    return address
+
+
+def _time_server(value: Any) -> str:
+    # One check with one message: a union of types reported the IPv4 refusal of an IPv6 value.
+    if not isinstance(value, str):
+        raise ValueError("a time server is a string: an IPv4 or IPv6 address or a DNS name")
+    text = value
+    if ":" in text:
+        try:
+            address = ipaddress.IPv6Address(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv6 address") from None
+        return str(_scope_is_an_interface(address))
+    if re.fullmatch(r"[0-9.]+", text):
+        try:
+            return str(ipaddress.IPv4Address(text))
+        except ValueError:
+            raise ValueError(f"{text!r} is not an IPv4 address") from None
+    if len(text) > 253 or not re.fullmatch(_DOMAIN_RE, text):
+        raise ValueError(f"{text!r} is not an IPv4 or IPv6 address or a DNS name")
+    return text
+
+
+TimeServer = Annotated[
+    str,
+    BeforeValidator(_time_server),
+    Field(description="An NTP server: IPv4 or IPv6 address (zone: an interface) or DNS name."),
 ]
 
 # Slurm time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, or no limit.
@@ -253,8 +286,9 @@ NodeDescriptionFormat = Annotated[
 
 
 def expand_hostlist(value: str) -> list[str]:
-    """The hosts of a hostlist in NodeSet order (`gpu[001-003]` -> gpu001, gpu002, gpu003)."""
-    return list(NodeSet(value)) if value else []
+    """The hosts of a hostlist in NodeSet order (`gpu[001-003]` -> gpu001, gpu002, gpu003),
+    through the one bounded expansion (`cluster_tool.bounds.expand_hostlist`)."""
+    return bounded_expand(value, "hostlist")
 
 
 # --- node profiles -------------------------------------------------------------------
@@ -277,6 +311,14 @@ class Nic(StrictModel):
     pci: PciAddress
     purpose: Literal["storage", "management", "inband"] = Field(description="What it carries.")
     netdev: InterfaceName | None = Field(None, description="Network interface name.")
+    link_layer: Literal["InfiniBand", "Ethernet"] | None = Field(
+        None,
+        description="Link layer its port runs (ibstat `Link layer`): a ConnectX-7 or BlueField-3 "
+        "port is InfiniBand or Ethernet as its firmware is set; unset: not stated.",
+    )
+    rate_gbps: int | None = Field(
+        None, ge=1, description="Link rate as ibstat reports it, where the site fixes one."
+    )
 
 
 class NodeProfile(StrictModel):
@@ -378,8 +420,24 @@ class NodeProfile(StrictModel):
 # --- hosts, networks, BMCs -----------------------------------------------------------
 
 
+# The node OS images the roles install on (roles/*/vars/<Distribution>_<major>.yml).
+OsName = Literal["debian12", "ubuntu2204", "ubuntu2404"]
+# What Ansible's facts call each (distribution, major version), for the preflight's comparison.
+OS_FACTS: dict[str, tuple[str, str]] = {
+    "debian12": ("Debian", "12"),
+    "ubuntu2204": ("Ubuntu", "22"),
+    "ubuntu2404": ("Ubuntu", "24"),
+}
+OS_TITLES = {"debian12": "Debian 12", "ubuntu2204": "Ubuntu 22.04", "ubuntu2404": "Ubuntu 24.04"}
+# The Slurm release each OS's own archive ships (`slurm.packages: distribution`): slurm-wlm
+# 22.05.8-4+deb12u3 in bookworm (packages.debian.org/bookworm/slurm-wlm), 21.08.5-2ubuntu1 in
+# jammy and 23.11.4-1.2ubuntu5 in noble (packages.ubuntu.com/{jammy,noble}/slurm-wlm). The slurm
+# role installs exactly these (roles/slurm/vars/; a unit test holds the two together).
+DISTRIBUTION_SLURM = {"debian12": "22.05.8", "ubuntu2204": "21.08.5", "ubuntu2404": "23.11.4"}
+
+
 class NodeGroup(StrictModel):
-    """Hosts that share a profile and a consecutive block of management addresses."""
+    """Hosts that share a profile, an OS and a consecutive block of management addresses."""
 
     hosts: Hostlist
     address: ipaddress.IPv4Address = Field(
@@ -387,6 +445,13 @@ class NodeGroup(StrictModel):
     )
     profile: ProfileName | None = Field(
         None, description="Node profile of GPU nodes; leave out for head/login/service hosts."
+    )
+    os: OsName | None = Field(
+        None,
+        description="The OS these hosts run: `debian12`, `ubuntu2204` or `ubuntu2404`. The "
+        "bring-up's preflight refuses a host that runs another (naming both), and `spec check` "
+        "holds the Slurm source to it (`slurm.packages`). Left out, the roles take what each "
+        "host runs and `spec check` cannot judge the Slurm source for these hosts.",
     )
     bmc_address_pattern: BmcAddressPattern | None = Field(
         None,
@@ -405,7 +470,7 @@ class Management(StrictModel):
         "(`NCCL_SOCKET_IFNAME`). Default `eno1`.",
     )
     domain: DomainName | None = Field(None, description="DNS domain of the hosts, if any.")
-    time_servers: list[ipaddress.IPv4Address | ipaddress.IPv6Address | DomainName] = Field(
+    time_servers: list[TimeServer] = Field(
         default_factory=list,
         max_length=16,
         description="NTP servers the cluster's time server (the Slurm controller) follows; every "
@@ -523,6 +588,14 @@ class Fabric(StrictModel):
         "`subnet_manager` (and `standby_subnet_manager`); `ufm`: an external UFM manages the "
         "subnet, the role installs nothing and only checks that an SM answers.",
     )
+    ufm_url: Url | None = Field(
+        None,
+        description="Mode `ufm`: the UFM server's URL (`https://ufm.example.net`). The opensm "
+        "and sharp roles ask its REST API (`/ufmRest/app/ufm_version`, basic auth from "
+        "CLUSTER_TOOL_UFM_USERNAME / CLUSTER_TOOL_UFM_PASSWORD) that it runs the subnet manager "
+        "and, with `sharp`, the SHARP aggregation manager; left out, they check only that an SM "
+        "answers (`sminfo`).",
+    )
     standby_subnet_manager: HostName | None = Field(
         None,
         description="Second OpenSM host, at a lower `sm_priority` than `subnet_manager` "
@@ -586,8 +659,46 @@ HealthCheckNodeState = Literal[
 ]
 
 
+AptSuite = Annotated[
+    str,
+    _matching("an apt suite (letters, digits, `.`, `_`, `-`, `/`)", r"[A-Za-z0-9._/-]+", 64),
+    _schema(r"^[A-Za-z0-9._/-]+$", 64, "An apt suite: a codename (`jammy`) or `./` (flat)."),
+]
+AptComponent = Annotated[
+    str,
+    _matching("an apt component (letters, digits, `.`, `_`, `-`)", r"[A-Za-z0-9._-]+", 64),
+    _schema(r"^[A-Za-z0-9._-]+$", 64, "An apt component, e.g. `main`."),
+]
+
+
+class SlurmRepository(StrictModel):
+    """The site's apt repository of SchedMD-built packages (`slurm-smd`, `slurm-smd-slurmd`, ...).
+
+    SchedMD publishes Slurm as source only; a site builds the packages from the release tarball
+    (`debuild`, its `debian/` folder) and serves them to its nodes."""
+
+    url: Url = Field(description="Repository URL, e.g. `https://repo.example.net/slurm-smd/`.")
+    suites: list[AptSuite] = Field(
+        default_factory=lambda: ["./"],
+        min_length=1,
+        max_length=8,
+        description="Suites (default `./`: a flat repository); e.g. `[jammy]` for one with "
+        "`dists/`.",
+    )
+    components: list[AptComponent] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Components (`[main]`); none for a flat repository (the default).",
+    )
+    key_url: Url | None = Field(
+        None,
+        description="The repository's signing key (deb822 `Signed-By`). Leave out only for a "
+        "repository apt may trust unsigned (`cluster_repos_trusted` in `ansible_vars`).",
+    )
+
+
 class Slurm(StrictModel):
-    """Slurm roles and partitions."""
+    """Slurm roles, partitions, and where its packages come from."""
 
     cluster_name: SlurmClusterName | None = Field(
         None, description="`ClusterName`; default: cluster name."
@@ -595,6 +706,27 @@ class Slurm(StrictModel):
     controller: HostName = Field(description="Host running slurmctld.")
     accounting_host: HostName | None = Field(None, description="Host running slurmdbd, if any.")
     login_nodes: Hostlist | None = Field(None, description="Login hosts, if any.")
+    packages: Literal["distribution", "schedmd"] = Field(
+        "distribution",
+        description="Where Slurm comes from. `distribution` (default): each OS's own packages "
+        "(Debian 12: 22.05, Ubuntu 24.04: 23.11; Ubuntu 22.04's 21.08 is refused: no cgroup "
+        "v2). `schedmd`: SchedMD's `slurm-smd` packages at `software.slurm_version` from "
+        "`slurm.repository`, the same release on every OS.",
+    )
+    repository: SlurmRepository | None = Field(
+        None, description="The site repository of `slurm-smd` packages (`packages: schedmd`)."
+    )
+    uid: int = Field(
+        64030,
+        ge=1,
+        le=4294967294,
+        description="User id of the `slurm` user, created before any package on every Slurm "
+        "host so that every node agrees (SchedMD's packages create no user). Default 64030, "
+        "the id Debian's packages give it.",
+    )
+    gid: int = Field(
+        64030, ge=1, le=4294967294, description="Group id of the `slurm` group (default 64030)."
+    )
     partitions: list[Partition] = Field(
         default_factory=lambda: [Partition.model_validate({"name": "gpu", "default": True})],
         description="Partitions; default one `gpu` partition over all GPU nodes.",
@@ -651,9 +783,21 @@ class Repositories(StrictModel):
         None, description="HPC-X tarball; default NVIDIA's build for each node's OS."
     )
     nccl_tests: Url = "https://github.com/NVIDIA/nccl-tests.git"
-    slurm: Url = "https://download.schedmd.com/slurm/"
     enroot: Url = "https://github.com/NVIDIA/enroot/releases/download/"
     pyxis: Url = "https://github.com/NVIDIA/pyxis.git"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _slurm_moved(cls, data: Any) -> Any:
+        # It named SchedMD's source downloads, which no role read; the packages' repository is
+        # part of choosing them now.
+        if isinstance(data, dict) and "slurm" in data:
+            raise ValueError(
+                "`slurm` is no longer a download URL here: SchedMD's packages come from your "
+                "apt repository of slurm-smd packages, `slurm.repository` with "
+                "`slurm.packages: schedmd`"
+            )
+        return data
 
 
 class Software(StrictModel):
@@ -671,7 +815,12 @@ class Software(StrictModel):
     sharp_plugin_version: Version = Field(
         "3.12.0", description="SHARP release behind the NCCL plugin (default 3.12.0, DOCA 3.1.0's)."
     )
-    slurm_version: Version = Field("24.05.5", description="Slurm (default 24.05.5).")
+    slurm_version: Version | None = Field(
+        None,
+        description="Slurm release. With `slurm.packages: schedmd`, the release the site "
+        "repository serves (required). With `distribution`, leave it out (each OS's own "
+        "release is installed); a version written here must be that release.",
+    )
     dcgm_version: Version = Field("4.2.3", description="DCGM (default 4.2.3).")
     dcgm_exporter_version: Version = Field(
         "4.2.3-4.1.3",
@@ -1367,6 +1516,7 @@ class Node:
     su: int | None = None
     index_in_su: int | None = None
     group: int = 0
+    os: str | None = None  # the group's `os`, when the spec states it
 
     @property
     def is_gpu(self) -> bool:
@@ -1591,6 +1741,7 @@ def _derive_hosts(cluster: Cluster) -> list[Node]:
                 su=su,
                 index_in_su=index_in_su,
                 group=group_index,
+                os=group.os,
             )
             if pattern is not None:
                 try:

@@ -50,12 +50,14 @@ def spec_pins(cluster: Cluster) -> dict[str, Pin]:
         "nvidia_driver": field("nvidia_driver_version"),
         "cuda": field("cuda_version"),
         "doca": field("doca_ofed_version"),
-        "slurm": field("slurm_version"),
         "nccl": field("nccl_version"),
         "sharp_plugin": field("sharp_plugin_version"),
         "dcgm": field("dcgm_version"),
         "dcgm_exporter": field("dcgm_exporter_version"),
     }
+    # Unset, the distribution's own release per OS (spec check holds a written one to it).
+    if software.slurm_version is not None:
+        pins["slurm"] = field("slurm_version")
     mode = _ansible_var(cluster, "gpudirect_rdma_mode", GPUDIRECT_MODE_DEFAULT)
     if mode is not None:
         pins["gpudirect_mode"] = mode

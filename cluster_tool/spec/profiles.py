@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-# (mlx5 device, PCI address, closest GPU, netdev). The rail is the closest GPU's index:
-# on a rail-optimised fabric GPU k of every node talks over rail k.
+# (mlx5 device, PCI address, closest GPU, netdev), as the DGX H100/H200 User Guide's table of
+# the two network modules pairs each OSFP port's ConnectX-7 with its GPU, netdev and RDMA name
+# (the BasePOD guide's mlxconfig loop names the same eight buses). The rail is the closest GPU's
+# index: on a rail-optimised fabric GPU k of every node talks over rail k.
 _HGX_COMPUTE_HCAS: tuple[tuple[str, str, int, str], ...] = (
     ("mlx5_0", "0000:18:00.0", 0, "ibp24s0"),
     ("mlx5_3", "0000:40:00.0", 1, "ibp64s0"),
@@ -22,12 +24,18 @@ _HGX_COMPUTE_HCAS: tuple[tuple[str, str, int, str], ...] = (
     ("mlx5_11", "0000:dc:00.0", 7, "ibp220s0"),
 )
 
-# Dual-port ConnectX-7 cards for storage and in-band management: never on a compute rail.
-_HGX_OTHER_NICS: tuple[tuple[str, str, str, str], ...] = (
-    ("mlx5_1", "0000:29:00.0", "storage", "enp41s0f0np0"),
-    ("mlx5_2", "0000:29:00.1", "storage", "enp41s0f1np1"),
-    ("mlx5_7", "0000:aa:00.0", "management", "enp170s0f0np0"),
-    ("mlx5_8", "0000:aa:00.1", "management", "enp170s0f1np1"),
+# The two dual-port ConnectX-7 cards in slots 1 and 2 (buses 0x29 and 0xaa), never on a
+# compute rail. The DGX BasePOD deployment guide (docs.nvidia.com/dgx-basepod/deployment-guide-
+# dgx-basepod/latest/network-overview.html) bonds port 2 of both cards as one Ethernet interface
+# for in-band management and storage, and uses port 1 of both as InfiniBand storage where the
+# site has an InfiniBand storage fabric: (device, PCI address, purpose, netdev, link layer).
+# A DGX H100/H200 so shows twelve RDMA devices; a node whose cards are set otherwise is made
+# into a profile of its own.
+_HGX_OTHER_NICS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("mlx5_1", "0000:29:00.0", "storage", "ibp41s0f0", "InfiniBand"),
+    ("mlx5_2", "0000:29:00.1", "inband", "enp41s0f1np1", "Ethernet"),
+    ("mlx5_7", "0000:aa:00.0", "storage", "ibp170s0f0", "InfiniBand"),
+    ("mlx5_8", "0000:aa:00.1", "inband", "enp170s0f1np1", "Ethernet"),
 )
 
 _HGX_GPU_PCI = (
@@ -74,8 +82,14 @@ def _hgx(
             for dev, pci, gpu, netdev in _HGX_COMPUTE_HCAS
         ],
         "nics": [
-            {"device": dev, "pci": pci, "purpose": purpose, "netdev": netdev}
-            for dev, pci, purpose, netdev in _HGX_OTHER_NICS
+            {
+                "device": dev,
+                "pci": pci,
+                "purpose": purpose,
+                "netdev": netdev,
+                "link_layer": link_layer,
+            }
+            for dev, pci, purpose, netdev, link_layer in _HGX_OTHER_NICS
         ],
         "expected_speed": "NDR",
         "expected_width": "4X",

@@ -6,8 +6,8 @@ import ipaddress
 from pathlib import Path
 
 import jinja2
-from ClusterShell.NodeSet import NodeSet, NodeSetException
 
+from cluster_tool.bounds import expand_hostlist
 from cluster_tool.errors import UsageError
 from cluster_tool.spec.loader import load_spec_text
 from cluster_tool.spec.models import SUPERPOD_SPINES, builtin_profile
@@ -20,10 +20,7 @@ def starter_spec(*, name: str, profile: str, hosts: str, network: str) -> str:
     """Spec text for `hosts` of `profile`; validated before it is returned (SpecError if not)."""
     if profile not in BUILTIN_PROFILES:
         raise UsageError(f"unknown profile {profile!r}; built-in: {', '.join(BUILTIN_PROFILES)}")
-    try:
-        count = len(NodeSet(hosts))
-    except NodeSetException as exc:
-        raise UsageError(f"--hosts: not a valid hostlist {hosts!r}: {exc}") from exc
+    count = len(expand_hostlist(hosts, "--hosts"))
     try:
         net = ipaddress.IPv4Network(network)
     except ValueError as exc:

@@ -11,10 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ClusterShell.NodeSet import NodeSet
-
 from cluster_tool.admission import WORKFLOW_SUITES, Door, prove
 from cluster_tool.ansible.runner import PlaybookEvent, PlaybookResult
+from cluster_tool.bounds import expand_hostlist
 from cluster_tool.drains import PENDING_REASON, Owner, workflow_reason
 from cluster_tool.findings import Finding
 from cluster_tool.registry import GATE_CHECKS
@@ -182,7 +181,7 @@ def run_bringup(
     door = Door(deps.slurm, Owner.WORKFLOW)
     scope = list(gpu_nodes)
     if options.limit:
-        wanted = set(NodeSet(options.limit))
+        wanted = set(expand_hostlist(options.limit, "--limit"))
         scope = [n for n in gpu_nodes if n in wanted]
 
     # Which nodes are new is read before the converge: once their slurmd starts they look idle.

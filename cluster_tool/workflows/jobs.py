@@ -133,7 +133,7 @@ class BringupJob:
 
 def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quiet) -> RunOutcome:
     """Render, converge (site.yml), validate, gate, admit what is proven; the run's record."""
-    from cluster_tool.bounds import bounded_hostlist
+    from cluster_tool.bounds import bounded_hostlist, fold_hostlist
     from cluster_tool.workflows.bringup import BringupDeps, BringupOptions, PhaseProgress
     from cluster_tool.workflows.bringup import run_bringup as bring_up
     from cluster_tool.workflows.burnin import BurnInLive
@@ -149,7 +149,7 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
         bounded_hostlist(limit, "--limit")  # any host of the inventory, not only GPU nodes
     burn_in_s = _burn_in(job.burn_in, cluster, "bringup", job.gate)
     if job.retry_failed:
-        limit = str(NodeSet.fromlist(last_failed(runs, job.spec)))
+        limit = fold_hostlist(last_failed(runs, job.spec), "--retry-failed: the last run's nodes")
     inputs = {
         "spec": str(job.spec.resolve()),
         "limit": limit,
@@ -384,7 +384,7 @@ def _reimage_record(
 ) -> tuple[RunRecord, dict[str, Any], list[list[str]]]:
     """The run record with its inputs and batches: a new one planned from `job.nodes`, or the
     run `job.resume` names, checked to be a re-image of the same nodes."""
-    from cluster_tool.bounds import bounded_hostlist
+    from cluster_tool.bounds import bounded_hostlist, expand_hostlist, host_name
     from cluster_tool.nodes import select_gpu_nodes
     from cluster_tool.workflows.reimage import plan_batches
 
@@ -396,13 +396,22 @@ def _reimage_record(
             raise UsageError(
                 f"--resume {job.resume}: that run is a {inputs.get('command')}, not a reimage"
             )
+        # A record is a file like any other: its node names go through the same bounds.
+        where = f"--resume {job.resume}: inputs.json"
+        planned = set(expand_hostlist(str(inputs.get("nodes") or ""), f"{where} nodes"))
+        batches = inputs.get("batches")
+        if not isinstance(batches, list) or not all(isinstance(b, list) for b in batches):
+            raise UsageError(f"{where}: batches is not a list of node lists")
+        names = [host_name(n, f"{where} batches") for b in batches for n in b]
+        if not set(names) <= planned:
+            raise UsageError(f"{where}: batches name nodes the run does not re-image")
         nodes = job.nodes
-        if nodes and set(bounded_hostlist(nodes, "--nodes")) != set(NodeSet(inputs["nodes"])):
+        if nodes and set(bounded_hostlist(nodes, "--nodes")) != planned:
             raise UsageError(
                 f"--resume {job.resume}: that run re-images {inputs['nodes']}, not {nodes}"
             )
         record.log("run", "resumed")
-        return record, inputs, [list(b) for b in inputs["batches"]]
+        return record, inputs, [list(b) for b in batches]
     if not job.nodes:
         raise UsageError("--nodes HOSTLIST is required (or --resume RUN)")
     burn_in_s = _burn_in(job.burn_in, cluster, "reimage", job.gate)

@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ClusterShell.NodeSet import NodeSet
-
 from cluster_tool.admission import WORKFLOW_SUITES, Door, prove
 from cluster_tool.ansible.runner import (
     REPO_ROOT,
@@ -19,6 +17,7 @@ from cluster_tool.ansible.runner import (
     forget_facts,
     run_playbook,
 )
+from cluster_tool.bounds import expand_hostlist
 from cluster_tool.checks.counters import CounterSnapshot
 from cluster_tool.drains import REIMAGE_REASON
 from cluster_tool.fabric.links import link_matrix
@@ -75,7 +74,7 @@ def ansible_limit(hostlist: str | Sequence[str] | None) -> str | None:
     """Ansible does not read ClusterShell ranges (`gpu[001-004]`): expand to a comma list."""
     if hostlist is None:
         return None
-    names = list(NodeSet(hostlist)) if isinstance(hostlist, str) else list(hostlist)
+    names = expand_hostlist(hostlist, "--limit") if isinstance(hostlist, str) else list(hostlist)
     return ",".join(names) or None
 
 

@@ -25,11 +25,13 @@ from cluster_tool.fileio import (
     PRIVATE_DIR,
     PRIVATE_FILE,
     atomic_write,
+    load_json,
     private_dir,
+    read_input_bytes,
     read_input_text,
 )
 from cluster_tool.findings import Finding, Report
-from cluster_tool.redact import REDACTED, Secrets, is_secret_name
+from cluster_tool.redact import REDACTED, Secrets
 
 if TYPE_CHECKING:
     from cluster_tool.spec import Cluster
@@ -63,22 +65,12 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-# Values an environment variable takes as a switch, not as a secret.
-_FLAG = re.compile(r"\d{0,2}|true|false|yes|no|on|off|none|null", re.IGNORECASE)
-
-
 def known_secrets(
     environ: Mapping[str, str] | None = None, munge_key_file: Path | None = None
 ) -> Secrets:
     """Secrets the tool can know of without asking: the slurmdbd password and BMC password from
     the environment (by the names the roles and the spec use) and the munge key on disk."""
-    env = os.environ if environ is None else environ
-    found = Secrets()
-    for name, value in env.items():
-        # Named as a secret, whatever its length; but a flag (`USE_KEY=1`, `SKIP_TOKEN=false`)
-        # hides nothing, and replacing every "1" would wreck the record instead.
-        if is_secret_name(name) and not _FLAG.fullmatch(value.strip()):
-            found.add(value)
+    found = Secrets.from_environ(os.environ if environ is None else environ)
     if munge_key_file is not None:
         # Not generated yet, or not readable by this user: nothing to hide then.
         with contextlib.suppress(OSError):
@@ -137,9 +129,10 @@ def run_secrets(cluster: Cluster) -> Secrets:
     """Every secret a run on `cluster` could meet (`cluster_secrets`), the munge key looked for
     where the slurm role keeps it: ~/.cluster-tool/secrets/<slurm_cluster_name>/ or the
     repository's runs/secrets/."""
-    from cluster_tool.ansible.runner import REPO_ROOT
-
-    dirs = [Path.home() / ".cluster-tool" / "secrets", REPO_ROOT / "runs" / "secrets"]
+    # The checkout's runs/secrets (ansible.runner's REPO_ROOT, without loading ansible-runner
+    # for every command that shows a finding).
+    repo_root = Path(__file__).resolve().parents[2]
+    dirs = [Path.home() / ".cluster-tool" / "secrets", repo_root / "runs" / "secrets"]
     return cluster_secrets(cluster, secret_dirs=dirs)
 
 
@@ -293,10 +286,7 @@ class RunRecord:
     def inputs(self) -> dict[str, Any]:
         """The run's inputs.json; a record from elsewhere that is not JSON is a UsageError."""
         path = self.path / "inputs.json"
-        try:
-            data = json.loads(read_input_text(path))
-        except ValueError as exc:
-            raise UsageError(f"{path}: not a run record: {exc}") from None
+        data = load_json(read_input_bytes(path), f"{path}: not a run record")
         return data if isinstance(data, dict) else {}
 
     # --- writing -------------------------------------------------------------------------
@@ -366,8 +356,8 @@ class RunRecord:
         entries: list[JournalEntry] = []
         for line in read_input_text(path).splitlines():
             try:
-                data = json.loads(line)
-            except ValueError:
+                data = load_json(line, path)
+            except UsageError:
                 continue
             if isinstance(data, dict) and "step" in data and "status" in data:
                 entries.append(
@@ -494,14 +484,16 @@ def last_failed(runs_dir: Path, spec: Path) -> list[str]:
             "run `bringup` again, or name the hosts with --limit"
         )
     try:
-        summary = RunSummary.from_json(json.loads(read_input_text(path)))
+        data = load_json(read_input_bytes(path), f"{path}: not a run summary")
+        summary = RunSummary.from_json(data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise UsageError(f"--retry-failed: {path}: not a run summary: {exc}") from None
     failed = [n for n, v in summary.nodes.items() if v.get("verdict") != "pass"]
     findings_path = record.path / FINDINGS
     if findings_path.is_file():
         # An earlier run's record: read as data, as any record from elsewhere.
-        findings = json.loads(read_input_text(findings_path)).get("findings", [])
+        findings = load_json(read_input_bytes(findings_path), findings_path)
+        findings = findings.get("findings", []) if isinstance(findings, dict) else []
         failed += [
             str(f["node"])
             for f in findings

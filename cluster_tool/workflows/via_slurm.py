@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -24,7 +25,7 @@ from cluster_tool.checks.fleet_versions import node_versions
 from cluster_tool.checks.node import FleetExpectations
 from cluster_tool.checks.versions import Hca, NodeVersions
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.fileio import atomic_write, fresh_dir, read_input_bytes
+from cluster_tool.fileio import atomic_write, fresh_dir, load_json, read_input_bytes
 from cluster_tool.findings import Finding
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.probes.node import NvidiaSmiQ
@@ -195,9 +196,9 @@ def read_record(out: Path, node: str) -> tuple[list[Finding], NodeVersions | str
     if not raw.strip():
         return f"an empty record from the Slurm step{_stderr(out, node)}"
     try:
-        data = json.loads(raw)
+        data: Any = load_json(raw, "record")
         findings = [Finding.model_validate(f) for f in data["findings"]]
-    except (ValueError, KeyError, TypeError, ValidationError) as exc:
+    except (UsageError, ValueError, KeyError, TypeError, ValidationError) as exc:
         why = str(exc).splitlines()[0][:200]
         return f"its record is not node-check's JSON ({why!r}){_stderr(out, node)}"
     strangers = sorted({f.node for f in findings if f.node != node}, key=str)

@@ -39,6 +39,26 @@ def test_model_holds_every_planned_hca_on_its_leaf_port(plan) -> None:  # type: 
     assert again.model_dump() == model.model_dump()
 
 
+def test_gpu_nodes_carry_the_storage_and_inband_ports_off_the_compute_fabric(plan) -> None:  # type: ignore[no-untyped-def]
+    """A lab GPU node has the non-compute ports of a DGX H100 (the two dual-port ConnectX-7s of
+    slots 1 and 2, set as the DGX BasePOD guide sets them), and none is cabled to a rail leaf."""
+    model = build_model(plan, "lab-test")
+    for node in (n for n in model.nodes if n.role == "gpu"):
+        ports = {(n.device, n.pci, n.link_layer, n.state) for n in node.other_nics}
+        assert ports == {
+            ("mlx5_1", "0000:29:00.0", "InfiniBand", "Down"),
+            ("mlx5_2", "0000:29:00.1", "Ethernet", "Active"),
+            ("mlx5_7", "0000:aa:00.0", "InfiniBand", "Down"),
+            ("mlx5_8", "0000:aa:00.1", "Ethernet", "Active"),
+        }
+        assert len(node.hcas) == 8
+    assert model.node("head").other_nics == []
+    cabled = {row.hca for row in plan.cabling}
+    assert not cabled & {"mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"}
+    net = parse_ibnetdiscover(fabric.net_file(model))
+    assert not [u for u in net.ca_uplinks() if u.ca_description.split()[-1] in ("mlx5_1", "mlx5_7")]
+
+
 def test_net_file_is_the_plan_as_ibnetdiscover_would_show_it(plan) -> None:  # type: ignore[no-untyped-def]
     model = build_model(plan, "lab-test")
     net = parse_ibnetdiscover(fabric.net_file(model))

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cluster_tool.ansible.runner import run_playbook
+from cluster_tool.parsers.ibstat import parse_ibstat
 from tests.conftest import REPO
 from tests.lab.conftest import Converged
 
@@ -89,6 +90,54 @@ def test_peermem_mode_loads_nvidia_peermem_after_the_bringup(
         )
 
 
+# The storage and in-band ports of a DGX H100's two dual-port ConnectX-7s (DGX BasePOD guide).
+NON_COMPUTE = {"mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"}
+
+
+def test_dgx_layout_nodes_come_up_with_their_storage_and_inband_ports(
+    converged: Converged, tmp_path: Path
+) -> None:
+    """Issue 29's DOCA trap: every lab GPU node shows the twelve RDMA devices of a DGX H100, and
+    the bring-up (the doca_ofed role's check included, which counted /sys/class/infiniband and
+    failed such a node at f6ed0da) went through with no finding on a non-compute port. The role
+    checks each compute HCA at its PCI address: one named otherwise there fails it, both names
+    said."""
+    lab = converged.lab
+    for node in GPU_NODES:
+        devices = lab.ssh(node, "ls /sys/class/infiniband").stdout.split()
+        assert len(devices) == 12 and set(devices) >= NON_COMPUTE, (node, devices)
+    cas = {ca.name: ca for ca in parse_ibstat(lab.ssh("gpu002", "ibstat").stdout)}
+    assert (cas["mlx5_2"].ports[0].link_layer, cas["mlx5_2"].ports[0].state) == (
+        "Ethernet",
+        "Active",
+    )
+    assert (cas["mlx5_1"].ports[0].link_layer, cas["mlx5_1"].ports[0].state) == (
+        "InfiniBand",
+        "Down",
+    )
+    netdevs = lab.ssh("gpu002", "ibdev2netdev").stdout.splitlines()
+    assert "mlx5_0 port 1 ==> ibp24s0 (Up)" in netdevs and len(netdevs) == 12
+    findings = json.loads((Path(converged.bringup["run_dir"]) / "findings.json").read_text())
+    named = [f for f in findings["findings"] if (f.get("component") or "") in NON_COMPUTE]
+    assert named == []
+
+    # gpu002's rail-1 HCA (0000:40:00.0) is mlx5_3; a profile calling it mlx5_1 is a mismatch.
+    wrong = [{"device": "mlx5_1", "pci": "0000:40:00.0", "rail": 1}]
+    result = run_playbook(
+        REPO / "playbooks" / "phases" / "fabric.yml",
+        lab.inventory,
+        limit="gpu002",
+        tags="doca_ofed-start",
+        extravars={"doca_ofed_compute_hcas": wrong},
+        private_data_dir=tmp_path / "ansible",
+    )
+    assert not result.succeeded
+    failed = [e.message for e in result.events if e.failed]
+    assert any(
+        "0000:40:00.0 is mlx5_3 on this node, mlx5_1 (rail 1) in the profile" in m for m in failed
+    ), failed
+
+
 def test_slurm_runs_its_cgroup_plugins_and_a_job_step_lives_in_its_jobs_cgroup(
     converged: Converged,
 ) -> None:
@@ -130,3 +179,63 @@ def test_slurm_runs_its_cgroup_plugins_and_a_job_step_lives_in_its_jobs_cgroup(
     verdicts = dict(line.split() for line in devices.stdout.splitlines())
     assert len(verdicts) == 8, devices.stdout
     assert sorted(verdicts.values()) == ["ENXIO"] + ["EPERM"] * 7, verdicts
+
+
+# --- issue 29: the path most H100 sites take (Ubuntu 22.04 GPU nodes, SchedMD's Slurm) ------------
+
+SLURM_HOSTS = ("head", *GPU_NODES)
+
+
+def test_the_gpu_nodes_run_ubuntu_2204_and_every_slurm_host_schedmds_packages(
+    converged: Converged,
+) -> None:
+    """examples/lab.yml: GPU nodes `os: ubuntu2204`, `slurm.packages: schedmd`. The roles took
+    their Ubuntu branch there (Ubuntu 22.04's munge, 0.5.14-6 in jammy) and installed SchedMD's
+    packages everywhere, not the distribution's."""
+    lab = converged.lab
+    for node in GPU_NODES:
+        release = lab.ssh(node, ". /etc/os-release && echo $ID $VERSION_ID $VERSION_CODENAME")
+        assert release.stdout.split() == ["ubuntu", "22.04", "jammy"], (node, release.stdout)
+        munge = lab.ssh(node, "dpkg-query -W -f '${Version}' munge")
+        assert munge.stdout == "0.5.14-6", (node, munge.stdout)
+    wanted = {"head": "slurm-smd-slurmctld"} | {node: "slurm-smd-slurmd" for node in GPU_NODES}
+    for host, package in wanted.items():
+        installed = lab.ssh(
+            host,
+            "dpkg-query -W -f '${db:Status-Abbrev}${Package} ${Version}\\n' "
+            f"{package} slurmd slurmctld 2>/dev/null",
+        )
+        lines = [line.split() for line in installed.stdout.splitlines()]
+        # Held (h) and installed (i); the distribution's daemons are not there.
+        assert [[package, "22.05.8-1"]] == [
+            line[1:] for line in lines if line[0].startswith("hi")
+        ], (host, installed.stdout)
+
+
+def test_the_slurm_user_has_the_specs_ids_everywhere_and_runs_slurmctld(
+    converged: Converged,
+) -> None:
+    """SchedMD's packages create no user, while their slurmctld and slurmdbd units run
+    User=slurm: the role creates it with the spec's ids (slurm.uid/gid, 64030) before any
+    package, on every Slurm host alike."""
+    lab = converged.lab
+    for host in SLURM_HOSTS:
+        ids = lab.ssh(host, "id -u slurm; id -g slurm")
+        assert ids.stdout.split() == ["64030", "64030"], (host, ids.stdout, ids.stderr)
+    daemons = lab.ssh("head", "ps -o user= -C slurmctld,slurmdbd; stat -c %U /run/slurmctld")
+    assert daemons.stdout.split() == ["slurm", "slurm", "slurm"], daemons.stdout
+
+
+def test_the_running_kernels_headers_are_installed_and_the_hwe_kernel_is_held(
+    converged: Converged,
+) -> None:
+    """DKMS builds the driver's open modules and DOCA's against the running kernel's headers;
+    the lab's Ubuntu nodes are an HWE install (linux-image-generic-hwe-22.04), whose kernel line
+    the hold on linux-generic alone does not stop."""
+    lab = converged.lab
+    for host in SLURM_HOSTS:
+        headers = lab.ssh(host, "dpkg-query -W -f '${db:Status-Abbrev}' linux-headers-$(uname -r)")
+        assert headers.stdout.strip() == "hi", (host, headers.stdout, headers.stderr)
+    for node in GPU_NODES:
+        held = lab.ssh(node, "apt-mark showhold").stdout.split()
+        assert "linux-image-generic-hwe-22.04" in held, (node, held)

@@ -24,6 +24,29 @@ SIM_PACKAGES = (
     "doca-ofed",
     "nccl-tests",
 )
+# The lab's GPU nodes run Ubuntu 22.04 (examples/lab.yml), whose CUDA repository names the driver's
+# packages after its branch (roles/nvidia_driver/vars/Ubuntu_22.yml).
+UBUNTU_NAMES = {
+    "nvidia-open-kernel-dkms": "nvidia-headless-{branch}-open",
+    "nvidia-driver-cuda": "nvidia-utils-{branch}",
+    "nvidia-persistenced": "nvidia-compute-utils-{branch}",
+}
+
+
+def _packages_on(lab: LabHandle, node: str) -> list[str]:
+    """SIM_PACKAGES under the names of the node's OS."""
+    os_id = lab.ssh(node, ". /etc/os-release && echo $ID").stdout.strip()
+    if os_id != "ubuntu":
+        return list(SIM_PACKAGES)
+    from cluster_lab.sim.packages import role_pins
+    from tests.conftest import REPO
+
+    branch = next(
+        name.rsplit("-", 1)[1]
+        for name in role_pins(REPO / "roles")
+        if name.startswith("nvidia-fabricmanager-")
+    )
+    return [UBUNTU_NAMES.get(name, name).format(branch=branch) for name in SIM_PACKAGES]
 
 
 def prepare(lab: LabHandle) -> None:
@@ -46,7 +69,7 @@ def prepare(lab: LabHandle) -> None:
         done = lab.ssh(
             node,
             "apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qq -y install "
-            + " ".join(SIM_PACKAGES)
+            + " ".join(_packages_on(lab, node))
             + " >/dev/null",
             timeout=600,
         )

@@ -47,7 +47,7 @@ def test_strangers_and_bad_hostlists_are_one_line_under_the_option() -> None:
     with pytest.raises(UsageError) as caught:
         select_gpu_nodes(cluster, "gpu[001,009],login7", "--limit")
     assert str(caught.value) == "--limit: not GPU nodes of lab: gpu009,login7"
-    with pytest.raises(UsageError, match=r"^--nodes: not a hostlist 'gpu\[001-'"):
+    with pytest.raises(UsageError, match=r"^--nodes: not a valid hostlist 'gpu\[001-'"):
         select_gpu_nodes(cluster, "gpu[001-")
     with pytest.raises(UsageError, match="expands to 2000000 hosts"):
         select_gpu_nodes(cluster, "gpu[1-2000000]")
@@ -74,4 +74,4 @@ def test_every_command_reads_a_bad_nodes_hostlist_the_same_way(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "--nodes: not a hostlist 'gpu[001-'" in err
+    assert "--nodes: not a valid hostlist 'gpu[001-'" in err

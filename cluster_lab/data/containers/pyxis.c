@@ -53,9 +53,9 @@ struct spank_option spank_options[] = {
 	SPANK_OPTIONS_TABLE_END
 };
 
-/* Runs argv (no shell); its stdout into out (NUL-terminated, newline stripped) when out is not
- * NULL. Returns the exit status, or -1. */
-static int run(char *const argv[], char *out, size_t outlen)
+/* Runs argv (no shell) in the environment envp (NULL: this process's); its stdout into out
+ * (NUL-terminated, newline stripped) when out is not NULL. Returns the exit status, or -1. */
+static int run_in(char *const argv[], char *const envp[], char *out, size_t outlen)
 {
 	int pipefd[2] = { -1, -1 };
 	if (out != NULL && pipe(pipefd) != 0)
@@ -69,7 +69,10 @@ static int run(char *const argv[], char *out, size_t outlen)
 			close(pipefd[0]);
 			close(pipefd[1]);
 		}
-		execvp(argv[0], argv);
+		if (envp != NULL)
+			execvpe(argv[0], argv, envp);
+		else
+			execvp(argv[0], argv);
 		_exit(127);
 	}
 	if (out != NULL) {
@@ -95,6 +98,11 @@ static int run(char *const argv[], char *out, size_t outlen)
 		if (errno != EINTR)
 			return -1;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run(char *const argv[], char *out, size_t outlen)
+{
+	return run_in(argv, NULL, out, outlen);
 }
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
@@ -155,8 +163,13 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 		slurm_error("pyxis: could not make a mount namespace: %m");
 		return -1;
 	}
+	/* As the real pyxis starts enroot, in the job step's environment: its hooks read the step's
+	 * SLURM_* and PMIX_* settings from there (enroot's 50-slurm-pmi.sh). */
+	char **job_env = NULL;
+	if (spank_get_item(sp, S_JOB_ENV, &job_env) != ESPANK_SUCCESS)
+		job_env = NULL;
 	char *start[] = { "enroot", "mount", rootfs, NULL };
-	int rc = run(start, NULL, 0);
+	int rc = run_in(start, job_env, NULL, 0);
 	if (rc != 0) {
 		slurm_error("pyxis: container start failed with error code: %d", rc);
 		return -1;

@@ -43,9 +43,13 @@ all:
 """
 
 
-def _preflight(tmp_path: Path, os_of: dict[str, str], **changes: object) -> PlaybookResult:
+def _preflight(
+    tmp_path: Path, os_of: dict[str, str], hosts: str = HOSTS, **changes: object
+) -> PlaybookResult:
+    # The example inventory runs SchedMD's packages; these cases start from the distribution's.
+    changes.setdefault("slurm_package_source", "distribution")
     inventory = _inventory(tmp_path, **changes)
-    (inventory / "hosts.yml").write_text(HOSTS)
+    (inventory / "hosts.yml").write_text(hosts)
     facts = tmp_path / "facts"
     seeded = run_playbook(
         SEED,
@@ -79,7 +83,7 @@ def test_ubuntu_2204_with_the_distribution_slurm_is_refused_with_the_reason_and_
     message = failed[0]
     assert "Slurm 21.08.5-2ubuntu1" in message
     assert "no cgroup v2 support" in message
-    assert "slurm_package_source: site" in message
+    assert "slurm.packages: schedmd" in message
     assert result.changed_total == 0
 
 
@@ -87,7 +91,7 @@ def test_ubuntu_2204_passes_with_site_slurm_or_without_the_cgroup_plugins(tmp_pa
     site = _preflight(
         tmp_path / "site",
         {"*": "Ubuntu_22"},
-        slurm_package_source="site",
+        slurm_package_source="schedmd",
         slurm_site_repo_uri="https://mirror.example.net/slurm/",
     )
     assert site.rc == 0, _failures(site)
@@ -120,3 +124,31 @@ def test_a_gpu_node_on_an_os_the_gpu_roles_do_not_install_on_is_refused(
     assert "the GPU and fabric roles install on Debian 12, Ubuntu 22, Ubuntu 24" in (
         failed[0].message or ""
     )
+
+
+def test_a_node_that_runs_another_os_than_the_spec_says_is_refused_naming_both(
+    tmp_path: Path,
+) -> None:
+    # The render writes each group's `os` as the host's node_os.
+    hosts = HOSTS.replace(
+        "gpu001: {ansible_host: 10.10.1.1}",
+        "gpu001: {ansible_host: 10.10.1.1, node_os: ubuntu2204}",
+    )
+    hosts = hosts.replace(
+        "gpu007: {ansible_host: 10.10.1.7}",
+        "gpu007: {ansible_host: 10.10.1.7, node_os: ubuntu2204}",
+    )
+    result = _preflight(
+        tmp_path,
+        {"*": "Ubuntu_22", "gpu007": "Debian_12"},
+        hosts,
+        slurm_package_source="schedmd",
+        slurm_site_repo_uri="https://mirror.example.net/slurm/",
+    )
+    assert result.rc != 0
+    failed = [e for e in result.events if e.failed]
+    assert {e.host for e in failed} == {"gpu007"}
+    assert (failed[0].message or "").startswith(
+        "preflight: gpu007 runs Debian 12 (debian12), the spec says ubuntu2204 (its node group's "
+        "`os`): re-image the node with ubuntu2204 or correct the spec"
+    ), failed[0].message

@@ -107,7 +107,15 @@ def test_the_specs_time_servers_are_what_the_time_server_follows(tmp_path: Path)
 
 @pytest.mark.parametrize(
     "value",
-    ['["ntp1.site.example\\nallow 0.0.0.0/0"]', '["pool.ntp.org iburst"]', '["-o x"]', "ntp1"],
+    [
+        '["ntp1.site.example\\nallow 0.0.0.0/0"]',
+        '["pool.ntp.org iburst"]',
+        '["-o x"]',
+        "ntp1",
+        # issue 32: Python's IPv6Address took anything after `%` as the zone
+        '["fe80::1%eth0\\nserver 203.0.113.66 iburst\\ncmdallow all"]',
+        '["fe80::1%eth 0"]',
+    ],
 )
 def test_a_time_server_that_is_no_host_name_or_address_is_refused(value: str) -> None:
     with pytest.raises(SpecError) as info:

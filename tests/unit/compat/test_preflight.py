@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from cluster_tool.cli import main
+from tests.conftest import with_sections
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = (ROOT / "examples" / "lab.yml").read_text(encoding="utf-8")
 # CUDA 12.9 GA needs driver >= 575.51.03 (NVIDIA's table); the default driver is 570.172.08.
-BROKEN = LAB.rstrip("\n") + '\nsoftware:\n  cuda_version: "12.9"\n'
+BROKEN = with_sections(LAB, 'software:\n  cuda_version: "12.9"\n')
 
 
 def test_bringup_refuses_an_incompatible_spec_before_touching_a_host(

@@ -14,6 +14,7 @@ from cluster_tool.checks.versions import (
 )
 from cluster_tool.parsers.base import ParseError
 from cluster_tool.spec import Cluster, load_spec_text
+from tests.conftest import with_sections
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL = ROOT.parent / "shared" / "fixtures" / "real-outputs"
@@ -34,7 +35,7 @@ CX7 = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "ml
 
 
 def spec(software: str) -> Cluster:
-    return load_spec_text(LAB.rstrip("\n") + "\nsoftware:\n" + software, "c.yml")
+    return load_spec_text(with_sections(LAB, "software:\n" + software), "c.yml")
 
 
 # DOCA 2.7 has no firmware rule in the matrix: the 28.41 adapters keep every rule under it.

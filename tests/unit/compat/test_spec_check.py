@@ -13,6 +13,7 @@ from cluster_tool.cli import main
 from cluster_tool.errors import SpecError
 from cluster_tool.spec import load_spec, load_spec_text
 from cluster_tool.spec.pins import GPUDIRECT_MODE_DEFAULT, OPEN_MODULES_DEFAULT, spec_problems
+from tests.conftest import with_sections
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yml"))
@@ -20,8 +21,8 @@ LAB = (ROOT / "examples" / "lab.yml").read_text(encoding="utf-8")
 
 
 def with_tail(tail: str) -> str:
-    """The lab spec with top-level sections appended."""
-    return LAB.rstrip("\n") + "\n" + tail
+    """The lab spec with top-level sections added."""
+    return with_sections(LAB, tail)
 
 
 def problems_of(text: str) -> list[str]:
@@ -122,9 +123,14 @@ def test_role_defaults_the_check_assumes_are_the_roles() -> None:
 
 
 def test_slurm_too_old_for_cgroup_v2_and_nccl_too_old_for_the_plugin_are_located() -> None:
-    text = with_tail('software:\n  slurm_version: "21.08.8"\n  nccl_version: "2.7.2-1+cuda11.0"\n')
+    # SchedMD's packages at 21.08, as the lab runs them (the distribution's Slurm is the OS's
+    # own: not pinned).
+    assert "  packages: schedmd\n" in LAB
+    text = with_tail('software:\n  nccl_version: "2.7.2-1+cuda11.0"\n').replace(
+        "  slurm_version: 22.05.8\n", '  slurm_version: "21.08.8"\n'
+    )
     problems = problems_of(text)
-    assert len(problems) == 2
+    assert len(problems) == 2, problems
     nccl = next(p for p in problems if "nccl_version" in p)
     assert nccl.startswith(
         f"c.yml:{line_of(text, 'nccl_version')}:17: software.nccl_version: "

@@ -21,7 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_lab.faults import inject
-from cluster_lab.sim.packages import DEFAULT_VERSIONS, _packages, build_package
+from cluster_lab.sim.packages import DEFAULT_VERSIONS, build_package, packages_for
 from tests.conftest import FIXTURES, REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The dcgm-exporter package, built and unpacked as a node would have it."""
-    pkg = next(p for p in _packages() if p.name == "dcgm-exporter")
+    pkg = next(p for p in packages_for() if p.name == "dcgm-exporter")
     work = tmp_path_factory.mktemp("work")
     deb = build_package(pkg, DEFAULT_VERSIONS["dcgm-exporter"], work, work)
     tree = tmp_path_factory.mktemp("node")

@@ -93,4 +93,10 @@ def test_a_phase_play_on_the_lab_inventory_sees_the_labs_variables(tmp_path: Pat
     keys = [*sorted(lab_vars), "lab_repo_url", "cuda_repo_url"]
     seen = _seen_by_a_phase_play(config.inventory_dir, keys, tmp_path)
     repo_url = f"{config.repo_url}/"
-    assert seen == {**lab_vars, "lab_repo_url": repo_url, "cuda_repo_url": repo_url}
+    # gpu001 runs Ubuntu 22.04 (examples/lab.yml): its repositories are that OS's archive in the
+    # lab's repository (the os_ubuntu2204 group's variables), the rest the lab's.
+    assert seen == {
+        **lab_vars,
+        "lab_repo_url": repo_url,
+        "cuda_repo_url": f"{repo_url}ubuntu2204/",
+    }

@@ -56,7 +56,8 @@ def _field(deb: Path, name: str) -> str:
 
 
 def test_names_and_versions_are_the_vendors(debs: dict[str, Path]) -> None:
-    assert set(debs) == set(DEFAULT_VERSIONS)
+    # And the headers of the running kernel (the host's, which every lab node shares).
+    assert set(debs) == set(DEFAULT_VERSIONS) | {f"linux-headers-{os.uname().release}"}
     assert _field(debs["nvidia-fabricmanager-570"], "Version") == "570.172.08-1"
     assert _field(debs["nvidia-driver-cuda"], "Version") == "570.172.08-1"
     assert _field(debs["datacenter-gpu-manager"], "Version") == "1:3.3.9"
@@ -359,9 +360,9 @@ def test_all_reduce_perf_runs_through_the_roles_link_in_opt(root: Path, tmp_path
 def test_the_driver_package_loads_its_modules_again_at_every_boot(tmp_path: Path) -> None:
     """udev coldplug + systemd-modules-load, as the lab's SysV nodes get them: after a
     reboot the driver's modules and what /etc/modules-load.d names are loaded again."""
-    from cluster_lab.sim.packages import _packages, build_package
+    from cluster_lab.sim.packages import build_package, packages_for
 
-    pkg = next(p for p in _packages() if p.name == "nvidia-open-kernel-dkms")
+    pkg = next(p for p in packages_for() if p.name == "nvidia-open-kernel-dkms")
     deb = build_package(pkg, "570.124.06-1", tmp_path, tmp_path / "work")
     root = tmp_path / "root"
     subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)

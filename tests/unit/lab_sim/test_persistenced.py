@@ -16,7 +16,7 @@ import pytest
 
 from cluster_lab.sim import cli, kernel_state
 from cluster_lab.sim.hw import default_hardware
-from cluster_lab.sim.packages import PERSISTENCED_UNIT, _packages
+from cluster_lab.sim.packages import PERSISTENCED_UNIT, packages_for
 from cluster_lab.sim.render_smi import render_query_csv
 from tests.conftest import REPO
 
@@ -58,7 +58,7 @@ def _stop(daemon: subprocess.Popen[bytes]) -> None:
 
 
 def test_the_package_ships_ubuntus_unit_with_persistence_mode_off() -> None:
-    (pkg,) = [p for p in _packages() if p.name == "nvidia-persistenced"]
+    (pkg,) = [p for p in packages_for() if p.name == "nvidia-persistenced"]
     assert pkg.files["/lib/systemd/system/nvidia-persistenced.service"] == PERSISTENCED_UNIT
     assert f"ExecStart={UBUNTU_EXEC}\n" in PERSISTENCED_UNIT
 

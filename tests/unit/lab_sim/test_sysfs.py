@@ -65,7 +65,16 @@ def test_real_ibstat_reports_the_model(tmp_path: Path) -> None:
     cut = cas["mlx5_3"].ports[0]
     assert (cut.state, cut.physical_state) == ("Down", "Disabled")
     assert cas["mlx5_4"].ports[0].rate_gbps == 50
-    assert cas["mlx5_1"].ports[0].link_layer == "Ethernet"
+    # The DGX BasePOD guide's storage/in-band ports: port 1 of each dual-port card InfiniBand
+    # storage (no storage fabric in the lab: uncabled), port 2 bonded Ethernet on 100 GbE.
+    storage = cas["mlx5_1"].ports[0]
+    assert (storage.link_layer, storage.state, storage.physical_state) == (
+        "InfiniBand",
+        "Down",
+        "Polling",
+    )
+    inband = cas["mlx5_2"].ports[0]
+    assert (inband.link_layer, inband.state, inband.rate_gbps) == ("Ethernet", "Active", 100)
 
 
 def test_trees_for_every_node_update_in_place(tmp_path: Path) -> None:
@@ -104,3 +113,34 @@ def test_real_ibstat_follows_a_fault_while_mounted(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     rates = [line.split(":")[1].strip() for line in done.stdout.splitlines() if "Rate:" in line]
     assert rates == ["200", "100"]
+
+
+# A DGX H100/H200 by its User Guide: the eight compute ConnectX-7s at the buses the BasePOD guide's
+# mlxconfig loop names (18 40 4f 5e 9a c0 ce dc), and ports 1 and 2 of the two dual-port cards in
+# slots 1 and 2 (enp41s0f*, enp170s0f*: buses 0x29 and 0xaa).
+DGX_H100_RDMA_DEVICES = {
+    "mlx5_0": "0000:18:00.0",
+    "mlx5_1": "0000:29:00.0",
+    "mlx5_2": "0000:29:00.1",
+    "mlx5_3": "0000:40:00.0",
+    "mlx5_4": "0000:4f:00.0",
+    "mlx5_5": "0000:5e:00.0",
+    "mlx5_6": "0000:9a:00.0",
+    "mlx5_7": "0000:aa:00.0",
+    "mlx5_8": "0000:aa:00.1",
+    "mlx5_9": "0000:c0:00.0",
+    "mlx5_10": "0000:ce:00.0",
+    "mlx5_11": "0000:dc:00.0",
+}
+
+
+def test_a_lab_gpu_node_shows_a_dgx_h100s_twelve_rdma_devices_each_at_its_pci_function(
+    tmp_path: Path,
+) -> None:
+    """What /sys/class/infiniband holds on a DGX H100, storage and in-band ports included, and
+    each device's `device` link naming its PCI function (what tells them apart by slot)."""
+    model = json.loads((FIXTURES / "sim" / "lab-model.json").read_text())
+    write_all_sysfs_trees(model, tmp_path)
+    root = tmp_path / "gpu001" / "sysfs-class" / "infiniband"
+    found = {d.name: os.path.basename(os.readlink(d / "device")) for d in root.iterdir()}
+    assert found == DGX_H100_RDMA_DEVICES

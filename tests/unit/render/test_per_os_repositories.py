@@ -26,8 +26,9 @@ def test_the_default_spec_renders_no_per_os_repository() -> None:
 
 def test_a_mirror_in_the_spec_is_rendered_for_every_node(tmp_path: Path) -> None:
     text = (EXAMPLES / "h100-1su.yml").read_text()
+    assert text.rstrip().endswith("slurm_version: 24.05.5"), "the example ends in its software"
     text += (
-        "software:\n  repositories:\n"
+        "  repositories:\n"
         "    cuda: https://mirror.example.net/cuda/\n"
         "    doca: https://mirror.example.net/doca/\n"
     )

@@ -10,6 +10,7 @@ import pytest
 from cluster_tool.cli import main
 from cluster_tool.render import diff_rendered, render, render_files
 from cluster_tool.render.engine import RenderError, load_rendered_yaml
+from cluster_tool.render.output_dir import MARKER
 from cluster_tool.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -38,7 +39,7 @@ def test_golden_files(h100_files: dict[str, str]) -> None:
 def test_committed_example_inventory_is_current(h100_files: dict[str, str]) -> None:
     example = ROOT / "inventory" / "example"
     committed = {str(p.relative_to(example)) for p in example.rglob("*") if p.is_file()}
-    assert committed == set(h100_files)
+    assert committed == {*h100_files, MARKER}  # the marker: a folder render made
     for rel, text in h100_files.items():
         assert (example / rel).read_text(encoding="utf-8") == text, (
             f"inventory/example/{rel} is stale: "
@@ -61,6 +62,7 @@ def test_inventory_groups_and_host_vars(h100_files: dict[str, str]) -> None:
         "su": 1,
         "index_in_su": 17,
         "node_profile": "hgx-h100-8x-ndr",
+        "node_os": "ubuntu2204",
     }
     groups = inventory["children"]
     assert list(groups["slurm_controller"]["hosts"]) == ["head01"]
@@ -122,6 +124,24 @@ def test_nccl_conf_names_the_compute_hcas_exactly(h100_files: dict[str, str]) ->
     assert "NCCL_COLLNET_ENABLE" not in sharp and "SHARP_COLL_ENABLE_SAT=1" in sharp
 
 
+def test_group_vars_give_each_profiles_compute_hcas_by_pci_address(
+    h100_files: dict[str, str],
+) -> None:
+    """What the doca_ofed role checks a node against: each compute HCA at its PCI address (the
+    DGX H100 User Guide's OSFP ports: mlx5_0 at bus 0x18 for GPU0 ... mlx5_11 at 0xdc for GPU7),
+    and the storage/in-band ports apart, never among them."""
+    group_vars = load_rendered_yaml(h100_files["group_vars/all.yml"])
+    profile = group_vars["cluster_node_profiles"]["hgx-h100-8x-ndr"]
+    hcas = {h["device"]: (h["pci"], h["rail"]) for h in profile["compute_hcas"]}
+    assert hcas["mlx5_0"] == ("0000:18:00.0", 0)
+    assert hcas["mlx5_3"] == ("0000:40:00.0", 1)
+    assert hcas["mlx5_11"] == ("0000:dc:00.0", 7)
+    assert len(hcas) == 8
+    assert {n["device"] for n in profile["nics"]} == {"mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"}
+    hosts = load_rendered_yaml(h100_files["hosts.yml"])
+    assert hosts["all"]["hosts"]["gpu001"]["node_profile"] == "hgx-h100-8x-ndr"
+
+
 def test_nccl_tests_jobs(h100_files: dict[str, str]) -> None:
     job = h100_files["nccl-tests/all_reduce.sbatch"]
     assert job.startswith("#!/bin/bash\n")
@@ -149,10 +169,12 @@ def test_render_replaces_the_folder_and_reports_changes(tmp_path: Path) -> None:
     cluster = load_spec(EXAMPLES / "lab.yml")
     first = render(cluster, out)
     assert first.changed == first.files
-    (out / "stale.txt").write_text("left over")
+    # A file an earlier render wrote (a collective the spec no longer names) goes; a file of
+    # the operator's is never deleted (tests/unit/render/test_render_output_folder.py).
+    (out / "nccl-tests" / "broadcast.sbatch").write_text("left over")
     second = render(cluster, out)
-    assert second.changed == ["stale.txt"]
-    assert not (out / "stale.txt").exists()
+    assert second.changed == ["nccl-tests/broadcast.sbatch"]
+    assert not (out / "nccl-tests" / "broadcast.sbatch").exists()
     assert render(cluster, out).changed == []
     assert [p.name for p in tmp_path.iterdir()] == ["inv"]  # no temp folders left behind
 

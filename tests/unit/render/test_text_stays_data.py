@@ -19,6 +19,7 @@ from cluster_tool.render import render_files
 from cluster_tool.render.engine import RenderError, load_rendered_yaml
 from cluster_tool.spec import load_spec_text
 from cluster_tool.spec.models import Cluster
+from tests.conftest import with_sections
 
 ROOT = Path(__file__).resolve().parents[3]
 LAB = (ROOT / "examples" / "lab.yml").read_text(encoding="utf-8")
@@ -38,7 +39,8 @@ def hostile_but_valid(marker: Path) -> Cluster:
     text = text.replace(
         "      default: true\n", '      default: true\n      max_time: "7-00:00:00"\n'
     )
-    text += (
+    text = with_sections(
+        text,
         "nccl:\n"
         "  extra_env:\n"
         "    NCCL_DEBUG_FILE: /var/log/nccl/%h.%p=x^,@+:y\n"
@@ -49,7 +51,7 @@ def hostile_but_valid(marker: Path) -> Cluster:
         "    binary_dir: /opt/n+c.c-l_/b\n"
         "software:\n"
         "  repositories:\n"
-        "    cuda: 'https://m.example.net/c/?a=b&c=%20[x]@y#frag'\n"
+        "    cuda: 'https://m.example.net/c/?a=b&c=%20[x]@y#frag'\n",
     )
     return load_spec_text(text, "c.yml")
 
@@ -255,7 +257,7 @@ def test_a_newline_cannot_add_a_slurm_line() -> None:
         update={"max_time": "INFINITE\nPartitionName=pwn Nodes=ALL"}
     )
     slurm = cluster.slurm.model_copy(update={"partitions": [part]})
-    with pytest.raises(RenderError, match="Slurm config value"):
+    with pytest.raises(RenderError, match="Slurm config"):
         render_files(cluster.model_copy(update={"slurm": slurm}))
 
 

@@ -55,6 +55,29 @@ def test_ufm_mode_reaches_the_role() -> None:
     assert group_vars(spec_with("subnet_manager_mode: ufm"))["opensm_mode"] == "ufm"
 
 
+def test_under_ufm_no_host_runs_opensm_or_sharps_aggregation_manager() -> None:
+    """Issue 29: UFM runs the SM and, with SHARP, the aggregation manager; a host in opensm_hosts
+    would get the sharp role's sharp_am beside UFM's."""
+    gv = group_vars(
+        spec_with("subnet_manager_mode: ufm", "sharp: true", "ufm_url: https://ufm.example.net/")
+    )
+    assert gv["opensm_hosts"] == []
+    assert gv["sharp_enabled"] is True
+    assert gv["cluster_ufm_url"] == "https://ufm.example.net/"
+    # Without a UFM address the roles only ask sminfo: nothing to render.
+    assert "cluster_ufm_url" not in group_vars(spec_with("subnet_manager_mode: ufm"))
+
+
+def test_a_ufm_address_with_opensm_mode_is_refused_where_it_is_written() -> None:
+    text = spec_with("ufm_url: https://ufm.example.net/")
+    (problem,) = problems_of(text)
+    line = next(i for i, t in enumerate(text.splitlines(), start=1) if "ufm_url" in t)
+    assert problem.startswith(f"c.yml:{line}:")
+    assert problem.endswith(
+        "fabric.ufm_url: only `subnet_manager_mode: ufm` asks a UFM; set it, or remove ufm_url"
+    )
+
+
 @pytest.mark.parametrize(
     ("lines", "expected"),
     [

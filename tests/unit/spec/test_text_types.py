@@ -9,6 +9,7 @@ import re
 import pytest
 
 from cluster_tool.cli import main
+from tests.conftest import with_sections
 from tests.unit.spec.test_validation import LAB, edited, line_of, problems_of
 
 # (text edit, the line the problem must point at, field path) - each value is one a careless
@@ -110,7 +111,7 @@ def test_a_hostile_value_is_a_located_spec_error(
 def test_a_hostile_value_in_nccl_or_software_is_a_located_spec_error(
     block: str, needle: str
 ) -> None:
-    text = LAB + block
+    text = with_sections(LAB, block)
     problems = problems_of(text)
     line = line_of(text, needle)
     assert any(p.startswith(f"c.yml:{line}:") for p in problems), problems
@@ -120,7 +121,8 @@ def test_the_ordinary_values_still_pass() -> None:
     # What real clusters write: these must keep working.
     text = edited("      default: true\n", '      default: true\n      max_time: "7-00:00:00"\n')
     text = edited("  controller: head\n", "  controller: head\n  cluster_name: lab_a-1\n", text)
-    text += (
+    text = with_sections(
+        text,
         "nccl:\n"
         "  socket_ifname: enp170s0f0np0\n"
         "  extra_env:\n"
@@ -136,7 +138,7 @@ def test_the_ordinary_values_still_pass() -> None:
         "  nccl_version: 2.21.5-1+cuda12.4\n"
         "  nccl_tests_version: v2.13.11\n"
         "  repositories:\n"
-        "    cuda: https://mirror.example.net/cuda/repos/ubuntu2204/x86_64/\n"
+        "    cuda: https://mirror.example.net/cuda/repos/ubuntu2204/x86_64/\n",
     )
     from cluster_tool.spec import load_spec_text
 

@@ -161,7 +161,10 @@ class WatchSlurm(SlurmCluster):
         if node in self.shown:
             line = re.sub(r"State=\S+", lambda _: f"State={self.shown[node]}", line)
         if node in self.boot:
-            line = line.replace(" State=", f" BootTime={self.boot[node]} State=", 1)
+            # Where Slurm prints it: after State and Partitions, before Reason.
+            boot = f" BootTime={self.boot[node]}"
+            cut = line.find(" Reason=")
+            line = line + boot if cut < 0 else line[:cut] + boot + line[cut:]
         return line + "\n"
 
     def drains(self) -> list[list[str]]:
