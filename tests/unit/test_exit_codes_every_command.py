@@ -93,6 +93,37 @@ TABLE: dict[str, dict[str, Cell]] = {
         "no slurm": "reads a file, asks nothing of Slurm",
         "failing": "judges nothing: a line it cannot read is exit 1 (tests/unit/parsers)",
     },
+    "profile discover": {
+        "bad input": Case(lambda s: ["profile", "discover", "--from", NOPE], 2),
+        "unreachable": Case(
+            lambda s: [
+                "profile",
+                "discover",
+                "--spec",
+                LAB,
+                "--node",
+                "gpu001",
+                "--ssh-config",
+                s.down,
+            ],
+            3,
+        ),
+        "no slurm": "reads one node (over SSH or a capture), asks nothing of Slurm",
+        # The lab's nodes are H100s: against the H200 profile every GPU is a mismatch.
+        "failing": Case(
+            lambda s: [
+                "profile",
+                "discover",
+                "--from",
+                s.capture(swap=False),
+                "--node",
+                "gpu001",
+                "--diff",
+                "hgx-h200-8x-ndr",
+            ],
+            1,
+        ),
+    },
     "init": {
         "bad input": Case(lambda s: ["init", "--profile", "no-such-profile"], 2),
         "unreachable": "writes a starter spec, reaches no host",
