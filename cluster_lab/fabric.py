@@ -46,7 +46,7 @@ DIAGS = (
     "sminfo",
     "ibping",
 )
-# ibsim's encoding of the default enabled width (LAB-NOTES): 2 = 4X.
+# ibsim's link width codes, the InfiniBand LinkWidth bit values: 2 = 4X.
 _WIDTH_CODE = {"1X": 1, "4X": 2, "8X": 4, "12X": 8, "2X": 16}
 FABRIC_NS = "fabric"
 

@@ -71,7 +71,7 @@ def _fabric(config: LabConfig, data: dict[str, Any], record: dict[str, Any], hea
         else:
             lifecycle.power_off_node(config, args[0])
     elif kind == "link-degrade":
-        # ibsim cannot retrain a live link (LAB-NOTES): rebuild its net file from the model.
+        # ibsim has no command that retrains a live link: rebuild its net file from the model.
         lifecycle.restart_fabric(config)
     # GPU, straggler, corruption and module faults live in the model alone: the simulators
     # read it live.

@@ -28,7 +28,7 @@ from cluster_tool.fileio import atomic_write
 MODEL_FILE = "model.json"
 SCHEMA_VERSION = 1
 
-# HDR per-lane rate in Gb/s, and what ibsim's `speed=`/`extspeed=` encode (LAB-NOTES).
+# Per-lane rate in Gb/s of each InfiniBand speed, which ibsim's `speed=`/`extspeed=` encode.
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR": 14, "EDR": 25, "HDR": 50}
 WIDTH_LANES = {"1X": 1, "2X": 2, "4X": 4, "8X": 8, "12X": 12}
 
