@@ -6,6 +6,7 @@ from typing import Annotated, Any
 import typer
 
 from cluster_tool import output
+from cluster_tool.commands._shape import SpecOptionCommand
 from cluster_tool.errors import EXIT_CHECKS_FAILED, UsageError
 
 profile_app = typer.Typer(
@@ -51,7 +52,7 @@ def _profile_to_diff(name: str, spec: Path | None) -> Any:
         raise UsageError(f"no built-in profile {name!r} (a spec's: add --spec SPEC)") from None
 
 
-@profile_app.command("discover")
+@profile_app.command("discover", cls=SpecOptionCommand)
 def discover_command(
     capture: Annotated[
         Path | None,

@@ -29,6 +29,7 @@ SPEC_COMMANDS = [
     ["plan", "--model", "llama3-8b"],
     ["watch", "--once"],
     ["node-check", "--node", "gpu001"],
+    ["profile", "discover", "--node", "gpu001"],
 ]
 
 
@@ -43,7 +44,11 @@ def test_the_spec_positionally_and_as_an_option(
     command: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     words = [w for w in command if not w.startswith("-")][:2]
-    head = words if command[:2] in (["spec", "check"], ["fabric", "check"]) else words[:1]
+    head = (
+        words
+        if command[:2] in (["spec", "check"], ["fabric", "check"], ["profile", "discover"])
+        else words[:1]
+    )
     rest = command[len(head) :]
     _reads([*head, NOPE, *rest], capsys)
     _reads([*head, "--spec", NOPE, *rest], capsys)
