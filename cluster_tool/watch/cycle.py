@@ -275,7 +275,7 @@ def _step_time_signals(job: RunningJob, reports: JobReports) -> dict[str, Signal
     out: dict[str, Signal] = {}
     for node, times in reports.step_times(job.job_id).items():
         if node in job.nodes and times:
-            recent = sorted(times[-50:])
+            recent = sorted(times)
             median = recent[len(recent) // 2]
             out[node] = Signal("step time", "median of its ranks", median, "s", "high")
     return out

@@ -19,6 +19,8 @@ from typing import Protocol
 __all__ = ["Checkpoint", "FileJobReports", "JobReports", "parse_step_times"]
 
 _MAX_BYTES = 64 * 1024
+# How many of each rank's latest step times the watcher judges.
+_RECENT_STEPS = 50
 _JOB_ID = re.compile(r"[0-9]{1,12}(_[0-9]{1,12})?")
 _RANK_FILE = re.compile(r"(?P<host>[a-z0-9][a-z0-9-]{0,62})\.(?P<rank>[0-9]{1,7})")
 
@@ -100,5 +102,6 @@ class FileJobReports:
             m = _RANK_FILE.fullmatch(name)
             text = None if m is None else _read(folder / "steps" / name)
             if m is not None and text is not None:
-                out.setdefault(m["host"], []).extend(parse_step_times(text))
+                # Each rank's own recent steps: a merged tail would be the last rank's alone.
+                out.setdefault(m["host"], []).extend(parse_step_times(text)[-_RECENT_STEPS:])
         return out

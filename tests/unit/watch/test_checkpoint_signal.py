@@ -153,3 +153,15 @@ def test_a_rank_slower_than_the_jobs_others_names_its_node_from_the_jobs_own_ste
         named = [f for f in result.findings if f.check == "watch.straggler"]
     assert [(f.node, f.component) for f in named] == [("gpu003", "job 101")]
     assert "step time median of its ranks 1.45 s" in named[0].message
+
+
+def test_each_rank_keeps_its_own_recent_step_times(tmp_path: Path) -> None:
+    """A node's step times are each rank's own latest 50: with 60 lines per rank, a tail of the
+    merged list would be the last-named rank's alone."""
+    steps = tmp_path / "9" / "steps"
+    steps.mkdir(parents=True)
+    (steps / "gpu001.0").write_text("".join(f"{2.0 + i / 1000:.3f}\n" for i in range(60)))
+    (steps / "gpu001.1").write_text("1.00\n" * 60)
+    times = FileJobReports(tmp_path).step_times("9")["gpu001"]
+    assert len(times) == 100
+    assert sorted(t for t in times if t >= 2.0) == [2.0 + i / 1000 for i in range(10, 60)]
