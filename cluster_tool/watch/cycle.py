@@ -699,13 +699,17 @@ def _requeue(
         saved = _saved_since(reports, job_id, sig)
         actions.append(
             Action(
-                "checkpointed" if saved else "requeue",
+                "checkpointed" if saved is not None else "requeue",
                 sig["check"],
                 node=sig["node"],
                 job_id=job_id,
                 detail=(
                     f"left within {waited:.0f} s of the checkpoint signal"
-                    + (f", checkpoint iteration {saved}" if saved else ", no new checkpoint seen")
+                    + (
+                        f", checkpoint iteration {saved}"
+                        if saved is not None
+                        else ", no new checkpoint seen"
+                    )
                 ),
                 grace_s=waited,
             )
