@@ -263,7 +263,7 @@ class _Port:
 
 
 _HISTOGRAM = "Histogram of FEC Errors"
-_BIN = re.compile(r"^Bin (\d+)$")
+_BIN = re.compile(r"^Bin ([0-9]{1,20})$")
 
 
 def _flat(value: object) -> str | None:
@@ -331,10 +331,12 @@ def _json_histogram(
             continue  # the Header row
         text = _flat(value)
         parts = text.split(",") if text is not None else []
-        if len(parts) != 2 or not parts[1].strip().isdigit():
+        count = parts[1].strip() if len(parts) == 2 else ""
+        # ASCII digits, 20 at most: '²'.isdigit() is true and int() refuses it.
+        if not (count.isascii() and count.isdigit()) or len(count) > 20:
             line_no, line = line_of(key)
             raise ParseError(f"{key}: expected [range] and a count", line_no=line_no, line=line)
-        counts[int(match[1])] = int(parts[1])
+        counts[int(match[1])] = int(count)
     if sorted(counts) != list(range(len(counts))):
         line_no, line = line_of(_HISTOGRAM)
         raise ParseError(

@@ -196,3 +196,12 @@ def test_json_runs_after_their_command_lines_take_the_device() -> None:
     doc = capture(CX7_PAM4_JSON)
     text = f"$ mlxlink -d mlx5_0 -m -c --json\n{doc}$ mlxlink -d mlx5_1 -m -c --json\n{doc}"
     assert [p.device for p in parse_mlxlink(text)] == ["mlx5_0", "mlx5_1"]
+
+
+@pytest.mark.parametrize("count", ["\u00b2", "9" * 5000])
+def test_a_histogram_count_that_is_not_ascii_digits_is_a_parse_error(count: str) -> None:
+    # '²'.isdigit() is true and int() refuses it; 5,000 digits pass Python's int() limit: each
+    # was a ValueError (an internal error), not a ParseError naming the bin.
+    text = capture(CX7_PAM4_JSON).replace('"65755507"', f'"{count}"', 1)
+    with pytest.raises(ParseError, match="Bin 1"):
+        parse_mlxlink(text)
