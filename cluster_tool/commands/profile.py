@@ -25,11 +25,11 @@ def _profile_to_diff(name: str, spec: Path | None) -> Any:
 
     path = Path(name)
     if spec is None and path.suffix in (".yml", ".yaml"):
-        import yaml
-
         from cluster_tool.fileio import read_input_text
+        from cluster_tool.spec.loader import parse_yaml
 
-        data = yaml.safe_load(read_input_text(path))
+        # The spec's hardened reader: bounded, every character checked, a syntax error exit 2.
+        data, _ = parse_yaml(read_input_text(path), str(path))
         if not isinstance(data, dict) or len(data) != 1:
             raise UsageError(f"{path}: expected one profile (NAME: {{keys}}), as --out writes")
         ((_, body),) = data.items()

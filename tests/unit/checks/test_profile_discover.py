@@ -269,3 +269,15 @@ def test_live_discovery_of_an_unreachable_node_is_exit_3() -> None:
     with pytest.raises(UnreachableError, match="No route to host") as caught:
         discover_live("gpu009", "10.0.0.9", Down())
     assert caught.value.exit_code == 3
+
+
+def test_a_diff_profile_file_that_is_not_yaml_is_bad_input(tmp_path: Path) -> None:
+    # Read as the spec is read: a syntax error is a located UsageError (exit 2), not an
+    # internal error (exit 1, which --diff also means for a mismatch).
+    from cluster_tool.commands.profile import _profile_to_diff
+    from cluster_tool.errors import UsageError
+
+    bad = tmp_path / "mine.yml"
+    bad.write_text("mine: {gpu_count: [8\n")
+    with pytest.raises(UsageError, match=r"mine\.yml"):
+        _profile_to_diff(str(bad), None)
