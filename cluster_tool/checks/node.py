@@ -387,7 +387,8 @@ def check_node(
         if ports is not None and mlxlink_out.rc != 0:
             findings.append(_probe_problem(node, Mlxlink(), mlxlink_out))  # one device failed
         if ports is not None:
-            compute = {hca.device for hca in profile.hcas}
+            # The compute HCAs under the node's own names (mlxlink labels each port so).
+            compute = {names.names.get(hca.device, hca.device) for hca in profile.hcas}
             findings += check_mlxlink(node, [p for p in ports if p.device in compute], t)
 
     if Lspci.name in outputs:

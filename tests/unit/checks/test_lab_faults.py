@@ -191,6 +191,19 @@ def test_a_renamed_hca_is_a_mismatch_and_judged_under_its_own_name(tmp_path: Pat
     )
 
 
+def test_a_renamed_hcas_link_quality_is_judged_under_its_own_name(tmp_path: Path) -> None:
+    # The renamed rail-5 HCA (mlx5_12 where the profile says mlx5_9) on a cable past RS-FEC's
+    # limit: mlxlink reads it under the node's name, so link.fec names mlx5_12 (it was left
+    # unjudged, the profile's name being nowhere in mlxlink's output).
+    data = model()
+    (node,) = [n for n in data["nodes"] if n["name"] == "gpu001"]
+    (hca,) = [h for h in node["hcas"] if h["device"] == "mlx5_9"]
+    hca["device"] = "mlx5_12"
+    inject(data, "link-ber", "gpu001", "mlx5_12", "1e-3")
+    findings = {(f.check, f.component) for f in check(data, "gpu001", tmp_path) if f.fails}
+    assert ("link.fec", "mlx5_12") in findings, findings
+
+
 def test_an_ecc_fault_shows_every_symptom(tmp_path: Path) -> None:
     data = model()
     inject(data, "gpu-ecc", "gpu002", "3")
