@@ -426,12 +426,6 @@ class NodeProfile(StrictModel):
 
 # The node OS images the roles install on (roles/*/vars/<Distribution>_<major>.yml).
 OsName = Literal["debian12", "ubuntu2204", "ubuntu2404"]
-# What Ansible's facts call each (distribution, major version), for the preflight's comparison.
-OS_FACTS: dict[str, tuple[str, str]] = {
-    "debian12": ("Debian", "12"),
-    "ubuntu2204": ("Ubuntu", "22"),
-    "ubuntu2404": ("Ubuntu", "24"),
-}
 OS_TITLES = {"debian12": "Debian 12", "ubuntu2204": "Ubuntu 22.04", "ubuntu2404": "Ubuntu 24.04"}
 # The Slurm release each OS's own archive ships (`slurm.packages: distribution`): slurm-wlm
 # 22.05.8-4+deb12u3 in bookworm (packages.debian.org/bookworm/slurm-wlm), 21.08.5-2ubuntu1 in

@@ -97,8 +97,6 @@ class WatchState:
     # Jobs sent the checkpoint signal and not yet requeued: job id -> {at, check, node, before}
     # (`before`: the iteration of its newest complete checkpoint when signalled, or None).
     signalled: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Per-rank step times read from the job reports: job -> node -> slow-cycle streak.
-    rank_stragglers: dict[str, dict[str, int]] = field(default_factory=dict)
     cycles: int = 0
     last_cycle_at: float | None = None
 
@@ -119,7 +117,6 @@ class WatchState:
             "held": dict(sorted(self.held.items(), key=lambda kv: kv[1])[-REQUEUED_MAX:]),
             "stragglers": self.stragglers,
             "signalled": self.signalled,
-            "rank_stragglers": self.rank_stragglers,
         }
 
     @classmethod
@@ -154,10 +151,6 @@ class WatchState:
                         "before": None if v.get("before") is None else int(v["before"]),
                     }
                     for job, v in data.get("signalled", {}).items()
-                },
-                rank_stragglers={
-                    str(job): {str(n): int(s) for n, s in nodes.items()}
-                    for job, nodes in data.get("rank_stragglers", {}).items()
                 },
                 cycles=int(data.get("cycles", 0)),
                 last_cycle_at=None if at is None else float(at),

@@ -143,13 +143,6 @@ def ssh_round(
     return down, {name: text for name, why, text in answers if why is None}
 
 
-def unreachable_hosts(
-    targets: Sequence[Target], transport: Transport, timeout_s: float = SESSION_TIMEOUT_S
-) -> dict[str, str]:
-    """Host -> why, for each target that did not answer over SSH within `timeout_s`."""
-    return ssh_round(targets, transport, timeout_s)[0]
-
-
 def os_problems(cluster: Cluster, releases: Mapping[str, str]) -> list[Problem]:
     """Hosts whose /etc/os-release is not the OS the spec says they run, both named, grouped by
     what they run; a host whose file cannot be read is named too."""
