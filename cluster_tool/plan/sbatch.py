@@ -118,7 +118,8 @@ export SLURM_HOSTFILE="$HOSTFILE"
 sync_helper() {
     cat <<'HELPER'
 set -u
-first=$1 nnodes=$2 ckpt=$3 local=$4 report=$5 me=$(hostname)
+# Slurm's name for this node, as ORDERED holds it (a site's hostname may be the FQDN).
+first=$1 nnodes=$2 ckpt=$3 local=$4 report=$5 me=${SLURMD_NODENAME:-$(hostname -s)}
 mkdir -p "$local"
 while :; do
     if [ "$me" = "$first" ] && [ -f "$local/latest_checkpointed_iteration.txt" ]; then
@@ -130,7 +131,12 @@ while :; do
         [ -f "$flag" ] || continue
         dir=$(basename "$(dirname "$flag")")
         if [ -d "$local/$dir" ] && [ ! -f "$ckpt/$dir/.synced.$me" ]; then
-            cp -a "$local/$dir/." "$ckpt/$dir/" && sync && touch "$ckpt/$dir/.synced.$me"
+            # Without local scratch the trainer saved to the shared filesystem itself.
+            if [ "$local" = "$ckpt" ]; then
+                touch "$ckpt/$dir/.synced.$me"
+            else
+                cp -a "$local/$dir/." "$ckpt/$dir/" && sync && touch "$ckpt/$dir/.synced.$me"
+            fi
         fi
         if [ "$me" = "$first" ] && [ ! -f "$ckpt/$dir/.complete" ] &&
            [ "$(ls "$ckpt/$dir" -a | grep -c '^\.synced\.')" -ge "$nnodes" ]; then
@@ -140,7 +146,9 @@ while :; do
             printf '{"iteration": %d, "at": %d}\n' "$it" "$(date +%s)" > "$report/checkpoint.tmp"
             mv "$report/checkpoint.tmp" "$report/checkpoint"
             # Older local parts are safe on the shared filesystem now.
-            for old in "$local"/iter_*; do [ "$old" \< "$local/$dir" ] && rm -rf "$old"; done
+            if [ "$local" != "$ckpt" ]; then
+                for old in "$local"/iter_*; do [ "$old" \< "$local/$dir" ] && rm -rf "$old"; done
+            fi
         fi
     done
     sleep 5

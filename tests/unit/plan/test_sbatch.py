@@ -138,3 +138,29 @@ def test_the_job_resumes_from_the_newest_complete_checkpoint_never_a_torn_one(
     assert f"--load {run}" in launched and f"--save {scratch}/checkpoints/llama3-8b" in launched
     hostfile = (shared / "jobs" / "77" / "hostfile").read_text().split()
     assert hostfile[:1] == ["gpu001"] and len(hostfile) == 16  # the placement's order, 8 per node
+
+
+@pytest.mark.parametrize("scratch", [True, False], ids=["scratch", "no-scratch"])
+def test_the_sync_helper_completes_a_checkpoint_with_and_without_local_scratch(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, scratch: bool
+) -> None:
+    """One pass of the per-node sync helper on a one-node job whose rank 0 saved iteration 500:
+    the part is on the shared filesystem and `.complete` written, named by Slurm's node name
+    (SLURMD_NODENAME), also when the trainer saves to the shared folder itself (no scratch:
+    copying a folder onto itself failed and no checkpoint ever completed)."""
+    _, text = _plan(capsys, "h100-1su.yml", "llama3-8b", tmp_path)
+    helper = text.split("<<'HELPER'\n", 1)[1].split("\nHELPER\n", 1)[0]
+    ckpt = tmp_path / "shared"
+    local = tmp_path / "scratch" if scratch else ckpt
+    report = tmp_path / "report"
+    (local / "iter_0000500").mkdir(parents=True)
+    (local / "iter_0000500" / "model.pt").write_text("weights")
+    (local / "latest_checkpointed_iteration.txt").write_text("500\n")
+    report.mkdir()
+    env = {**os.environ, "SLURMD_NODENAME": "gpu001"}
+    args = ["gpu001", "1", str(ckpt), str(local), str(report)]
+    with pytest.raises(subprocess.TimeoutExpired):  # it loops until the job ends
+        subprocess.run(["bash", "-c", helper, "_", *args], env=env, timeout=3, check=False)
+    done = ckpt / "iter_0000500"
+    assert (done / ".complete").is_file() and (done / "model.pt").read_text() == "weights"
+    assert json.loads((report / "checkpoint").read_text())["iteration"] == 500
