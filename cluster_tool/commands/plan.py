@@ -439,6 +439,7 @@ def _write_sbatch(job: tuple[Path, Path, str], doc: dict, lay: dict) -> None:
     """The resumable job for `lay`, written atomically: sbatch never reads half a script."""
     from cluster_tool.fileio import atomic_write
     from cluster_tool.plan.sbatch import sbatch_script
+    from cluster_tool.render.engine import nccl_environment
     from cluster_tool.spec import load_spec
 
     path, spec, run = job
@@ -454,6 +455,8 @@ def _write_sbatch(job: tuple[Path, Path, str], doc: dict, lay: dict) -> None:
         gpus_per_node=doc["cluster"]["gpus_per_node"],
         megatron_args=doc["launch"]["megatron_args"],
         title=title,
+        # The cluster's nccl.conf, and what this run exports beside it (CollNet for SHARP).
+        env={**nccl_environment(cluster), **dict(e.split("=", 1) for e in doc["launch"]["env"])},
     )
     atomic_write(path, text, mode=0o644)
 

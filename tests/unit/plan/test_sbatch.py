@@ -164,3 +164,13 @@ def test_the_sync_helper_completes_a_checkpoint_with_and_without_local_scratch(
     done = ckpt / "iter_0000500"
     assert (done / ".complete").is_file() and (done / "model.pt").read_text() == "weights"
     assert json.loads((report / "checkpoint").read_text())["iteration"] == 500
+
+
+def test_a_sharp_run_exports_collnet_in_its_job_as_in_its_launch_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # h200-4su has fabric.sharp: nccl.conf leaves CollNet off (it is mounted into every job),
+    # so the run that wants SHARP must export it itself, in the job script too.
+    doc, text = _plan(capsys, "h200-4su.yml", "llama3-405b", tmp_path)
+    assert "NCCL_COLLNET_ENABLE=1" in doc["launch"]["env"]
+    assert "export NCCL_COLLNET_ENABLE=1" in text.splitlines()
