@@ -116,6 +116,8 @@ class Scope:
         self.order: dict[str, int] = {}
         for i, node in enumerate(nodes):
             self.order.setdefault(node, i)
+        # The nodes each component names, expanded once: `covers` asks per node.
+        self._named: dict[tuple[str, str], frozenset[str]] = {}
 
     def __contains__(self, node: object) -> bool:
         return node in self.order
@@ -130,7 +132,7 @@ class Scope:
             # none of it; a fabric host that did not answer at all leaves the fabric stage
             # unproven instead.
             return list(self.nodes) if finding.check in _FABRIC_NOT_RUN else []
-        named = _named(finding)
+        named = self.named(finding)
         if not named:
             return list(self.nodes)
         inside = {n for n in named if n in self.order}
@@ -146,8 +148,16 @@ class Scope:
             return finding.node == node or (
                 finding.node not in self.order and finding.check in _FABRIC_NOT_RUN
             )
-        named = _named(finding)
+        named = self.named(finding)
         return not named or node in named
+
+    def named(self, finding: Finding) -> frozenset[str]:
+        """`_named(finding)` as a set, expanded once per component this scope is asked about."""
+        key = (finding.check, finding.component or "")
+        found = self._named.get(key)
+        if found is None:
+            found = self._named[key] = frozenset(_named(finding))
+        return found
 
 
 def _named(finding: Finding) -> list[str]:
