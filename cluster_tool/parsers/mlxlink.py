@@ -263,6 +263,8 @@ class _Port:
 
 
 _HISTOGRAM = "Histogram of FEC Errors"
+# A key of pretty-printed JSON at the start of its line: `    "Bin 1": {`.
+_JSON_KEY = re.compile(r'\s*("(?:[^"\\]|\\.)*")\s*:')
 _BIN = re.compile(r"^Bin ([0-9]{1,20})$")
 
 
@@ -285,12 +287,19 @@ def _json_port(
     text output would have printed."""
     at, device, port_no = command
 
+    # Each key's first line from `start` on, indexed in one pass: a search per key was
+    # quadratic in a long document.
+    first: dict[str, int] = {}
+    for index in range(start, len(lines)):
+        found = _JSON_KEY.match(lines[index])
+        if found is not None:
+            first.setdefault(found[1], index)
+
     def line_of(key: str) -> tuple[int, str]:
-        quoted = json.dumps(key)
-        for index in range(start, len(lines)):
-            if quoted in lines[index]:
-                return index + 1, lines[index]
-        return start + 1, lines[start]
+        index = first.get(json.dumps(key))
+        if index is None:
+            return start + 1, lines[start]
+        return index + 1, lines[index]
 
     if not isinstance(document, dict):
         raise ParseError("expected an mlxlink --json object", line_no=start + 1, line=lines[start])
