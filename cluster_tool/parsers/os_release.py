@@ -5,13 +5,14 @@ quoted or not, `#` comments): which OS a host runs, for the preflight to hold to
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 from cluster_tool.errors import ParseError
 from cluster_tool.parsers.base import parser
 
 _LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
+_VALUE = re.compile(r'"((?:[^"\\]|\\.)*+)"|\'([^\']*+)\'|([^"\']*+)')
+_ESCAPE = re.compile(r"\\(.)")
 # The spec's OS names (spec.models.OsName) by os-release's ID and VERSION_ID.
 _SPEC_NAMES = {
     ("debian", "12"): "debian12",
@@ -51,12 +52,17 @@ def parse_os_release(text: str) -> OsRelease:
         if match is None:
             raise ParseError("expected KEY=value", line_no=no, line=line)
         key, raw = match.groups()
-        try:
-            # The format is shell-compatible quoting: "Ubuntu 22.04.2 LTS", 'x', or bare words.
-            words = shlex.split(raw) if raw else [""]
-        except ValueError as exc:
-            raise ParseError(f"unbalanced quotes ({exc})", line_no=no, line=line) from None
-        values[key] = " ".join(words)
+        # os-release(5): a value in double quotes (with `\"`, `\\`, `\$`, `\``
+        # escapes), in single quotes, or bare. Read in one pass: shlex grows its token a
+        # character at a time, quadratic on a long value.
+        value = _VALUE.fullmatch(raw)
+        if value is None:
+            raise ParseError("unbalanced quotes", line_no=no, line=line)
+        double, single, bare = value.groups()
+        if double is not None:
+            values[key] = _ESCAPE.sub(r"\1", double)
+        else:
+            values[key] = single if single is not None else bare.strip()
     if not values.get("ID"):
         raise ParseError("no ID= line: not an os-release file")
     return OsRelease(values["ID"].lower(), values.get("VERSION_ID"), values.get("PRETTY_NAME"))
