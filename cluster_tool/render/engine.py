@@ -570,6 +570,11 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     # group_vars/os_<name>.yml).
     for os_name in sorted({n.os for n in hosts if n.os is not None}):
         inventory_groups[f"os_{os_name}"] = [n.name for n in hosts if n.os == os_name]
+    # The host this spec makes its NFS server: the storage phase converges it in a play of its
+    # own before any client mounts, whatever the batch size (`cluster_serial`).
+    shared = cluster.storage.shared
+    if shared is not None and shared.kind == "nfs" and shared.server in {n.name for n in hosts}:
+        inventory_groups["nfs_server"] = [str(shared.server)]
 
     profile = _first_gpu_profile(cluster)
     compute_hcas = [h.device for h in profile.compute_hcas] if profile else []
