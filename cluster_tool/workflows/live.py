@@ -5,7 +5,7 @@ and the summary every run record holds. Tests drive the workflows with fakes ins
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from cluster_tool.fabric.plan import plan_for
 from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
-from cluster_tool.gate.ladder import GateOptions, run_gate
+from cluster_tool.gate.ladder import run_gate
 from cluster_tool.registry import (
     CHECKS,
     COUNTER_CHECKS,
@@ -250,12 +250,7 @@ class Live:
             thresholds=inputs.thresholds,
             save_dir=self.record.raw_dir() / "gate",
         )
-        options = GateOptions(
-            rungs=rungs or self.rungs,
-            max_fail_share=inputs.max_fail_share,
-            straggler_z=inputs.straggler_z,
-            screens=inputs.screens,
-        )
+        options = replace(inputs.options, rungs=rungs or self.rungs)
         result = run_gate(
             list(nodes), runner, inputs.thresholds, inputs.params, inputs.topology, options
         )
