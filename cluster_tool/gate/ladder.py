@@ -45,6 +45,7 @@ from cluster_tool.gate.verdict import (
 )
 from cluster_tool.slurm import NodeState
 from cluster_tool.spec.thresholds import NcclGateThresholds
+from cluster_tool.verdicts import GateProof
 
 
 @dataclass(frozen=True)
@@ -86,16 +87,16 @@ class GateResult:
     report: Report
     drains: DrainPlan
     rungs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Positive proof, for admission (cluster_tool.verdicts): the nodes whose single-node job
-    # passed, and the node sets of every multi-node job that passed.
-    proof: dict[str, list[Any]] = field(default_factory=lambda: {"single": [], "jobs": []})
+    # Positive proof, for admission (cluster_tool.verdicts): the workflows take it as it is;
+    # `to_json` writes it for the report and `--json` only.
+    proof: GateProof = field(default_factory=GateProof)
 
     def to_json(self) -> dict[str, Any]:
         data = self.report.to_json()
         data["summary"] = {
             **data["summary"],
             "rungs": self.rungs,
-            "proof": self.proof,
+            "proof": self.proof.to_json(),
             "drain": {
                 "applied": self.drains.applied,
                 "stopped": self.drains.stopped,
@@ -130,7 +131,7 @@ class _Ladder:
         self.node_seconds_by: dict[str, float] = {}
         self.jobs = 0
         self.gdr_evidence: list[tuple[tuple[str, ...], dict[str, GdrUse]]] = []
-        self.proof: dict[str, list[Any]] = {"single": [], "jobs": []}
+        self.proof = GateProof()
 
     def _run(self, jobs: list[GateJob], spent_on: str) -> list[JobOutcome]:
         runs = self.runner.run(jobs)
@@ -144,9 +145,9 @@ class _Ladder:
             if not o.passed:
                 continue
             if len(o.job.nodes) == 1:
-                self.proof["single"].append(o.job.nodes[0])
+                self.proof.single.append(o.job.nodes[0])
             else:
-                self.proof["jobs"].append(list(o.job.nodes))
+                self.proof.jobs.append(tuple(o.job.nodes))
         return outcomes
 
     def preflight(self, nodes: list[str]) -> list[str]:

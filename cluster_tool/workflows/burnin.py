@@ -26,6 +26,7 @@ from cluster_tool.probes.node import HEALTH_PROBES, DcgmiDiag
 from cluster_tool.remote.fanout import Target, collect, save_capture
 from cluster_tool.slurm import SlurmError
 from cluster_tool.spec.models import Cluster
+from cluster_tool.verdicts import GateProof
 from cluster_tool.workflows.common import GateOutcome
 from cluster_tool.workflows.live import Live
 
@@ -75,12 +76,9 @@ class BurnInLive(Live):
         # Each soaked pair that no burn-in error names is a multi-node job that passed: proof
         # for both (a node whose gate partner sagged is proven by its other partners).
         bad = {f.node for f in found if f.fails}
-        clean = [list(p) for s in self.soaks[before:] for p in _pairs(s) if not set(p) & bad]
-        summary = dict(outcome.summary)
-        proof = dict(summary.get("proof") or {})
-        proof["jobs"] = [*proof.get("jobs", []), *clean]
-        summary["proof"] = proof
-        return GateOutcome(outcome.findings + found, outcome.busbw, summary)
+        clean = [tuple(p) for s in self.soaks[before:] for p in _pairs(s) if not set(p) & bad]
+        proof = GateProof(list(outcome.proof.single), [*outcome.proof.jobs, *clean])
+        return GateOutcome(outcome.findings + found, outcome.busbw, proof)
 
     def burn_in(self, nodes: Sequence[str]) -> list[Finding]:
         """The soak on `nodes`, judged; then their node checks with DCGM at the burn-in level."""

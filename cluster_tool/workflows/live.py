@@ -254,7 +254,7 @@ class Live:
         result = run_gate(
             list(nodes), runner, inputs.thresholds, inputs.params, inputs.topology, options
         )
-        return GateOutcome(list(result.report.findings), runner.busbw, result.to_json()["summary"])
+        return GateOutcome(list(result.report.findings), runner.busbw, result.proof)
 
     def node_ladder(self, node: str, partner: str | None, door: Door) -> LadderResult:
         """Re-image's ladder, as phases over one result: health and the node's cables, then
@@ -295,9 +295,8 @@ class Live:
                 hold_again=REIMAGE_REASON,
                 partner=partner,
             )
-            proven = outcome.summary.get("proof") or {}
-            for job in proven.get("jobs", ()):
-                run.proof.add_job(list(job))
+            for job in outcome.proof.jobs:
+                run.proof.add_job(job)
             # The partner is known good: a failing pair names the re-imaged node.
             pinned = pin_on(node, partner, outcome.findings) if partner else outcome.findings
             run.findings += pinned
@@ -305,7 +304,7 @@ class Live:
             return PhaseResult(
                 "failed" if any(f.fails for f in pinned) else "passed",
                 f"{node}: " + ("single and a pair with " + partner if partner else "single"),
-                proven={GATE_SINGLE: list(proven.get("single", ()))},
+                proven={GATE_SINGLE: list(outcome.proof.single)},
             )
 
         run_phase(run, RunPhase("validate", (HEALTH, FABRIC), validate))
