@@ -28,7 +28,7 @@ from cluster_tool.slurm import SlurmError
 from cluster_tool.spec.models import Cluster
 from cluster_tool.verdicts import GateProof
 from cluster_tool.workflows.common import GateOutcome
-from cluster_tool.workflows.live import Live
+from cluster_tool.workflows.live import PENDING_S, Live
 
 
 def burn_in_seconds(text: str | None, cluster: Cluster, command: str) -> float:
@@ -99,7 +99,7 @@ class BurnInLive(Live):
             params=inputs.params,
             gpus_per_node=inputs.thresholds.profile.gpus_per_node,
             watchdog_s=inputs.watchdog_s,
-            pending_s=900.0,
+            pending_s=PENDING_S,
             poll_s=2.0 if self.burn_in_s < 300 else 10.0,
         )
         su = {n.name: n.su or 0 for n in self.cluster.gpu_nodes()}

@@ -68,6 +68,9 @@ from cluster_tool.workflows.reimage import LadderResult
 from cluster_tool.workflows.runs import RunRecord, RunSummary
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
+# A workflow's gate and burn-in jobs still queued after this long are cancelled
+# (`slurm.pending`); the `gate` command takes its own from --pending-timeout.
+PENDING_S = 900.0
 
 
 def ansible_limit(hostlist: str | Sequence[str] | None) -> str | None:
@@ -245,7 +248,7 @@ class Live:
             params=inputs.params,
             gpus_per_node=inputs.thresholds.profile.gpus_per_node,
             watchdog_s=inputs.watchdog_s,
-            pending_s=900.0,
+            pending_s=PENDING_S,
             poll_s=5.0,
             thresholds=inputs.thresholds,
             save_dir=self.record.raw_dir() / "gate",
