@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cluster_tool.gate.localize import localize
+from cluster_tool.gate.localize import Localizer
 from cluster_tool.gate.plan import pair_rotation
 from cluster_tool.gate.simulate import SimulatedFleet, SimulationResult, plant_fleet, simulate
 
@@ -130,7 +130,7 @@ def baselines(seed: int, minutes: float) -> None:
         for k in (1, 4):
             rows = []
             fleet = plant_fleet(n, k, seed=seed, job_minutes=minutes)
-            loc = localize(fleet.nodes, fleet.run_round, su_of=fleet.su_of)
+            loc = Localizer(fleet.nodes, su_of=fleet.su_of).run(fleet.run_round)
             ours_h = fleet.gpu_hours(GPUS)
             rows.append(("ours", loc.rounds, loc.jobs, ours_h, sorted(loc.bad)))
             for name, fn in (("all-pairs", all_pairs), ("bisection", bisection)):

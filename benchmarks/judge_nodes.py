@@ -25,31 +25,30 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cluster_tool.admission import WORKFLOW_SUITES, prove
 from cluster_tool.findings import Finding
-from cluster_tool.verdicts import FABRIC, HEALTH, Proof, settle
+from cluster_tool.verdicts import FABRIC, HEALTH, GateProof, Proof, settle
 
 PAIR_ROUNDS = 4
 
 
-def fleet(n: int, *, thin: bool) -> tuple[list[str], list[Finding], dict[str, list[Any]]]:
-    """The nodes, the findings, and the gate's `summary["proof"]` as a run hands it over."""
+def fleet(n: int, *, thin: bool) -> tuple[list[str], list[Finding], GateProof]:
+    """The nodes, the findings, and the gate's proof as a run hands it over."""
     nodes = [f"gpu{i:05d}" for i in range(1, n + 1)]
-    jobs: list[list[str]] = []
+    jobs: list[tuple[str, ...]] = []
     for r in range(1, PAIR_ROUNDS + 1):
         # A rotation: node i with node i + r (mod n), each node in one pair per round.
         done: set[str] = set()
         for i, node in enumerate(nodes):
             partner = nodes[(i + r) % n]
             if node not in done and partner not in done:
-                jobs.append([node, partner])
+                jobs.append((node, partner))
                 done |= {node, partner}
-    jobs.append(list(nodes))
-    gate = {"single": nodes[1::2] if thin else list(nodes), "jobs": jobs}
+    jobs.append(tuple(nodes))
+    gate = GateProof(nodes[1::2] if thin else list(nodes), jobs)
     findings = [
         Finding(check="gpu.ecc", node=nodes[7], component="GPU 3", message="uncorrectable ECC"),
         Finding(
@@ -62,7 +61,7 @@ def fleet(n: int, *, thin: bool) -> tuple[list[str], list[Finding], dict[str, li
     return nodes, findings, gate
 
 
-def admission(nodes: list[str], findings: list[Finding], gate: dict[str, list[Any]]) -> None:
+def admission(nodes: list[str], findings: list[Finding], gate: GateProof) -> None:
     """What a workflow does with the gate's proof: build the run's proof, settle, prove."""
     proof = Proof()
     proof.add(HEALTH, nodes)

@@ -28,7 +28,7 @@ from typing import Any
 
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.spec.models import HistoryThresholds
+from cluster_tool.spec.thresholds import HistoryThresholds
 
 __all__ = [
     "SCHEMA_VERSION",

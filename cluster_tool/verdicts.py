@@ -46,6 +46,20 @@ _FABRIC_NOT_RUN = frozenset(c for c in NOT_RUN if CHECKS[c].plan == "fabric")
 
 
 @dataclass
+class GateProof:
+    """What one gate run proved, as the gate hands it to the workflows: the nodes whose
+    single-node job passed, and the members of each multi-node job that passed (each proves its
+    members as partners). Only a job that ran and passed every step is here."""
+
+    single: list[str] = field(default_factory=list)
+    jobs: list[tuple[str, ...]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, list[Any]]:
+        """The gate report's `summary["proof"]`: `{"single": [nodes], "jobs": [[nodes], ...]}`."""
+        return {"single": list(self.single), "jobs": [list(job) for job in self.jobs]}
+
+
+@dataclass
 class Proof:
     """What a run proved, per node: the stages that ran to a pass, and each multi-node job it
     passed (its members are each other's partners). `trusted` are nodes outside the run already
@@ -72,11 +86,11 @@ class Proof:
         if len(members) > 1:  # a job of one node proves no partner
             self.jobs.append(members)
 
-    def merge_gate(self, gate_proof: Mapping[str, Any]) -> None:
-        """The gate's `summary["proof"]`: `{"single": [nodes], "jobs": [[nodes], ...]}`."""
-        self.add(GATE_SINGLE, gate_proof.get("single", ()))
-        for job in gate_proof.get("jobs", ()):
-            self.add_job(list(job))
+    def merge_gate(self, gate_proof: GateProof) -> None:
+        """What a gate run proved: its single-node passes and its passed multi-node jobs."""
+        self.add(GATE_SINGLE, gate_proof.single)
+        for job in gate_proof.jobs:
+            self.add_job(job)
 
 
 @dataclass(frozen=True)

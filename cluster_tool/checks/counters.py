@@ -31,7 +31,8 @@ from cluster_tool.findings import Finding
 from cluster_tool.parsers.ibcounters import IbQueryErrors, PerfCounters
 from cluster_tool.parsers.link_events import LinkEvent
 from cluster_tool.parsers.pci import normalize_pci_bus_id
-from cluster_tool.spec.models import Cluster, Hca, HealthThresholds
+from cluster_tool.spec.models import Cluster, Hca
+from cluster_tool.spec.thresholds import HealthThresholds
 
 if TYPE_CHECKING:  # node-check imports this module for the kernel-log flaps: no fabric parser
     from cluster_tool.parsers.ibnetdiscover import Fabric

@@ -18,7 +18,8 @@ from cluster_tool.parsers.dcgmi import DcgmDiag
 from cluster_tool.parsers.ibstat import IbstatCa
 from cluster_tool.parsers.kernel_log import XidEvent
 from cluster_tool.parsers.nvidia_smi import GpuInfo, NvidiaSmiReport
-from cluster_tool.spec.models import HealthThresholds, NodeProfile
+from cluster_tool.spec.models import NodeProfile
+from cluster_tool.spec.thresholds import HealthThresholds
 
 __all__ = [
     "XID_CLASSES",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.mlxlink import MlxlinkPort
-from cluster_tool.spec.models import HealthThresholds, LinkQuality
+from cluster_tool.spec.thresholds import HealthThresholds, LinkQuality
 
 __all__ = ["check_mlxlink"]
 

@@ -56,7 +56,8 @@ from cluster_tool.probes.node import (
     NvlinkErrorCounters,
     Storage,
 )
-from cluster_tool.spec.models import Cluster, HealthThresholds, NodeProfile
+from cluster_tool.spec.models import Cluster, NodeProfile
+from cluster_tool.spec.thresholds import HealthThresholds
 
 __all__ = [
     "NODE_FILE",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from cluster_tool.findings import Finding, Severity
 from cluster_tool.parsers.nvlink_errors import NvlinkErrorGpu
-from cluster_tool.spec.models import HealthThresholds
+from cluster_tool.spec.thresholds import HealthThresholds
 
 __all__ = ["check_nvlink_errors"]
 

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from cluster_tool.findings import Finding, Severity
 from cluster_tool.parsers.lspci import PciFunction
 from cluster_tool.parsers.pci import normalize_pci_bus_id
-from cluster_tool.spec.models import HealthThresholds, NodeProfile
+from cluster_tool.spec.models import NodeProfile
+from cluster_tool.spec.thresholds import HealthThresholds
 
 __all__ = ["check_pcie_links"]
 

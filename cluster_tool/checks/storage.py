@@ -8,7 +8,8 @@ from typing import Any
 
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.mounts import StorageReading
-from cluster_tool.spec.models import Cluster, HealthThresholds
+from cluster_tool.spec.models import Cluster
+from cluster_tool.spec.thresholds import HealthThresholds
 
 __all__ = ["ExpectedMount", "StorageExpectations", "check_storage", "storage_expectations"]
 

@@ -127,7 +127,7 @@ def gate(
     from cluster_tool import slurm as slurm_door
     from cluster_tool.commands._context import load_cluster
     from cluster_tool.gate.from_spec import gate_inputs
-    from cluster_tool.gate.ladder import GateOptions, run_gate
+    from cluster_tool.gate.ladder import run_gate
     from cluster_tool.gate.runner import SlurmRunner
     from cluster_tool.nodes import select_gpu_nodes
 
@@ -151,15 +151,14 @@ def gate(
         pending_s=pending_timeout,
         poll_s=poll_s,
     )
-    options = GateOptions(
+    options = dataclasses.replace(
+        inputs.options,
         rungs=_rungs(rungs),
         rails=rails,
         rotation=rotation,
         drain=drain,
         dry_run=dry_run,
-        max_fail_share=inputs.max_fail_share,
-        straggler_z=inputs.straggler_z,
-        screens=screens if screens is not None else inputs.screens,
+        screens=screens if screens is not None else inputs.options.screens,
     )
     result = run_gate(selected, runner, inputs.thresholds, inputs.params, inputs.topology, options)
     _print_result(result, json_out)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from cluster_tool.errors import UsageError
 from cluster_tool.fabric.plan import plan_for
 from cluster_tool.fabric.topology import Topology
+from cluster_tool.gate.ladder import GateOptions
 from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.thresholds import COLLECTIVES, Thresholds, profile_from_node_profile
 from cluster_tool.spec import Cluster
@@ -21,9 +22,8 @@ class GateInputs:
     params: NcclTestParams
     topology: Topology
     watchdog_s: float
-    max_fail_share: float
-    straggler_z: float
-    screens: int
+    # The spec's limits; the operator's choices (rungs, drain, --screens) go on top.
+    options: GateOptions
 
 
 def gate_inputs(cluster: Cluster) -> GateInputs:
@@ -64,7 +64,5 @@ def gate_inputs(cluster: Cluster) -> GateInputs:
         params=params,
         topology=topology,
         watchdog_s=float(limits.watchdog_s),
-        max_fail_share=limits.max_failing_share,
-        straggler_z=limits.straggler_zscore,
-        screens=limits.screens,
+        options=GateOptions.from_spec(limits),
     )

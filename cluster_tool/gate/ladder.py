@@ -19,8 +19,6 @@ from cluster_tool.gate.classify import GdrUse, gdr_findings
 from cluster_tool.gate.evaluate import JobOutcome, evaluate_job
 from cluster_tool.gate.localize import (
     DEFAULT_RETESTS,
-    DEFAULT_SCREENS,
-    DEFAULT_STRAGGLER_Z,
     FullSplit,
     Localisation,
     Localizer,
@@ -35,7 +33,7 @@ from cluster_tool.gate.plan import (
 )
 from cluster_tool.gate.rungs import RUNG_NAMES
 from cluster_tool.gate.runner import JobRun, SlurmRunner
-from cluster_tool.gate.thresholds import Rung, Thresholds
+from cluster_tool.gate.thresholds import SPEC_DEFAULTS, Rung, Thresholds
 from cluster_tool.gate.verdict import (
     DrainPlan,
     NodeVerdict,
@@ -46,26 +44,40 @@ from cluster_tool.gate.verdict import (
     plan_drains,
 )
 from cluster_tool.slurm import NodeState
+from cluster_tool.spec.thresholds import NcclGateThresholds
+from cluster_tool.verdicts import GateProof
 
 
 @dataclass(frozen=True)
 class GateOptions:
-    """What the operator asked for; defaults match the spec's `thresholds.nccl_gate`."""
+    """What the operator asked for, over the spec's `thresholds.nccl_gate` (`from_spec`). The
+    limits' defaults are that model's, written there and only read here: `GateOptions()` is
+    the gate of a spec that sets none of them."""
 
     rungs: tuple[str, ...] = RUNG_NAMES
     rails: bool = False
     rotation: int = 0
     drain: bool = False
     dry_run: bool = False
-    max_fail_share: float = 0.25
-    straggler_z: float = DEFAULT_STRAGGLER_Z
+    max_fail_share: float = SPEC_DEFAULTS.max_failing_share
+    straggler_z: float = SPEC_DEFAULTS.straggler_zscore
     # Pair screens (each node with another partner each time) and the passes in a row that clear
     # a node of a failure nobody explains: see cluster_tool.gate.localize.
-    screens: int = DEFAULT_SCREENS
+    screens: int = SPEC_DEFAULTS.screens
     retests: int = DEFAULT_RETESTS
     # A slurmd started moments ago is NOT_RESPONDING until it registers with slurmctld (a
     # bring-up gates right after the converge): wait this long for it before leaving it out.
     settle_s: float = 120.0
+
+    @classmethod
+    def from_spec(cls, limits: NcclGateThresholds) -> GateOptions:
+        """The gate as the spec's `thresholds.nccl_gate` sets it; what the operator asks for
+        (rungs, drain, `--screens`) goes on top with `dataclasses.replace`."""
+        return cls(
+            max_fail_share=limits.max_failing_share,
+            straggler_z=limits.straggler_zscore,
+            screens=limits.screens,
+        )
 
 
 @dataclass
@@ -75,16 +87,16 @@ class GateResult:
     report: Report
     drains: DrainPlan
     rungs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Positive proof, for admission (cluster_tool.verdicts): the nodes whose single-node job
-    # passed, and the node sets of every multi-node job that passed.
-    proof: dict[str, list[Any]] = field(default_factory=lambda: {"single": [], "jobs": []})
+    # Positive proof, for admission (cluster_tool.verdicts): the workflows take it as it is;
+    # `to_json` writes it for the report and `--json` only.
+    proof: GateProof = field(default_factory=GateProof)
 
     def to_json(self) -> dict[str, Any]:
         data = self.report.to_json()
         data["summary"] = {
             **data["summary"],
             "rungs": self.rungs,
-            "proof": self.proof,
+            "proof": self.proof.to_json(),
             "drain": {
                 "applied": self.drains.applied,
                 "stopped": self.drains.stopped,
@@ -119,7 +131,7 @@ class _Ladder:
         self.node_seconds_by: dict[str, float] = {}
         self.jobs = 0
         self.gdr_evidence: list[tuple[tuple[str, ...], dict[str, GdrUse]]] = []
-        self.proof: dict[str, list[Any]] = {"single": [], "jobs": []}
+        self.proof = GateProof()
 
     def _run(self, jobs: list[GateJob], spent_on: str) -> list[JobOutcome]:
         runs = self.runner.run(jobs)
@@ -133,9 +145,9 @@ class _Ladder:
             if not o.passed:
                 continue
             if len(o.job.nodes) == 1:
-                self.proof["single"].append(o.job.nodes[0])
+                self.proof.single.append(o.job.nodes[0])
             else:
-                self.proof["jobs"].append(list(o.job.nodes))
+                self.proof.jobs.append(tuple(o.job.nodes))
         return outcomes
 
     def preflight(self, nodes: list[str]) -> list[str]:

@@ -18,7 +18,9 @@ A node that is never cleared of a failure is `unresolved`, which the findings ma
 `FullSplit` localises a full job that fails though every node passed its pairs (a bad path
 between two nodes the screens never paired): it halves the job until the pair is left.
 
-The caller drives both: `while jobs := loc.next_round(): loc.record(run(jobs))`.
+The caller drives both: `while jobs := loc.next_round(): loc.record(run(jobs))` (or
+`Localizer(...).run(run)`). The limits (`max_fail_share`, `straggler_z`) default to the spec's
+`thresholds.nccl_gate`, whose model is the one place they are written.
 """
 
 from __future__ import annotations
@@ -28,11 +30,15 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cluster_tool.gate.plan import pair_rotation, sort_by_su
+from cluster_tool.gate.thresholds import SPEC_DEFAULTS
 
 # Iglewicz & Hoaglin's modified z-score (0.6745 (x - median) / MAD): robust to the bad
-# nodes themselves, and 3.5 is their recommended outlier cut.
+# nodes themselves; the cut is the spec's `straggler_zscore`.
 _MAD_SCALE = 0.6745
-DEFAULT_STRAGGLER_Z = 3.5
+_STRAGGLER_Z = SPEC_DEFAULTS.straggler_zscore
+# A straggler is also at least this far below the fleet's median: a fleet whose busbw never
+# varies (MAD 0) is not flagged for a wobble.
+_MIN_DROP = 0.05
 # Below this many measurements a z-score says nothing.
 _MIN_SAMPLES = 5
 
@@ -77,8 +83,8 @@ def fleet_stats(values: Sequence[float]) -> FleetStats | None:
 def is_straggler(
     value: float,
     stats: FleetStats | None,
-    z_cut: float = DEFAULT_STRAGGLER_Z,
-    min_drop: float = 0.05,
+    z_cut: float = _STRAGGLER_Z,
+    min_drop: float = _MIN_DROP,
 ) -> bool:
     """Far below the fleet (robust z under -z_cut) and at least `min_drop` below its median."""
     if stats is None:
@@ -87,7 +93,9 @@ def is_straggler(
 
 
 def stragglers(
-    values: Mapping[str, float], z_cut: float = DEFAULT_STRAGGLER_Z, min_drop: float = 0.05
+    values: Mapping[str, float],
+    z_cut: float = _STRAGGLER_Z,
+    min_drop: float = _MIN_DROP,
 ) -> dict[str, float]:
     """Nodes whose own busbw (e.g. the single rung) is far below the fleet: node -> z-score."""
     stats = fleet_stats(list(values.values()))
@@ -119,9 +127,6 @@ class Localisation:
     stats: FleetStats | None = None
 
 
-# Screens of the pairs rung: a node failing 30 % of its jobs slips through twelve screens and the
-# full job with probability 0.7^13 ~ 1 %.
-DEFAULT_SCREENS = 12
 # Consecutive passes with proven partners that clear a node of a failure nobody explains: a node
 # failing 30 % of its jobs passes eight in a row 6 % of the time, and it had to slip through
 # the screens (and will still meet the full job) first.
@@ -149,9 +154,11 @@ class Localizer:
         *,
         su_of: Mapping[str, int] | None = None,
         rotation: int = 0,
-        max_fail_share: float = 0.25,
-        straggler_z: float = DEFAULT_STRAGGLER_Z,
-        min_drop: float = 0.05,
+        max_fail_share: float = SPEC_DEFAULTS.max_failing_share,
+        straggler_z: float = _STRAGGLER_Z,
+        min_drop: float = _MIN_DROP,
+        # One screen unless asked: the gate asks for the spec's `screens`, and the rails rung
+        # re-runs nodes the pairs rung already screened.
         screens: int = 1,
         retests: int = DEFAULT_RETESTS,
     ) -> None:
@@ -264,6 +271,14 @@ class Localizer:
     def verdict(self) -> Localisation:
         """Drive to the end first; asking early returns what is known so far."""
         return self.result
+
+    def run(
+        self, run_round: Callable[[list[tuple[str, ...]]], Sequence[PairResult]]
+    ) -> Localisation:
+        """The whole localisation with `run_round(jobs) -> results`, one call per round."""
+        while jobs := self.next_round():
+            self.record(run_round(jobs))
+        return self.verdict()
 
     # -- judging ---------------------------------------------------------------------------
 
@@ -544,31 +559,3 @@ class FullSplit:
             self._step = 0
         else:
             self.done = True
-
-
-def localize(
-    nodes: Sequence[str],
-    run_round: Callable[[list[tuple[str, ...]]], Sequence[PairResult]],
-    *,
-    su_of: Mapping[str, int] | None = None,
-    rotation: int = 0,
-    max_fail_share: float = 0.25,
-    straggler_z: float = DEFAULT_STRAGGLER_Z,
-    min_drop: float = 0.05,
-    screens: int = 1,
-    retests: int = DEFAULT_RETESTS,
-) -> Localisation:
-    """Run the whole localisation with `run_round(jobs) -> results`, one call per round."""
-    loc = Localizer(
-        nodes,
-        su_of=su_of,
-        rotation=rotation,
-        max_fail_share=max_fail_share,
-        straggler_z=straggler_z,
-        min_drop=min_drop,
-        screens=screens,
-        retests=retests,
-    )
-    while jobs := loc.next_round():
-        loc.record(run_round(jobs))
-    return loc.verdict()

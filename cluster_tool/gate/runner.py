@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cluster_tool.fileio import atomic_write, remove_stale
 from cluster_tool.gate.plan import GateJob, NcclTestParams, render_sbatch
+from cluster_tool.gate.thresholds import SPEC_DEFAULTS
 from cluster_tool.polling import poll_delays
 from cluster_tool.slurm import Slurm, SlurmError
 
@@ -65,7 +66,7 @@ class SlurmRunner:
     workdir: Path
     params: NcclTestParams
     gpus_per_node: int
-    watchdog_s: float = 900.0
+    watchdog_s: float = SPEC_DEFAULTS.watchdog_s
     pending_s: float = 3600.0
     poll_s: float = 10.0
     clock: Callable[[], float] = time.monotonic

@@ -21,7 +21,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cluster_tool.fabric.topology import Topology
 from cluster_tool.gate.localize import PairResult
@@ -29,6 +29,9 @@ from cluster_tool.gate.plan import GateJob, NcclTestParams, Step, pair_rotation
 from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import Expectation, GateProfile, Rung, Thresholds
 from cluster_tool.slurm import JobState, NodeState, SlurmError
+
+if TYPE_CHECKING:
+    from cluster_tool.gate.ladder import GateOptions, GateResult
 
 # A simulated job: an all_reduce sweep to 16 GiB takes a few minutes with allocation and NCCL
 # init; 5 minutes is the accounting unit for GPU-hours, whatever the job's size.
@@ -431,14 +434,12 @@ class SimulationResult:
 def simulate(
     fleet: SimulatedFleet,
     *,
-    rails: bool = False,
-    rotation: int = 0,
-    max_fail_share: float = 0.25,
     thresholds: Thresholds | None = None,
-    options: Any = None,
-) -> tuple[SimulationResult, Any]:
+    options: GateOptions | None = None,
+) -> tuple[SimulationResult, GateResult]:
     """Run the whole gate (single, pairs, rails if asked, full) on the simulated fleet and judge
-    every node with `cluster_tool.verdicts`; returns the result and the gate's `GateResult`."""
+    every node with `cluster_tool.verdicts`; returns the result and the gate's `GateResult`.
+    `options` default to the spec's (`GateOptions()`), as `gate simulate` runs them."""
     # The ladder imports the runner; imported here so that the baselines need not load it.
     from cluster_tool.gate.ladder import GateOptions, run_gate
     from cluster_tool.verdicts import FABRIC, HEALTH, Proof, judge_nodes, may_admit
@@ -446,7 +447,7 @@ def simulate(
     th = thresholds or Thresholds(GateProfile())
     params = NcclTestParams()
     runner = SimulatedRunner(fleet, th, params)
-    opts = options or GateOptions(rails=rails, rotation=rotation, max_fail_share=max_fail_share)
+    opts = options or GateOptions()
     gate = run_gate(fleet.nodes, runner, th, params, fleet.topology(th.profile.rails), opts)
     proof = Proof()
     proof.add(HEALTH, fleet.nodes)

@@ -32,8 +32,8 @@ Where the defaults come from (measured busbw over the link rate they run on):
   conservative default.
 
 The floor is a fraction of expected, the spec's `thresholds.nccl_gate.busbw_fraction`
-(default 0.85, also this module's default): at 0.9, 370 GB/s expected on NDR gives a 333 GB/s
-floor.
+(`Thresholds` takes its default from the spec model, where it is written): at 0.9, 370 GB/s
+expected on NDR gives a 333 GB/s floor.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from cluster_tool.spec.thresholds import NcclGateThresholds
+
+# The gate's tunables at the spec's defaults (`thresholds.nccl_gate`): each default is written in
+# that model's field and nowhere else; what in the gate needs a default reads it from here.
+SPEC_DEFAULTS = NcclGateThresholds.model_validate({})
 
 # Per-direction NVLink bandwidth per GPU in GB/s, by GPU model (NVLink4 = 18 links x 25 GB/s).
 NVLINK_GBS_PER_GPU: dict[str, float] = {"h100": 450.0, "h200": 450.0}
@@ -120,7 +126,7 @@ class Thresholds:
     """Derives expectations for every rung and collective from one profile."""
 
     profile: GateProfile
-    min_fraction: float = 0.85  # the spec's busbw_fraction default
+    min_fraction: float = SPEC_DEFAULTS.busbw_fraction
     efficiencies: Efficiencies = field(default_factory=Efficiencies)
 
     def expect(self, rung: Rung, collective: str = "all_reduce", nodes: int = 2) -> Expectation:

@@ -15,7 +15,7 @@ from cluster_tool.drains import Owner, gate_reason
 from cluster_tool.fabric.topology import Topology
 from cluster_tool.findings import Finding
 from cluster_tool.gate.localize import Localisation, PairResult
-from cluster_tool.gate.thresholds import Expectation
+from cluster_tool.gate.thresholds import SPEC_DEFAULTS, Expectation
 from cluster_tool.slurm import Slurm
 
 
@@ -214,7 +214,9 @@ class DrainPlan:
 
 
 def plan_drains(
-    guilty: Iterable[NodeVerdict], total_nodes: int, max_fail_share: float = 0.25
+    guilty: Iterable[NodeVerdict],
+    total_nodes: int,
+    max_fail_share: float = SPEC_DEFAULTS.max_failing_share,
 ) -> DrainPlan:
     """Drain every guilty node, unless more than `max_fail_share` of the fleet is guilty (the
     admission door's fleet breaker)."""

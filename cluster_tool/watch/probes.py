@@ -36,7 +36,8 @@ from cluster_tool.gate.thresholds import GateProfile
 from cluster_tool.history import Baseline, HistoryStore, Identity, Measurement
 from cluster_tool.parsers.nccl_tests import parse_nccl_tests
 from cluster_tool.slurm import Slurm
-from cluster_tool.spec.models import Cluster, HistoryThresholds, Watch
+from cluster_tool.spec.models import Cluster, Watch
+from cluster_tool.spec.thresholds import HistoryThresholds
 
 __all__ = [
     "PROBE_STORE",

@@ -26,8 +26,9 @@ from cluster_tool.probes.node import HEALTH_PROBES, DcgmiDiag
 from cluster_tool.remote.fanout import Target, collect, save_capture
 from cluster_tool.slurm import SlurmError
 from cluster_tool.spec.models import Cluster
+from cluster_tool.verdicts import GateProof
 from cluster_tool.workflows.common import GateOutcome
-from cluster_tool.workflows.live import Live
+from cluster_tool.workflows.live import PENDING_S, Live
 
 
 def burn_in_seconds(text: str | None, cluster: Cluster, command: str) -> float:
@@ -75,12 +76,9 @@ class BurnInLive(Live):
         # Each soaked pair that no burn-in error names is a multi-node job that passed: proof
         # for both (a node whose gate partner sagged is proven by its other partners).
         bad = {f.node for f in found if f.fails}
-        clean = [list(p) for s in self.soaks[before:] for p in _pairs(s) if not set(p) & bad]
-        summary = dict(outcome.summary)
-        proof = dict(summary.get("proof") or {})
-        proof["jobs"] = [*proof.get("jobs", []), *clean]
-        summary["proof"] = proof
-        return GateOutcome(outcome.findings + found, outcome.busbw, summary)
+        clean = [tuple(p) for s in self.soaks[before:] for p in _pairs(s) if not set(p) & bad]
+        proof = GateProof(list(outcome.proof.single), [*outcome.proof.jobs, *clean])
+        return GateOutcome(outcome.findings + found, outcome.busbw, proof)
 
     def burn_in(self, nodes: Sequence[str]) -> list[Finding]:
         """The soak on `nodes`, judged; then their node checks with DCGM at the burn-in level."""
@@ -101,7 +99,7 @@ class BurnInLive(Live):
             params=inputs.params,
             gpus_per_node=inputs.thresholds.profile.gpus_per_node,
             watchdog_s=inputs.watchdog_s,
-            pending_s=900.0,
+            pending_s=PENDING_S,
             poll_s=2.0 if self.burn_in_s < 300 else 10.0,
         )
         su = {n.name: n.su or 0 for n in self.cluster.gpu_nodes()}

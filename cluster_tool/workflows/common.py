@@ -28,6 +28,7 @@ from cluster_tool.slurm import NodeState, SlurmAdmin, SlurmError
 from cluster_tool.verdicts import (
     GATE_MULTI,
     GATE_SINGLE,
+    GateProof,
     NodeVerdict,
     Proof,
     RunVerdict,
@@ -197,12 +198,12 @@ class Validation:
 
 @dataclass
 class GateOutcome:
-    """What the gate gave a workflow: its findings, busbw rows for the report, and its summary
-    (the proof it adds, under "proof")."""
+    """What the gate gave a workflow: its findings, busbw rows for the report, and what it
+    proved (the gate's `GateResult.proof`, typed)."""
 
     findings: list[Finding]
     busbw: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    proof: GateProof = field(default_factory=GateProof)
 
 
 # Base states in which a drained node runs no job any more.
@@ -627,16 +628,15 @@ def gate_phase(
         if partner is not None:
             result.proof.trusted.add(partner)
             outcome.findings = pin_on(nodes[0], partner, outcome.findings)
-        proven = outcome.summary.get("proof") or {}
-        for job in proven.get("jobs", ()):
-            result.proof.add_job(list(job))
+        for job in outcome.proof.jobs:
+            result.proof.add_job(job)
         result.findings += outcome.findings
         result.busbw += outcome.busbw
         named = {f.node for f in outcome.findings if f.fails and f.node}
         return PhaseResult(
             "failed" if any(f.fails for f in outcome.findings) else "passed",
             f"{len(nodes)} node(s), {len(named)} named",
-            proven={GATE_SINGLE: list(proven.get("single", ()))},
+            proven={GATE_SINGLE: list(outcome.proof.single)},
         )
 
     return RunPhase("gate", (GATE_SINGLE, GATE_MULTI), run)

@@ -5,7 +5,7 @@ and the summary every run record holds. Tests drive the workflows with fakes ins
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from cluster_tool.fabric.plan import plan_for
 from cluster_tool.fileio import fresh_dir
 from cluster_tool.findings import Finding
 from cluster_tool.gate.from_spec import gate_inputs
-from cluster_tool.gate.ladder import GateOptions, run_gate
+from cluster_tool.gate.ladder import run_gate
 from cluster_tool.registry import (
     CHECKS,
     COUNTER_CHECKS,
@@ -68,6 +68,9 @@ from cluster_tool.workflows.reimage import LadderResult
 from cluster_tool.workflows.runs import RunRecord, RunSummary
 
 SITE_YML = REPO_ROOT / "playbooks" / "site.yml"
+# A workflow's gate and burn-in jobs still queued after this long are cancelled
+# (`slurm.pending`); the `gate` command takes its own from --pending-timeout.
+PENDING_S = 900.0
 
 
 def ansible_limit(hostlist: str | Sequence[str] | None) -> str | None:
@@ -245,21 +248,16 @@ class Live:
             params=inputs.params,
             gpus_per_node=inputs.thresholds.profile.gpus_per_node,
             watchdog_s=inputs.watchdog_s,
-            pending_s=900.0,
+            pending_s=PENDING_S,
             poll_s=5.0,
             thresholds=inputs.thresholds,
             save_dir=self.record.raw_dir() / "gate",
         )
-        options = GateOptions(
-            rungs=rungs or self.rungs,
-            max_fail_share=inputs.max_fail_share,
-            straggler_z=inputs.straggler_z,
-            screens=inputs.screens,
-        )
+        options = replace(inputs.options, rungs=rungs or self.rungs)
         result = run_gate(
             list(nodes), runner, inputs.thresholds, inputs.params, inputs.topology, options
         )
-        return GateOutcome(list(result.report.findings), runner.busbw, result.to_json()["summary"])
+        return GateOutcome(list(result.report.findings), runner.busbw, result.proof)
 
     def node_ladder(self, node: str, partner: str | None, door: Door) -> LadderResult:
         """Re-image's ladder, as phases over one result: health and the node's cables, then
@@ -300,9 +298,8 @@ class Live:
                 hold_again=REIMAGE_REASON,
                 partner=partner,
             )
-            proven = outcome.summary.get("proof") or {}
-            for job in proven.get("jobs", ()):
-                run.proof.add_job(list(job))
+            for job in outcome.proof.jobs:
+                run.proof.add_job(job)
             # The partner is known good: a failing pair names the re-imaged node.
             pinned = pin_on(node, partner, outcome.findings) if partner else outcome.findings
             run.findings += pinned
@@ -310,7 +307,7 @@ class Live:
             return PhaseResult(
                 "failed" if any(f.fails for f in pinned) else "passed",
                 f"{node}: " + ("single and a pair with " + partner if partner else "single"),
-                proven={GATE_SINGLE: list(proven.get("single", ()))},
+                proven={GATE_SINGLE: list(outcome.proof.single)},
             )
 
         run_phase(run, RunPhase("validate", (HEALTH, FABRIC), validate))

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from cluster_tool.history import judge_and_record
-from cluster_tool.spec.models import HistoryThresholds
+from cluster_tool.spec.thresholds import HistoryThresholds
 from tests.lab.conftest import Converged
 
 

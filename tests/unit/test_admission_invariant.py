@@ -275,7 +275,7 @@ class World:
                 for n in ran
                 if "pair" in self.faults[n]
             ]
-            return GateOutcome(found, [], {"proof": gate_proof(ran, found)})
+            return GateOutcome(found, [], gate_proof(ran, found))
 
         return run
 
@@ -613,7 +613,7 @@ class AdmissionMachine(RuleBasedStateMachine):
                 proof.add("fabric", [n])
             if partner:
                 proof.trusted.add(partner)
-            proof.merge_gate(outcome.summary.get("proof") or {})
+            proof.merge_gate(outcome.proof)
             found = v.findings + outcome.findings
             verdicts, unproven = settle([n], found, proof)
             planned = {**v.planned, n: (*v.planned.get(n, ()), *GATE_CHECKS)}

@@ -22,7 +22,8 @@ from cluster_tool.parsers.nvidia_smi import parse_nvidia_smi_q
 from cluster_tool.parsers.nvidia_topo import parse_topo_matrix
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
-from cluster_tool.spec.models import HealthThresholds, NodeProfile, builtin_profile
+from cluster_tool.spec.models import NodeProfile, builtin_profile
+from cluster_tool.spec.thresholds import HealthThresholds
 from tests.conftest import FIXTURES, REPO, read_real_output, smi_at
 
 NVIDIA = FIXTURES / "parsers" / "nvidia"

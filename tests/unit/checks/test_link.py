@@ -9,7 +9,7 @@ from cluster_tool.checks.link import check_mlxlink
 from cluster_tool.findings import Report
 from cluster_tool.parsers import read
 from cluster_tool.parsers.mlxlink import parse_mlxlink
-from cluster_tool.spec.models import HealthThresholds
+from cluster_tool.spec.thresholds import HealthThresholds
 from tests.unit.parsers.test_captures_as_collected import capture
 
 BF3 = "mlxlink_m_c_bf3_100g_dac_two_ports_prompt_lines.txt"

@@ -9,7 +9,7 @@ from cluster_tool.checks.node import check_node, expectations_for
 from cluster_tool.findings import Finding
 from cluster_tool.probes import ProbeOutput
 from cluster_tool.spec import load_spec
-from cluster_tool.spec.models import HealthThresholds
+from cluster_tool.spec.thresholds import HealthThresholds
 from tests.conftest import FIXTURES, REPO
 from tests.unit.checks.test_health import healthy_outputs
 

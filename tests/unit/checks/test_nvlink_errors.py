@@ -6,7 +6,7 @@ from __future__ import annotations
 from cluster_tool.checks.nvlink import check_nvlink_errors
 from cluster_tool.findings import Report
 from cluster_tool.parsers.nvlink_errors import parse_nvlink_errors
-from cluster_tool.spec.models import HealthThresholds
+from cluster_tool.spec.thresholds import HealthThresholds
 from tests.unit.parsers.test_captures_as_collected import capture
 
 H100 = "nvidia-smi_nvlink-e_h100_elided_links_prompt_line.txt"

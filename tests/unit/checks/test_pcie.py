@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from cluster_tool.checks.pcie import check_pcie_links
 from cluster_tool.parsers.lspci import parse_lspci
-from cluster_tool.spec.models import Hca, HealthThresholds, builtin_profile
+from cluster_tool.spec.models import Hca, builtin_profile
+from cluster_tool.spec.thresholds import HealthThresholds
 from tests.unit.parsers.test_captures_as_collected import capture
 
 CX7 = "lspci-vvv_cx7x4_gen5_x16_libkmod_warnings_command_line.txt"

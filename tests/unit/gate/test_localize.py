@@ -11,7 +11,6 @@ from cluster_tool.gate.localize import (
     Localisation,
     Localizer,
     PairResult,
-    localize,
     stragglers,
 )
 from cluster_tool.gate.simulate import NodeFault, SimulatedFleet, plant_fleet, simulate
@@ -23,7 +22,7 @@ EXP = Thresholds(GateProfile(), min_fraction=0.9).expect(Rung.PAIRS)
 
 def localise(fleet: SimulatedFleet) -> Localisation:
     """The pairs rung's localisation alone, on the simulated fleet."""
-    return localize(fleet.nodes, fleet.run_round, su_of=fleet.su_of)
+    return Localizer(fleet.nodes, su_of=fleet.su_of).run(fleet.run_round)
 
 
 @pytest.mark.parametrize("n", [16, 128, 1024])

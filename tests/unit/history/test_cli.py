@@ -10,7 +10,7 @@ import pytest
 
 from cluster_tool.cli import main
 from cluster_tool.history import STORE_NAME, judge_and_record
-from cluster_tool.spec.models import HistoryThresholds
+from cluster_tool.spec.thresholds import HistoryThresholds
 from tests.unit.history.runs import NODES, gate_rows, write_run
 
 

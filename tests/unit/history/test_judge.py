@@ -5,7 +5,7 @@ NDR nodes; hand-read from the top quarter of their tables)."""
 from __future__ import annotations
 
 from cluster_tool.history import Baseline, Identity, Measurement, judge
-from cluster_tool.spec.models import HistoryThresholds
+from cluster_tool.spec.thresholds import HistoryThresholds
 
 SINGLE, PAIR = 480.16, 469.21
 SINGLE_KEY, PAIR_KEY = "single-nvls nvls-all_reduce", "pairs all_reduce"

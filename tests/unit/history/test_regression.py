@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster_tool.history import STORE_NAME, HistoryStore, judge_and_record
-from cluster_tool.spec.models import HistoryThresholds
+from cluster_tool.spec.thresholds import HistoryThresholds
 from tests.unit.history.runs import NODES, gate_rows, write_run
 
 DEFAULTS = HistoryThresholds()

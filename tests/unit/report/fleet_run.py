@@ -22,7 +22,7 @@ from cluster_tool.gate.runner import JobRun, SlurmRunner
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds
 from cluster_tool.parsers.mlxlink import MlxlinkPort
 from cluster_tool.spec import load_spec
-from cluster_tool.spec.models import HealthThresholds
+from cluster_tool.spec.thresholds import HealthThresholds
 from cluster_tool.workflows import common
 from cluster_tool.workflows.common import RecordingRunner
 from cluster_tool.workflows.runs import RunSummary

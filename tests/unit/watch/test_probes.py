@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster_tool.slurm import JobState, NodeState
 from cluster_tool.spec import load_spec
-from cluster_tool.spec.models import Cluster, HistoryThresholds, Watch
+from cluster_tool.spec.models import Cluster, Watch
+from cluster_tool.spec.thresholds import HistoryThresholds
 from cluster_tool.watch.probes import Busbw, Pair, probe_round, ring, slurm_prober, waves
 from cluster_tool.watch.service import watch_once
 from tests.conftest import REPO, read_real_output

@@ -17,7 +17,7 @@ from cluster_tool.drains import is_ours
 from cluster_tool.findings import Finding
 from cluster_tool.registry import FABRIC_CHECKS, GATE_CHECKS, NODE_CHECKS, VERSION_CHECKS
 from cluster_tool.slurm import AdminSlurm, SlurmError
-from cluster_tool.verdicts import NodeVerdict
+from cluster_tool.verdicts import GateProof, NodeVerdict
 
 
 @dataclass
@@ -160,15 +160,15 @@ class Clock:
         self.now += seconds
 
 
-def gate_proof(nodes: Sequence[str], findings: Sequence[Finding], pairs: bool = True) -> dict:
+def gate_proof(nodes: Sequence[str], findings: Sequence[Finding], pairs: bool = True) -> GateProof:
     """The `proof` a real gate run reports (cluster_tool.gate.ladder): the nodes whose single job
     passed (none that an error finding names) and, when the pairs rung runs, the passing pair
     jobs the localisation's first screen would run (neighbours in the list)."""
     bad = {f.node for f in findings if f.fails and f.node}
     held = any(f.fails and f.node is None for f in findings)
     good = [n for n in nodes if n not in bad]
-    jobs = [] if held or not pairs else [[a, b] for a, b in pairwise(good)]
-    return {"single": good, "jobs": jobs}
+    jobs = [] if held or not pairs else [(a, b) for a, b in pairwise(good)]
+    return GateProof(good, jobs)
 
 
 def complete_proof(node: str) -> NodeProof:

@@ -117,7 +117,7 @@ class Gate:
             }
             for n in nodes
         ]
-        return GateOutcome(findings, busbw, {"proof": gate_proof(nodes, findings)})
+        return GateOutcome(findings, busbw, gate_proof(nodes, findings))
 
 
 def _deps(

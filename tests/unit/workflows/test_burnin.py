@@ -113,7 +113,7 @@ class SoakingSlurm(SlurmCluster):
 
 def _live(tmp_path: Path, slurm: SoakingSlurm, monkeypatch: pytest.MonkeyPatch) -> BurnInLive:
     def gate_passes(self: Live, nodes: Sequence[str], rungs: object = None) -> GateOutcome:
-        return GateOutcome([], [], {"proof": gate_proof(nodes, [])})
+        return GateOutcome([], [], gate_proof(nodes, []))
 
     monkeypatch.setattr(Live, "gate", gate_passes)
     live = BurnInLive(

@@ -56,7 +56,7 @@ class FakeEdges(burnin.BurnInLive):
             {"rung": "single-nvls", "label": n, "nodes": [n], "points": [[1 << 30, 470.0]]}
             for n in nodes
         ]
-        return GateOutcome([], busbw, {"proof": gate_proof(nodes, [])})
+        return GateOutcome([], busbw, gate_proof(nodes, []))
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ class LadderOnly(Live):
         if isinstance(self.gate_answer, Exception):
             raise self.gate_answer
         found = list(self.gate_answer)
-        return GateOutcome(found, [], {"proof": gate_proof(nodes, found, "pairs" in (rungs or ()))})
+        return GateOutcome(found, [], gate_proof(nodes, found, "pairs" in (rungs or ())))
 
 
 def ladder(tmp_path: Path, answer: Any) -> tuple[list[Finding], SlurmCluster]:

@@ -20,7 +20,7 @@ from cluster_tool.findings import Finding
 from cluster_tool.remote.fanout import ProbeOutput, Target, TransportError
 from cluster_tool.report import render_html
 from cluster_tool.spec import load_spec
-from cluster_tool.verdicts import NOT_RUN, VERDICTS, NodeVerdict, judge_run
+from cluster_tool.verdicts import NOT_RUN, VERDICTS, GateProof, NodeVerdict, judge_run
 from cluster_tool.workflows.bringup import BringupOptions, GateOutcome, run_bringup
 from cluster_tool.workflows.collect import junit_xml, run_validate
 from cluster_tool.workflows.live import run_summary
@@ -46,7 +46,7 @@ class FleetGate(Gate):
     def __call__(self, nodes: Sequence[str]) -> GateOutcome:
         super().__call__(nodes)
         # Every single-node job passed; the pair screen failed everywhere.
-        return GateOutcome([FLEET], [], {"proof": {"single": list(nodes), "jobs": []}})
+        return GateOutcome([FLEET], [], GateProof(list(nodes)))
 
 
 # --- 1: a gate failure that names no node admits nobody ----------------------------------------
@@ -112,7 +112,7 @@ def test_a_lone_node_failing_with_its_partner_from_service_is_the_one_blamed() -
             super().__call__(nodes)
             pair = Finding(check="nccl.pair", node=None, component="job gpu002 + gpu001",
                            message="gpu002 + gpu001: 90 GB/s < 150 GB/s")  # fmt: skip
-            return GateOutcome([pair], [], {"proof": {"single": list(nodes), "jobs": []}})
+            return GateOutcome([pair], [], GateProof(list(nodes)))
 
     deps, _ = _deps(slurm, gate=PairFails(slurm))
     result = run_bringup(NODES, deps, BringupOptions(limit="gpu002"))
@@ -342,4 +342,4 @@ def test_exit_code_summary_and_headline_never_disagree(
 def test_gate_proof_fake_matches_the_real_gates_shape() -> None:
     # The fakes above report proof as the real ladder does (GateResult.proof).
     proof = gate_proof(["a", "b", "c"], [Finding(check="nccl.single", node="b", message="m")])
-    assert proof == {"single": ["a", "c"], "jobs": [["a", "c"]]}
+    assert proof.to_json() == {"single": ["a", "c"], "jobs": [["a", "c"]]}

@@ -3,16 +3,26 @@ by message size with the rung's floor for the report's plots."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+
+import pytest
 
 from cluster_tool.gate.ladder import GateOptions, run_gate
 from cluster_tool.gate.plan import NcclTestParams
 from cluster_tool.gate.thresholds import GateProfile, Rung, Thresholds
-from cluster_tool.slurm import SlurmCLI
+from cluster_tool.slurm import AdminSlurm, SlurmCLI
+from cluster_tool.spec import load_spec
+from cluster_tool.verdicts import GateProof
 from cluster_tool.workflows.common import RecordingRunner
+from cluster_tool.workflows.live import Live
+from cluster_tool.workflows.runs import RunRecord
+from tests.conftest import REPO
 from tests.unit.gate.fakes import SINGLE, FakeClock, ReplaySlurm, pair_output, scaled_output
+from tests.unit.gate.test_ladder import answers
 
 THRESHOLDS = Thresholds(GateProfile(), min_fraction=0.9)
+LAB = REPO / "examples" / "lab.yml"
 
 
 def test_the_recording_runner_keeps_raw_outputs_and_busbw_with_the_floor(tmp_path: Path) -> None:
@@ -52,3 +62,33 @@ def test_the_recording_runner_keeps_raw_outputs_and_busbw_with_the_floor(tmp_pat
     assert any(name.endswith(".slurm.out") for name in saved)
     assert len([n for n in saved if not n.endswith(".slurm.out")]) == len(runner.busbw)
     assert result.report.status == "fail"
+
+
+def test_live_gate_hands_the_workflows_the_gates_proof_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workflows' gate on the lab spec (HDR) with the real captures: every node passes alone
+    # and in its pair. The spec asks for one pair screen, so the pairs rung is one round of two
+    # disjoint pairs over the four nodes.
+    cluster = load_spec(LAB)
+    cluster.thresholds.nccl_gate.screens = 1
+    clock = FakeClock()
+    monkeypatch.setattr(
+        "cluster_tool.workflows.live.RecordingRunner",
+        functools.partial(RecordingRunner, clock=clock, sleep=clock.sleep),
+    )
+    live = Live(
+        cluster=cluster,
+        inventory=tmp_path,
+        record=RunRecord.create(tmp_path / "runs", "validate-after", {}),
+        slurm=AdminSlurm(run=ReplaySlurm(answers())),
+        gate_workdir=tmp_path / "work",
+        rungs=("single", "pairs"),
+    )
+    nodes = ["gpu001", "gpu002", "gpu003", "gpu004"]
+    outcome = live.gate(nodes)
+    assert outcome.findings == []
+    assert isinstance(outcome.proof, GateProof)
+    assert outcome.proof.single == nodes
+    assert len(outcome.proof.jobs) == 2
+    assert sorted(n for job in outcome.proof.jobs for n in job) == nodes
