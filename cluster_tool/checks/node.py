@@ -37,7 +37,7 @@ from cluster_tool.checks.storage import (
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.host import RdmaDevice
-from cluster_tool.parsers.link_events import parse_link_events
+from cluster_tool.parsers.kernel_events import KernelEvents
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport
 from cluster_tool.probes import Probe, ProbeOutput, Readings, lines
 from cluster_tool.probes.host import Ibdev2netdev, RdmaDevices
@@ -254,10 +254,10 @@ def _text(outputs: Mapping[str, ProbeOutput], probe: Probe) -> Any:
     return probe.process(lines(output.stdout)) if output is not None and output.rc == 0 else None
 
 
-def _link_flaps(expect: NodeExpectations, log: ProbeOutput) -> list[Finding]:
-    """link.flap from the mlx5 Link down / Link up lines of the same kernel log."""
+def _link_flaps(expect: NodeExpectations, log: ProbeOutput, reading: KernelEvents) -> list[Finding]:
+    """link.flap from the mlx5 Link down / Link up lines of the kernel log's reading."""
     try:
-        events = parse_link_events(log.stdout)
+        events = reading.checked_links()
     except ParseError as exc:
         return [_probe_problem(expect.node, KernelLog(), log, str(exc))]
     leaf = {hca: (leaf, port) for hca, leaf, port in expect.cables}
@@ -358,11 +358,11 @@ def check_node(
 
     log = outputs.get(KernelLog.name)
     if log is not None and log.rc == 0:
-        events = _read(node, readings, KernelLog(), findings)
-        if events is not None:
+        kernel: KernelEvents | None = _read(node, readings, KernelLog(), findings)
+        if kernel is not None:
             pcis = [g.pci for g in smi.gpus] if smi is not None else []
-            findings += check_xids(node, profile, t, events, pcis)
-            findings += _link_flaps(expect, log)
+            findings += check_xids(node, profile, t, kernel.xids, pcis)
+            findings += _link_flaps(expect, log, kernel)
     else:
         # Xids unchecked: not a warning to read past, a check that did not run (the node's
         # verdict is `unknown`, cluster_tool.verdicts).

@@ -27,8 +27,8 @@ from cluster_tool.checks.node import NodeExpectations, check_node
 from cluster_tool.drains import Owner, epilog_reason
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
-from cluster_tool.probes import Probe, ProbeOutput
+from cluster_tool.parsers.kernel_log import XidEvent
+from cluster_tool.probes import Probe, ProbeOutput, lines
 from cluster_tool.probes.host import HOST_PROBES
 from cluster_tool.probes.node import (
     HEALTH_PROBES,
@@ -145,7 +145,7 @@ def _read_xids(outputs: Mapping[str, ProbeOutput]) -> list[XidEvent] | None:
     if out is None or out.rc != 0:
         return None
     try:
-        return parse_xids(out.stdout)
+        return KernelLog().process(lines(out.stdout)).xids
     except ParseError:
         return None
 
