@@ -33,9 +33,11 @@ from cluster_tool.findings import Finding
 from cluster_tool.history import HistoryError
 from cluster_tool.parsers.kernel_log import XidEvent
 from cluster_tool.parsers.link_events import LinkEvent
+from cluster_tool.parsers.port_counters import DATA_COUNTERS
 from cluster_tool.probes import Probe, ProbeOutput, lines
 from cluster_tool.probes.fabric import Ibnetdiscover, Ibqueryerrors
 from cluster_tool.probes.node import KernelLog, NvidiaSmiQ
+from cluster_tool.probes.signals import GpuClocks, PortCounters
 from cluster_tool.remote.fanout import HostResult
 from cluster_tool.slurm import (
     NodeState,
@@ -48,7 +50,7 @@ from cluster_tool.slurm import (
 from cluster_tool.spec.models import Cluster, NodeProfile, Watch
 from cluster_tool.watch.probes import Probing, probe_round
 from cluster_tool.watch.reports import JobReports
-from cluster_tool.watch.signals import DATA_COUNTERS, GpuClocks, PortCounters, Sources
+from cluster_tool.watch.signals import Sources
 from cluster_tool.watch.state import SEEN_LINES_MAX, WatchState
 from cluster_tool.watch.straggler import Signal, find_slow, judge_stragglers
 

@@ -38,10 +38,10 @@ from cluster_tool.probes.node import (
     Mlxlink,
     NvlinkErrorCounters,
 )
+from cluster_tool.probes.signals import PortCounters
 from cluster_tool.probes.versions import Versions
 from cluster_tool.remote.fanout import LocalTransport, Target, Transport, TransportError, collect
 from cluster_tool.slurm import Slurm
-from cluster_tool.watch.signals import PortCounters
 from cluster_tool.workflows.node_check import (
     SlurmAction,
     health_drain_reason,

@@ -166,7 +166,8 @@ def test_requeue_runs_scontrol_requeue() -> None:
 
 def test_the_port_counter_probe_reads_sysfs_lines_and_refuses_others() -> None:
     from cluster_tool.errors import ParseError
-    from cluster_tool.watch.signals import PortCounters, parse_port_counters
+    from cluster_tool.parsers.port_counters import parse_port_counters
+    from cluster_tool.probes.signals import PortCounters
 
     text = (
         "/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_data 1500000000\n"
