@@ -32,6 +32,7 @@ __all__ = [
     "NvidiaVersion",
     "NvlinkErrorCounters",
     "Storage",
+    "health_probes",
 ]
 
 
@@ -236,3 +237,9 @@ HEALTH_PROBES: tuple[Probe, ...] = (
     # matches HCAs by the PCI addresses ibdev2netdev / the sysfs listing give.
     *HOST_PROBES,
 )
+
+
+def health_probes(*, dcgm: bool) -> tuple[Probe, ...]:
+    """The health probes, without DCGM's diag unless `dcgm` (it loads the GPUs for minutes on
+    real hardware: the periodic node-check runs it only on request, validate by default)."""
+    return tuple(p for p in HEALTH_PROBES if dcgm or p.name != DcgmiDiag.name)
