@@ -142,7 +142,7 @@ def test_the_probe_reads_its_case(
             probe.process(lines(text))
         return
     reading = _plain(probe.process(lines(text)))
-    found = {path: pick(reading, path) for path in data["expected"]}
+    found = {path: pick(reading, str(path)) for path in data["expected"]}
     assert found == data["expected"]
 
 
@@ -153,3 +153,9 @@ def test_the_path_into_a_reading_reads_fields_items_counts_and_the_whole() -> No
     assert pick(reading, "gpus.*.pci") == ["a", "b"]
     assert pick(reading, "gpus.1.pci") == "b"
     assert pick(reading, ".") == reading
+
+
+def test_every_probe_has_a_case() -> None:
+    """The recipe for a probe ends with its cases: a probe nobody tested as data fails here."""
+    tested = {case.path.parent.name for case in _cases()}
+    assert sorted(set(PROBES) - tested) == []
