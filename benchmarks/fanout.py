@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from cluster_tool.probes import Probe  # noqa: E402
 from cluster_tool.probes.fabric import FABRIC_PROBES  # noqa: E402
-from cluster_tool.probes.node import HEALTH_PROBES  # noqa: E402
+from cluster_tool.probes.node import HEALTH_PROBES, health_probes  # noqa: E402
 from cluster_tool.remote.fanout import (  # noqa: E402
     HostResult,
     OpenSshTransport,
@@ -49,7 +49,7 @@ from cluster_tool.remote.fanout import (  # noqa: E402
     collect,
 )
 
-PROBES = tuple(p for p in HEALTH_PROBES if p.name != "dcgmi-diag")
+PROBES = health_probes(dcgm=False)
 Jobs = list[tuple[Target, Sequence[Probe]]]
 
 

@@ -7,7 +7,8 @@ head, or from the node file the roles install (`/etc/cluster-tool/node.json`) wh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,14 @@ from cluster_tool.checks.link import check_mlxlink
 from cluster_tool.checks.nccl_env import check_nccl_conf
 from cluster_tool.checks.nvlink import check_nvlink_errors
 from cluster_tool.checks.pcie import check_pcie_links
-from cluster_tool.checks.profile import NodeFacts, discover, gpu_mismatches, match_hcas
+from cluster_tool.checks.profile import (
+    Discovery,
+    HcaNames,
+    NodeFacts,
+    discover,
+    gpu_mismatches,
+    match_hcas,
+)
 from cluster_tool.checks.storage import (
     ExpectedMount,
     StorageExpectations,
@@ -37,8 +45,14 @@ from cluster_tool.checks.storage import (
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
 from cluster_tool.parsers.host import RdmaDevice
-from cluster_tool.parsers.link_events import parse_link_events
+from cluster_tool.parsers.ibstat import IbstatCa
+from cluster_tool.parsers.kernel_events import KernelEvents
+from cluster_tool.parsers.lspci import PciFunction
+from cluster_tool.parsers.mlxlink import MlxlinkPort
+from cluster_tool.parsers.mounts import StorageReading
 from cluster_tool.parsers.nvidia_smi import NvidiaSmiReport
+from cluster_tool.parsers.nvidia_topo import TopoMatrix
+from cluster_tool.parsers.nvlink_errors import NvlinkErrorGpu
 from cluster_tool.probes import Probe, ProbeOutput, Readings, lines
 from cluster_tool.probes.host import Ibdev2netdev, RdmaDevices
 from cluster_tool.probes.node import (
@@ -60,9 +74,11 @@ from cluster_tool.spec.models import Cluster, NodeProfile
 from cluster_tool.spec.thresholds import HealthThresholds
 
 __all__ = [
+    "NODE_CHECKS_BY_PROBE",
     "NODE_FILE",
     "NODE_FILE_VERSION",
     "FleetExpectations",
+    "Judged",
     "NodeExpectations",
     "check_node",
     "expectations_for",
@@ -255,26 +271,146 @@ def _text(outputs: Mapping[str, ProbeOutput], probe: Probe) -> Any:
     return probe.process(lines(output.stdout)) if output is not None and output.rc == 0 else None
 
 
-def _link_flaps(expect: NodeExpectations, log: ProbeOutput) -> list[Finding]:
-    """link.flap from the mlx5 Link down / Link up lines of the same kernel log."""
-    try:
-        events = parse_link_events(log.stdout)
-    except ParseError as exc:
-        return [_probe_problem(expect.node, KernelLog(), log, str(exc))]
-    leaf = {hca: (leaf, port) for hca, leaf, port in expect.cables}
-    return check_kernel_link_flaps(
-        expect.node, events, expect.profile.compute_hcas, expect.thresholds, cables=leaf
-    )
-
-
 # `timeout` (coreutils) exits 124 when it stopped the command, 137 when it had to SIGKILL it
 # after the grace period (the fan-out runs every probe under `timeout -k 5`).
 _KILLED_BY_TIMEOUT = frozenset({124, 137})
 
 
-def _dcgm(node: str, output: ProbeOutput, probe: DcgmiDiag) -> list[Finding]:
+def _rdma_devices(readings: Readings) -> list[RdmaDevice] | None:
+    """Each RDMA device's PCI address, where the capture holds `ibdev2netdev -v` or the sysfs
+    listing; None otherwise (the HCAs are then matched by name and GPU). Unreadable output
+    is not judged here: `profile discover` reads it and says where."""
+    for probe in (Ibdev2netdev(), RdmaDevices()):
+        output = readings.outputs.get(probe.name)
+        if output is None or output.rc != 0 or not output.stdout.strip():
+            continue
+        try:
+            devices: list[RdmaDevice] = readings.read(probe)
+        except ParseError:
+            continue
+        return devices
+    return None
+
+
+class _Node:
+    """One node's check in progress: its expectations, its probes' readings (each read once,
+    with the findings that say why a probe has none), and the node as it is, matched to its
+    profile once for every check that names an HCA."""
+
+    def __init__(self, expect: NodeExpectations, readings: Readings, dcgm: DcgmiDiag) -> None:
+        self.expect, self.readings, self.dcgm = expect, readings, dcgm
+        self.node, self.profile, self.t = expect.node, expect.profile, expect.thresholds
+        self._outcomes: dict[str, tuple[Any, list[Finding]]] = {}
+
+    def _outcome(self, probe: Probe) -> tuple[Any, list[Finding]]:
+        if probe.name not in self._outcomes:
+            problems: list[Finding] = []
+            self._outcomes[probe.name] = (
+                _read(self.node, self.readings, probe, problems),
+                problems,
+            )
+        return self._outcomes[probe.name]
+
+    def reading(self, probe: Probe) -> Any:
+        """The probe's reading; None when it failed, was not collected or is unreadable."""
+        return self._outcome(probe)[0]
+
+    def problems(self, probe: Probe) -> list[Finding]:
+        """The findings that say why the probe has no reading (none when it has one)."""
+        return self._outcome(probe)[1]
+
+    @functools.cached_property
+    def smi(self) -> NvidiaSmiReport | None:
+        smi: NvidiaSmiReport | None = self.reading(NvidiaSmiQ())
+        return smi
+
+    @functools.cached_property
+    def facts(self) -> NodeFacts:
+        return NodeFacts(
+            self.node,
+            smi=self.smi,
+            topo=self.reading(NvidiaSmiTopo()),
+            cas=self.reading(Ibstat()),
+            rdma=_rdma_devices(self.readings),
+        )
+
+    @functools.cached_property
+    def found(self) -> Discovery:
+        return discover(self.facts)
+
+    @functools.cached_property
+    def names(self) -> HcaNames:
+        """The profile's HCAs under the node's own names (a renamed HCA judged, not missing)."""
+        return match_hcas(self.profile, self.facts, self.found)
+
+
+# A check in the table: the node and its probe's reading (None for a row without a probe).
+Check = Callable[[_Node, Any], list[Finding]]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One probe and the checks that judge its reading, in the order they report.
+
+    `probe` None: checks over the node as a whole (its profile), reading what they need.
+    `when_collected`: judged only where the run collected the probe (a capture saved before
+    it existed has none); otherwise its absence is itself a finding. `driver_says_it`: the
+    probe is nvidia-smi too, so with `nvidia-smi -q` unreadable its failure is gpu.driver's,
+    said once. `raw`: the checks read the probe's output themselves, None when not collected
+    (DCGM: a run killed by its timeout is never read as a pass)."""
+
+    probe: Probe | None
+    checks: tuple[Check, ...]
+    when_collected: bool = False
+    driver_says_it: bool = False
+    raw: bool = False
+
+
+def _gpus(n: _Node, smi: NvidiaSmiReport) -> list[Finding]:
+    return check_gpus(n.node, n.profile, n.t, smi) + check_gpu_clocks(n.node, n.profile, smi)
+
+
+def _profile(n: _Node, _: None) -> list[Finding]:
+    # The node as it is, held to its profile: a GPU at another address, an HCA under another
+    # name, an HCA the profile does not name are each a profile.mismatch, and the checks
+    # after it judge a renamed HCA under the node's name instead of calling it missing.
+    return [*gpu_mismatches(n.node, n.profile, n.found), *n.names.findings]
+
+
+def _affinity(n: _Node, topo: TopoMatrix) -> list[Finding]:
+    present = [g.pci for g in n.smi.gpus] if n.smi is not None else None
+    names = n.names
+    return check_affinity(
+        n.node, n.profile, topo, present, names=names.names, accounted=names.accounted
+    )
+
+
+def _ibstat(n: _Node, cas: list[IbstatCa]) -> list[Finding]:
+    names = n.names
+    return check_ibstat(n.node, n.profile, cas, names=names.names, accounted=names.accounted)
+
+
+def _xids(n: _Node, kernel: KernelEvents) -> list[Finding]:
+    pcis = [g.pci for g in n.smi.gpus] if n.smi is not None else []
+    return check_xids(n.node, n.profile, n.t, kernel.xids, pcis)
+
+
+def _link_flaps(n: _Node, kernel: KernelEvents) -> list[Finding]:
+    """link.flap from the mlx5 Link down / Link up lines of the kernel log's reading."""
+    try:
+        events = kernel.checked_links()
+    except ParseError as exc:
+        log = n.readings.outputs[KernelLog.name]
+        return [_probe_problem(n.node, KernelLog(), log, str(exc))]
+    leaf = {hca: (leaf, port) for hca, leaf, port in n.expect.cables}
+    return check_kernel_link_flaps(n.node, events, n.profile.compute_hcas, n.t, cables=leaf)
+
+
+def _dcgm(n: _Node, output: ProbeOutput | None) -> list[Finding]:
     """DCGM's verdicts, and `gpu.dcgm-incomplete` for a run that did not finish what it was
     asked: one killed by its timeout is never read as a pass, whatever it printed first."""
+    node, probe = n.node, n.dcgm
+    assert output is not None  # judged when collected
     if output.rc not in _KILLED_BY_TIMEOUT:
         problems: list[Finding] = []
         diag = _read(node, Readings({probe.name: output}), probe, problems)
@@ -294,20 +430,71 @@ def _dcgm(node: str, output: ProbeOutput, probe: DcgmiDiag) -> list[Finding]:
     return [*found, dcgm_incomplete(node, probe.level, f"exit {output.rc}", killed)]
 
 
-def _rdma_devices(readings: Readings) -> list[RdmaDevice] | None:
-    """Each RDMA device's PCI address, where the capture holds `ibdev2netdev -v` or the sysfs
-    listing; None otherwise (the HCAs are then matched by name and GPU). Unreadable output
-    is not judged here: `profile discover` reads it and says where."""
-    for probe in (Ibdev2netdev(), RdmaDevices()):
-        output = readings.outputs.get(probe.name)
-        if output is None or output.rc != 0 or not output.stdout.strip():
-            continue
-        try:
-            devices: list[RdmaDevice] = readings.read(probe)
-        except ParseError:
-            continue
-        return devices
-    return None
+def _nvlink(n: _Node, links: list[NvlinkErrorGpu]) -> list[Finding]:
+    return check_nvlink_errors(n.node, links, n.t)
+
+
+def _mlxlink_device_failed(n: _Node, _: list[MlxlinkPort]) -> list[Finding]:
+    # The devices that answered are read; one that did not is still a finding.
+    output = n.readings.outputs[Mlxlink.name]
+    return [_probe_problem(n.node, Mlxlink(), output)] if output.rc != 0 else []
+
+
+def _mlxlink(n: _Node, ports: list[MlxlinkPort]) -> list[Finding]:
+    # The compute HCAs under the node's own names (mlxlink labels each port so).
+    compute = {n.names.names.get(hca.device, hca.device) for hca in n.profile.hcas}
+    return check_mlxlink(n.node, [p for p in ports if p.device in compute], n.t)
+
+
+def _pcie(n: _Node, functions: list[PciFunction]) -> list[Finding]:
+    pcie = check_pcie_links(n.node, n.profile, functions, n.t)
+    # With nvidia-smi read, its own gpu.pcie judged the same link registers.
+    return [f for f in pcie if n.smi is None or f.check != "gpu.pcie"]
+
+
+def _storage(n: _Node, reading: StorageReading) -> list[Finding]:
+    return check_storage(n.node, n.expect.storage, reading, n.t)
+
+
+def _gdr(n: _Node, _: ProbeOutput | None) -> list[Finding]:
+    if n.smi is None:  # with no driver answering, gpu.driver says it; GPUDirect is moot
+        return []
+    outputs = n.readings.outputs
+    return check_gdr(
+        n.node,
+        _text(outputs, Modules()) or set(),
+        _text(outputs, NvidiaVersion()),
+        _text(outputs, KernelRelease()),
+        n.expect.gpudirect_mode,
+    )
+
+
+def _nccl_env(n: _Node, _: ProbeOutput | None) -> list[Finding]:
+    if n.expect.nccl_conf is None:
+        return []
+    return check_nccl_conf(n.node, n.expect.nccl_conf, _text(n.readings.outputs, NcclConf()))
+
+
+# Every node check, by the probe whose reading it judges, in the order findings are reported
+# (the first error names the node's drain). Link quality, PCIe and storage are judged when
+# collected: a run saved before those probes existed has none of them. Xids unchecked are
+# not a warning to read past: a kernel log that was not read is a check that did not run
+# (the node's verdict is `unknown`, cluster_tool.verdicts).
+NODE_CHECKS_BY_PROBE: tuple[Judged, ...] = (
+    Judged(NvidiaSmiQ(), (_gpus,)),
+    Judged(None, (_profile,)),
+    Judged(NvidiaSmiTopo(), (_affinity,), driver_says_it=True),
+    Judged(Ibstat(), (_ibstat,)),
+    Judged(KernelLog(), (_xids, _link_flaps)),
+    Judged(DcgmiDiag(), (_dcgm,), when_collected=True, raw=True),
+    Judged(NvlinkErrorCounters(), (_nvlink,), when_collected=True, driver_says_it=True),
+    Judged(Mlxlink(), (_mlxlink_device_failed, _mlxlink), when_collected=True),
+    Judged(Lspci(), (_pcie,), when_collected=True),
+    Judged(Storage(), (_storage,), when_collected=True),
+    # The loaded modules, with the driver's version and the kernel's, the GPUDirect mode.
+    Judged(Modules(), (_gdr,), raw=True),
+    Judged(NcclConf(), (_nccl_env,), raw=True),
+)
 
 
 def check_node(
@@ -316,103 +503,27 @@ def check_node(
     *,
     dcgm: DcgmiDiag | None = None,
 ) -> list[Finding]:
-    """Every node check over one node's probe outputs (HEALTH_PROBES); a probe that failed
-    or printed something unreadable is itself a finding, never a crash. `dcgm` is the DCGM
-    probe that ran (its level and timeout: the burn-in's `-r 3`), `-r 1`'s when not given.
-    Given `Readings`, what it parses stays there for the node's other readers (its versions)."""
-    node, profile, t = expect.node, expect.profile, expect.thresholds
+    """Every node check over one node's probe outputs (HEALTH_PROBES), row by row of
+    `NODE_CHECKS_BY_PROBE`; a probe that failed or printed something unreadable is itself a
+    finding, never a crash. `dcgm` is the DCGM probe that ran (its level and timeout: the
+    burn-in's `-r 3`), `-r 1`'s when not given. Given `Readings`, what it parses stays there
+    for the node's other readers (its versions)."""
     readings = outputs if isinstance(outputs, Readings) else Readings(outputs)
-    outputs = readings.outputs
+    n = _Node(expect, readings, dcgm or DcgmiDiag())
     findings: list[Finding] = []
-
-    smi: NvidiaSmiReport | None = _read(node, readings, NvidiaSmiQ(), findings)
-    if smi is not None:
-        findings += check_gpus(node, profile, t, smi)
-        findings += check_gpu_clocks(node, profile, smi)
-
-    # With nvidia-smi itself failing, `topo -m` fails for the same reason: say it once.
-    topo_problems: list[Finding] = []
-    topo = _read(node, readings, NvidiaSmiTopo(), topo_problems)
-    ib_problems: list[Finding] = []
-    cas = _read(node, readings, Ibstat(), ib_problems)
-
-    # The node as it is, held to its profile: a GPU at another address, an HCA under another
-    # name, an HCA the profile does not name are each a profile.mismatch, and the checks
-    # below judge a renamed HCA under the node's name instead of calling it missing.
-    facts = NodeFacts(node, smi=smi, topo=topo, cas=cas, rdma=_rdma_devices(readings))
-    found = discover(facts)
-    findings += gpu_mismatches(node, profile, found)
-    names = match_hcas(profile, facts, found)
-    findings += names.findings
-
-    if smi is not None:
-        findings += topo_problems
-    if topo is not None:
-        present = [g.pci for g in smi.gpus] if smi is not None else None
-        findings += check_affinity(
-            node, profile, topo, present, names=names.names, accounted=names.accounted
-        )
-
-    findings += ib_problems
-    if cas is not None:
-        findings += check_ibstat(node, profile, cas, names=names.names, accounted=names.accounted)
-
-    log = outputs.get(KernelLog.name)
-    if log is not None and log.rc == 0:
-        events = _read(node, readings, KernelLog(), findings)
-        if events is not None:
-            pcis = [g.pci for g in smi.gpus] if smi is not None else []
-            findings += check_xids(node, profile, t, events, pcis)
-            findings += _link_flaps(expect, log)
-    else:
-        # Xids unchecked: not a warning to read past, a check that did not run (the node's
-        # verdict is `unknown`, cluster_tool.verdicts).
-        findings.append(_probe_problem(node, KernelLog(), log))
-
-    if DcgmiDiag.name in outputs:
-        findings += _dcgm(node, outputs[DcgmiDiag.name], dcgm or DcgmiDiag())
-
-    # Link quality and PCIe links. Judged when collected: a run saved before these probes
-    # existed has none of them.
-    if NvlinkErrorCounters.name in outputs:
-        nvlink_problems: list[Finding] = []
-        links = _read(node, readings, NvlinkErrorCounters(), nvlink_problems)
-        if smi is not None:  # nvidia-smi failing is gpu.driver's, said once
-            findings += nvlink_problems
-        if links is not None:
-            findings += check_nvlink_errors(node, links, t)
-
-    if Mlxlink.name in outputs:
-        ports = _read(node, readings, Mlxlink(), findings)
-        mlxlink_out = outputs[Mlxlink.name]
-        if ports is not None and mlxlink_out.rc != 0:
-            findings.append(_probe_problem(node, Mlxlink(), mlxlink_out))  # one device failed
-        if ports is not None:
-            # The compute HCAs under the node's own names (mlxlink labels each port so).
-            compute = {names.names.get(hca.device, hca.device) for hca in profile.hcas}
-            findings += check_mlxlink(node, [p for p in ports if p.device in compute], t)
-
-    if Lspci.name in outputs:
-        functions = _read(node, readings, Lspci(), findings)
-        if functions is not None:
-            pcie = check_pcie_links(node, profile, functions, t)
-            # With nvidia-smi read, its own gpu.pcie judged the same link registers.
-            findings += [f for f in pcie if smi is None or f.check != "gpu.pcie"]
-
-    if Storage.name in outputs:
-        reading = _read(node, readings, Storage(), findings)
-        if reading is not None:
-            findings += check_storage(node, expect.storage, reading, t)
-
-    if smi is not None:  # with no driver answering, gpu.driver says it; GPUDirect is moot
-        findings += check_gdr(
-            node,
-            _text(outputs, Modules()) or set(),
-            _text(outputs, NvidiaVersion()),
-            _text(outputs, KernelRelease()),
-            expect.gpudirect_mode,
-        )
-
-    if expect.nccl_conf is not None:
-        findings += check_nccl_conf(node, expect.nccl_conf, _text(outputs, NcclConf()))
+    for row in NODE_CHECKS_BY_PROBE:
+        probe, reading = row.probe, None
+        if probe is not None:
+            if row.when_collected and probe.name not in readings.outputs:
+                continue
+            if row.raw:
+                reading = readings.outputs.get(probe.name)
+            else:
+                reading = n.reading(probe)
+                if not (row.driver_says_it and n.smi is None):
+                    findings += n.problems(probe)
+                if reading is None:
+                    continue
+        for check in row.checks:
+            findings += check(n, reading)
     return findings

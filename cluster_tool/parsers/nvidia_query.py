@@ -6,10 +6,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cluster_tool.parsers.base import ParseError, parser
 
-__all__ = ["QueryResult", "QueryRow", "QueryValue", "parse_query_csv"]
+__all__ = [
+    "GPU_CLOCK_FIELDS",
+    "GpuClock",
+    "QueryResult",
+    "QueryRow",
+    "QueryValue",
+    "parse_gpu_clocks",
+    "parse_query_csv",
+]
 
 QueryValue = int | float | str | None
 
@@ -192,3 +201,36 @@ def parse_query_csv(text: str, fields: Sequence[str] | str | None = None) -> Que
         header=has_header,
         rows=tuple(rows),
     )
+
+
+# The watcher's per-cycle GPU read: cheap enough for every node every cycle, and a throttled
+# GPU's SM clock is what makes its node the slow one of its job.
+GPU_CLOCK_FIELDS = ("index", "clocks.sm", "utilization.gpu")
+
+
+class GpuClock(NamedTuple):
+    """One GPU's SM clock (MHz) and utilisation (%) now; None where nvidia-smi said N/A."""
+
+    gpu: int  # nvidia-smi's GPU index
+    sm_mhz: float | None
+    util_pct: float | None
+
+
+def parse_gpu_clocks(text: str) -> list[GpuClock]:
+    """`nvidia-smi --query-gpu=index,clocks.sm,utilization.gpu --format=csv,noheader,nounits`
+    (a header is allowed) -> one GpuClock per GPU; ParseError naming a row without an index."""
+    # @parser types its wrapper as text -> records; it hands the field list through.
+    result = parse_query_csv(text, GPU_CLOCK_FIELDS)  # type: ignore[call-arg]
+    out = []
+    for row in result.rows:
+        index, clock, util = (row.get(f) for f in GPU_CLOCK_FIELDS)
+        if not isinstance(index, int):
+            raise ParseError("expected a GPU index", line_no=row.line_no)
+        out.append(
+            GpuClock(
+                index,
+                float(clock) if isinstance(clock, int | float) else None,
+                float(util) if isinstance(util, int | float) else None,
+            )
+        )
+    return out

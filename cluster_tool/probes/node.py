@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cluster_tool.parsers.dcgmi import DcgmDiag, parse_dcgmi_diag
 from cluster_tool.parsers.ibstat import IbstatCa, parse_ibstat
-from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
+from cluster_tool.parsers.kernel_events import KernelEvents, parse_kernel_events
 from cluster_tool.parsers.lspci import PciFunction, parse_lspci
 from cluster_tool.parsers.mlxlink import MlxlinkPort, parse_mlxlink
 from cluster_tool.parsers.mounts import DF_MARKER, StorageReading, parse_storage
@@ -32,6 +32,7 @@ __all__ = [
     "NvidiaVersion",
     "NvlinkErrorCounters",
     "Storage",
+    "health_probes",
 ]
 
 
@@ -81,7 +82,8 @@ class Ibstat(Probe):
 
 
 class KernelLog(Probe):
-    """The kernel log; the journal where dmesg is restricted."""
+    """The kernel log; the journal where dmesg is restricted. One reading for every judge of
+    it: the Xids and SXids, and the mlx5 link changes."""
 
     name = "kernel-log"
     check = "os.kernel-log"
@@ -90,8 +92,8 @@ class KernelLog(Probe):
     def command(self) -> str:
         return "dmesg 2>/dev/null || journalctl -k -b --no-pager -q"
 
-    def process(self, output: list[str]) -> list[XidEvent]:
-        return parse_xids("\n".join(output))
+    def process(self, output: list[str]) -> KernelEvents:
+        return parse_kernel_events("\n".join(output))
 
 
 class Modules(Probe):
@@ -235,3 +237,9 @@ HEALTH_PROBES: tuple[Probe, ...] = (
     # matches HCAs by the PCI addresses ibdev2netdev / the sysfs listing give.
     *HOST_PROBES,
 )
+
+
+def health_probes(*, dcgm: bool) -> tuple[Probe, ...]:
+    """The health probes, without DCGM's diag unless `dcgm` (it loads the GPUs for minutes on
+    real hardware: the periodic node-check runs it only on request, validate by default)."""
+    return tuple(p for p in HEALTH_PROBES if dcgm or p.name != DcgmiDiag.name)

@@ -31,11 +31,13 @@ from cluster_tool.errors import EXIT_UNREACHABLE, EXIT_USAGE, ParseError
 from cluster_tool.fabric.plan import cabling_plan
 from cluster_tool.findings import Finding
 from cluster_tool.history import HistoryError
-from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
-from cluster_tool.parsers.link_events import LinkEvent, parse_link_events
+from cluster_tool.parsers.kernel_log import XidEvent
+from cluster_tool.parsers.link_events import LinkEvent
+from cluster_tool.parsers.port_counters import DATA_COUNTERS
 from cluster_tool.probes import Probe, ProbeOutput, lines
 from cluster_tool.probes.fabric import Ibnetdiscover, Ibqueryerrors
 from cluster_tool.probes.node import KernelLog, NvidiaSmiQ
+from cluster_tool.probes.signals import GpuClocks, PortCounters
 from cluster_tool.remote.fanout import HostResult
 from cluster_tool.slurm import (
     NodeState,
@@ -48,7 +50,7 @@ from cluster_tool.slurm import (
 from cluster_tool.spec.models import Cluster, NodeProfile, Watch
 from cluster_tool.watch.probes import Probing, probe_round
 from cluster_tool.watch.reports import JobReports
-from cluster_tool.watch.signals import DATA_COUNTERS, GpuClocks, PortCounters, Sources
+from cluster_tool.watch.signals import Sources
 from cluster_tool.watch.state import SEEN_LINES_MAX, WatchState
 from cluster_tool.watch.straggler import Signal, find_slow, judge_stragglers
 
@@ -211,11 +213,13 @@ def _kernel_log(
     read is the baseline: what the log held before the watcher saw the node is bring-up's and
     node-check's to judge, not the watcher's."""
     memory = state.node(node)
-    xids, links = parse_xids(text), parse_link_events(text)
+    reading = _KERNEL_LOG.process(lines(text))
+    xids, links = reading.xids, reading.checked_links()
     # The state keeps the newest SEEN_LINES_MAX fingerprints; only the newest that many
     # events of this read are compared with them, so a log longer than that does not show
     # its oldest lines again as new.
-    events = sorted((*xids, *links), key=lambda e: e.line_no)[-SEEN_LINES_MAX:]
+    both: list[XidEvent | LinkEvent] = [*xids, *links]
+    events = sorted(both, key=lambda e: e.line_no)[-SEEN_LINES_MAX:]
     seen = set(memory.seen_lines)
     new = [e for e in events if _fingerprint(e) not in seen]
     new_xids = [e for e in new if isinstance(e, XidEvent)]

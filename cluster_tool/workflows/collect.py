@@ -20,7 +20,7 @@ from cluster_tool.findings import Finding, Report
 from cluster_tool.parsers.ibcounters import parse_ibqueryerrors
 from cluster_tool.probes import Probe, ProbeOutput, Readings
 from cluster_tool.probes.fabric import FABRIC_PROBES
-from cluster_tool.probes.node import HEALTH_PROBES
+from cluster_tool.probes.node import health_probes
 from cluster_tool.probes.versions import PROBE_NAME as VERSIONS_PROBE
 from cluster_tool.registry import (
     CHECKS,
@@ -45,7 +45,6 @@ from cluster_tool.workflows.via_slurm import StepOutcome, run_node_checks_via_sl
 
 __all__ = [
     "ValidateResult",
-    "health_probes",
     "junit_xml",
     "run_validate",
     "skipped_checks",
@@ -70,11 +69,6 @@ class ValidateResult:
     def exit_code(self) -> int:
         """3 when a host could not be reached (the contract), else the report's 0/1."""
         return EXIT_UNREACHABLE if self.unreachable else self.report.exit_code
-
-
-def health_probes(*, dcgm: bool = True) -> tuple[Probe, ...]:
-    """The health probes; without DCGM's diag (minutes on real GPUs) when `dcgm` is False."""
-    return tuple(p for p in HEALTH_PROBES if dcgm or p.name != "dcgmi-diag")
 
 
 def run_validate(

@@ -27,8 +27,8 @@ from cluster_tool.checks.node import NodeExpectations, check_node
 from cluster_tool.drains import Owner, epilog_reason
 from cluster_tool.errors import ParseError, UsageError
 from cluster_tool.findings import Finding
-from cluster_tool.parsers.kernel_log import XidEvent, parse_xids
-from cluster_tool.probes import Probe, ProbeOutput
+from cluster_tool.parsers.kernel_log import XidEvent
+from cluster_tool.probes import Probe, ProbeOutput, lines
 from cluster_tool.probes.host import HOST_PROBES
 from cluster_tool.probes.node import (
     HEALTH_PROBES,
@@ -38,10 +38,10 @@ from cluster_tool.probes.node import (
     Mlxlink,
     NvlinkErrorCounters,
 )
+from cluster_tool.probes.signals import PortCounters
 from cluster_tool.probes.versions import Versions
 from cluster_tool.remote.fanout import LocalTransport, Target, Transport, TransportError, collect
 from cluster_tool.slurm import Slurm
-from cluster_tool.watch.signals import PortCounters
 from cluster_tool.workflows.node_check import (
     SlurmAction,
     health_drain_reason,
@@ -145,7 +145,7 @@ def _read_xids(outputs: Mapping[str, ProbeOutput]) -> list[XidEvent] | None:
     if out is None or out.rc != 0:
         return None
     try:
-        return parse_xids(out.stdout)
+        return KernelLog().process(lines(out.stdout)).xids
     except ParseError:
         return None
 

@@ -24,8 +24,7 @@ from cluster_tool.admission import Door, prove
 from cluster_tool.checks.node import NodeExpectations, check_node
 from cluster_tool.drains import Owner, health_reason, may_lift
 from cluster_tool.findings import Finding
-from cluster_tool.probes import Probe
-from cluster_tool.probes.node import HEALTH_PROBES
+from cluster_tool.probes.node import health_probes
 from cluster_tool.registry import NODE_CHECKS, node_checks_not_run
 from cluster_tool.remote.fanout import LocalTransport, Target, Transport, TransportError, collect
 from cluster_tool.slurm import Slurm
@@ -35,15 +34,9 @@ __all__ = [
     "NodeCheckRun",
     "SlurmAction",
     "health_drain_reason",
-    "probes_for_node_check",
     "run_node_check",
     "slurm_health_action",
 ]
-
-
-def probes_for_node_check(*, dcgm: bool = False) -> tuple[Probe, ...]:
-    """Health probes for a periodic check: DCGM's diag only on request (it loads the GPUs)."""
-    return tuple(p for p in HEALTH_PROBES if dcgm or p.name != "dcgmi-diag")
 
 
 @dataclass(frozen=True)
@@ -66,7 +59,7 @@ def run_node_check(
     """Run the probes on this machine (or through `transport`) and check them."""
     transport = transport or LocalTransport()
     results = collect(
-        [(Target(expect.node), probes_for_node_check(dcgm=dcgm))],
+        [(Target(expect.node), health_probes(dcgm=dcgm))],
         transport,
         concurrency=1,
         timeout=timeout,

@@ -65,6 +65,9 @@ LAYERS: dict[str, int] = {
 # Parts that use nothing of their own layer: `remote` carries probes to hosts and back, `checks`
 # only judges what it is given (neither collects, reports nor runs a job).
 ONLY_BELOW = ("remote", "checks")
+# The jobs stand side by side: a probe, a parser or a judge two of them share lives below
+# both (`probes/`, `parsers/`, `checks/`), never in one job for the other to import.
+JOBS = ("workflows", "watch")
 
 
 def _module_name(path: Path) -> str:
@@ -190,6 +193,15 @@ def test_remote_and_checks_import_only_layers_below_theirs() -> None:
         if a in ONLY_BELOW and LAYERS[b] >= LAYERS[a]
     )
     assert not sideways, "\n".join(sideways)
+
+
+def test_no_job_imports_another_job() -> None:
+    sideways = sorted(
+        where for (a, b), where in part_arrows().items() if a in JOBS and b in JOBS and a != b
+    )
+    assert not sideways, "a job importing another (move what they share a layer down):\n" + (
+        "\n".join(sideways)
+    )
 
 
 def test_no_two_parts_of_the_package_import_each_other() -> None:

@@ -81,8 +81,8 @@ def _others() -> dict[str, tuple[Callable[[str], object], str]]:
     """Parsers of untrusted text outside the registry: Slurm's output, the probes' own lines."""
     from cluster_tool import slurm
     from cluster_tool.checks.nccl_env import parse_nccl_conf
+    from cluster_tool.parsers.port_counters import parse_port_counters
     from cluster_tool.parsers.versions import parse_versions
-    from cluster_tool.watch.signals import parse_port_counters
 
     return {
         "scontrol-show-node": (

@@ -19,10 +19,11 @@ from cluster_lab.faults import inject
 from cluster_lab.sim.hw import node_hardware
 from cluster_lab.sim.render_smi import render_query_csv
 from cluster_lab.sim.sysfs import write_sysfs_tree
+from cluster_tool.parsers.nvidia_query import GPU_CLOCK_FIELDS
+from cluster_tool.probes.signals import GpuClocks, PortCounters
 from cluster_tool.spec import load_spec
 from cluster_tool.spec.models import Watch
 from cluster_tool.watch.cycle import run_cycle
-from cluster_tool.watch.signals import GPU_CLOCK_FIELDS, GpuClocks, PortCounters
 from cluster_tool.watch.state import WatchState
 from tests.conftest import FIXTURES, REPO
 from tests.unit.watch.fakes import CapturedSources, NodeReading, WatchSlurm, admin

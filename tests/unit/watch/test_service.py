@@ -164,25 +164,14 @@ def test_requeue_runs_scontrol_requeue() -> None:
     assert fake.calls[-1] == ["scontrol", "requeue", "101"]
 
 
-def test_the_port_counter_probe_reads_sysfs_lines_and_refuses_others() -> None:
-    from cluster_tool.errors import ParseError
-    from cluster_tool.watch.signals import PortCounters, parse_port_counters
-
-    text = (
-        "/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_data 1500000000\n"
-        "/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_wait 42\n"
-        "/sys/class/infiniband/mlx5_3/ports/1/counters/link_downed 3\n"
-    )
-    assert parse_port_counters(text) == {
-        "mlx5_0": {"PortXmitData": 1500000000, "PortXmitWait": 42},
-        "mlx5_3": {"LinkDownedCounter": 3},
-    }
-    with pytest.raises(ParseError, match=":2: expected"):
-        parse_port_counters(text.splitlines()[0] + "\ncat: permission denied\n")
-    # The probe's own command runs in sh, succeeds with or without RDMA devices, and what it
-    # prints is what the parser reads.
+def test_the_port_counter_probe_command_runs_with_or_without_rdma_devices() -> None:
+    # Its readings are cases in tests/fixtures/probes/port-counters/.
     import subprocess
 
+    from cluster_tool.probes.signals import PortCounters
+
+    # The probe's own command runs in sh, succeeds with or without RDMA devices, and what it
+    # prints is what the parser reads.
     done = subprocess.run(["sh", "-c", PortCounters().command()], capture_output=True, text=True)
     assert done.returncode == 0
     PortCounters().process(done.stdout.split("\n"))

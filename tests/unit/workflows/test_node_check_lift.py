@@ -111,15 +111,15 @@ def test_an_older_node_check_drain_that_hides_its_other_ids_is_left() -> None:
 
 def test_the_periodic_check_lifts_its_own_ecc_drain_with_the_probes_it_runs() -> None:
     """Liveness beside the safety rules: the HealthCheckProgram's own run (every health probe
-    but DCGM's diag, as `probes_for_node_check` sends them, read back clean) re-proves an ECC
+    but DCGM's diag, as node-check sends them (`health_probes`), read back clean) re-proves an ECC
     drain and lifts it. The not-run list is the one the real run computes from what it
     collected, so a check the periodic run can never run (a DCGM id not marked optional) would
     keep every such drain forever; the lab's HealthCheckProgram test caught exactly that."""
+    from cluster_tool.probes.node import health_probes
     from cluster_tool.registry import node_checks_not_run
-    from cluster_tool.workflows.node_check import probes_for_node_check
 
     cluster, slurm = _drained_by_node_check(ECC)
-    collected = {p.name for p in probes_for_node_check(dcgm=False)}
+    collected = {p.name for p in health_probes(dcgm=False)}
     not_run = node_checks_not_run(NODE, [], collected)
     assert set(not_run) == {"gpu.dcgm", "gpu.dcgm-incomplete"}
     action = slurm_health_action(NODE, [], slurm, not_run=not_run)  # type: ignore[arg-type]
