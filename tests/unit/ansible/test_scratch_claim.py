@@ -20,9 +20,14 @@ from cluster_tool.ansible import run_playbook
 CLAIM = Path(__file__).parent / "playbooks" / "scratch_claim.yml"
 A, B = "/dev/nvme2n1", "/dev/nvme3n1"
 # What a member of the RAID 0 `mdadm --create /dev/md/scratch` made on gpu001 reads as.
-OURS = "MD_LEVEL=raid0\nMD_DEVICES=2\nMD_NAME=gpu001:scratch\nMD_UUID=3aaa0122:29827cfa:5331ad66:ca767371\n"
+OURS = (
+    "MD_LEVEL=raid0\nMD_DEVICES=2\nMD_NAME=gpu001:scratch\n"
+    "MD_UUID=3aaa0122:29827cfa:5331ad66:ca767371\n"
+)
 # A member of the OS's mirror (DGX OS puts / on md0 over the two M.2 drives).
-OS_MIRROR = "MD_LEVEL=raid1\nMD_DEVICES=2\nMD_NAME=dgx:0\nMD_UUID=aa2e7c91:0b8d55a4:91c1e0f2:7d3b6a10\n"
+OS_MIRROR = (
+    "MD_LEVEL=raid1\nMD_DEVICES=2\nMD_NAME=dgx:0\nMD_UUID=aa2e7c91:0b8d55a4:91c1e0f2:7d3b6a10\n"
+)
 # case: (devices, blkid's TYPE per device, mdadm's export per device)
 CASES: dict[str, tuple[list[str], dict[str, str], dict[str, str]]] = {
     "blank": ([A, B], {}, {}),
