@@ -286,7 +286,7 @@ def hardware_problems(
         result.problems.append(
             Problem(
                 "input",
-                f"{hosts} differ from profile {profile}: {'; '.join(said)} (a matching profile: "
+                f"{hosts} (profile {profile}): {'; '.join(said)} (a matching profile: "
                 f"`cluster-tool profile discover {spec} --node {first} --out {first}.yml`, "
                 "once nvidia-smi can name the GPU model)",
             )

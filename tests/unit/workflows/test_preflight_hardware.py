@@ -89,11 +89,11 @@ def test_31_nodes_alike_are_one_line_and_the_odd_node_names_each_difference(
     many, odd = texts
     cpus = "CPUs: sockets x cores x threads 2x44x2; the profile declares 2x56x2"
     assert many == (
-        f"gpu[001-016,018-032] differ from profile hgx-h100-8x-ndr: {cpus} (a matching "
+        f"gpu[001-016,018-032] (profile hgx-h100-8x-ndr): {cpus} (a matching "
         "profile: `cluster-tool profile discover "
         f"{spec_32} --node gpu001 --out gpu001.yml`, once nvidia-smi can name the GPU model)"
     )
-    assert odd.startswith("gpu017 differ from profile hgx-h100-8x-ndr: ")
+    assert odd.startswith("gpu017 (profile hgx-h100-8x-ndr): ")
     for said in (
         cpus,
         "rail-5 HCA mlx5_9: the node names the HCA at 0000:c0:00.0 mlx5_8",
@@ -119,7 +119,7 @@ def test_gpus_are_held_to_the_profile_by_their_pci_addresses_before_the_driver(
     code, data = _preflight(spec_32, capsys)
     assert code == 2
     (line,) = [p["text"] for p in data["problems"]]
-    assert line.startswith("gpu001 differ from profile hgx-h100-8x-ndr: ")
+    assert line.startswith("gpu001 (profile hgx-h100-8x-ndr): ")
     pairs = [
         ("18", "1b"), ("2a", "43"), ("3a", "52"), ("5d", "61"),
         ("9a", "9d"), ("ab", "c3"), ("ba", "d1"), ("db", "df"),
@@ -167,7 +167,7 @@ def test_bringup_stops_on_a_node_unlike_its_profile_before_ansible(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert line.startswith(
-        "cluster-tool: preflight: gpu009 differ from profile hgx-h100-8x-ndr: CPUs: sockets x "
+        "cluster-tool: preflight: gpu009 (profile hgx-h100-8x-ndr): CPUs: sockets x "
         "cores x threads 2x44x2; the profile declares 2x56x2"
     )
     assert not runs.exists() or not any(runs.iterdir()), "a refused run records nothing"
