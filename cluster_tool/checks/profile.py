@@ -658,11 +658,15 @@ def diff_profile(profile: NodeProfile, facts: NodeFacts, found: Discovery) -> li
     node = facts.node
     out = gpu_mismatches(node, profile, found)
     if found.gpus_read and len(found.gpus) != profile.gpu_count:
+        # Which of the profile's GPUs the bus does not show (a GPU off the bus, a riser).
+        seen = {g.pci for g in found.gpus}
+        gone = [pci for pci in profile.gpu_pci if pci not in seen]
+        where = f" (none at {', '.join(gone)})" if gone else ""
         out.append(
             _mismatch(
                 node,
                 "GPUs",
-                f"{len(found.gpus)} GPUs; the profile has {profile.gpu_count}",
+                f"{len(found.gpus)} GPUs; the profile has {profile.gpu_count}{where}",
                 expected=profile.gpu_count,
                 observed=len(found.gpus),
             )

@@ -106,3 +106,27 @@ def test_the_preflight_reads_the_lab_node_as_its_profile_and_names_a_renamed_hca
     shutil.rmtree(tmp_path / "gpu002" / "sysfs-class")
     write_all_sysfs_trees(data, tmp_path)
     assert diff() == [("mlx5_3", "mlx5_3 at 0000:40:00.0", "mlx5_12 at 0000:40:00.0")]
+
+
+def test_a_gpu_off_the_bus_is_named_by_its_address_from_lspci(tmp_path: Path) -> None:
+    # The lab's gpu-missing fault (a GPU off the bus) on gpu004's GPU5, seen through the lab's
+    # lspci as the preflight reads it: the profile (a DGX H100: GPU5 at c3:00.0, the User
+    # Guide's table) has eight GPUs, the bus shows seven.
+    from cluster_lab.faults import inject
+    from cluster_lab.sim.hw import node_hardware
+    from cluster_lab.sim.render_link import render_lspci
+    from cluster_tool.parsers.lspci import parse_lspci
+
+    cluster = load_spec(LAB)
+    profile = cluster.host("gpu004").profile
+    assert profile is not None
+    data = _model(tmp_path).model_dump(mode="json")
+    inject(data, "gpu-missing", "gpu004", 5)
+    lspci = parse_lspci(render_lspci(node_hardware(data, "gpu004"), {"10de", "15b3"}))
+    facts = NodeFacts("gpu004", lspci=lspci)
+    found = [
+        (f.component, f.expected, f.observed) for f in diff_profile(profile, facts, discover(facts))
+    ]
+    assert found == [("GPUs", "8", "7")]
+    (finding,) = diff_profile(profile, facts, discover(facts))
+    assert "7 GPUs; the profile has 8 (none at 0000:c3:00.0)" in finding.message
