@@ -1,9 +1,11 @@
 """The preflight: what a job needs from outside, checked in seconds before it starts (before a
 run record, before Ansible, before a drain): the secrets the run will read, every host it will
-touch reachable over SSH the way the run reaches it (in parallel, with a short timeout), Slurm
-answering the way the run will ask it, the BMCs a re-image will use taking a connection. Every
-missing item in one list; exit 2 when one is the operator's input (a secret, no Slurm client),
-else 3 (a host, Slurm or a BMC that does not answer)."""
+touch reachable over SSH the way the run reaches it (in parallel, with a short timeout) and
+running the OS the spec pins, each GPU node's hardware (as far as a node before bring-up shows
+it) against its profile, Slurm answering the way the run will ask it, the BMCs a re-image will
+use taking a connection. Every missing item in one list; exit 2 when one is the operator's input
+(a secret, no Slurm client, a node unlike its profile), else 3 (a host, Slurm or a BMC that does
+not answer)."""
 
 from __future__ import annotations
 
