@@ -16,7 +16,7 @@ import contextlib
 import time
 
 from cluster_tool.remote.fanout import OpenSshTransport, Target, TransportError
-from cluster_tool.workflows.preflight import unreachable_hosts
+from cluster_tool.workflows.preflight import ssh_round
 
 
 def serial(targets: list[Target], transport: OpenSshTransport) -> None:
@@ -34,7 +34,8 @@ def main() -> None:
     targets = [Target(f"gpu{i:03d}", f"192.0.2.{i}") for i in range(1, args.hosts + 1)]
 
     started = time.monotonic()
-    down = unreachable_hosts(targets, transport)
+    # The round as the preflight runs it: each GPU node also asked its hardware probes.
+    down, _ = ssh_round(targets, transport, hardware={t.name for t in targets})
     parallel_s = time.monotonic() - started
     started = time.monotonic()
     serial(targets, transport)

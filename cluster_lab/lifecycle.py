@@ -37,6 +37,7 @@ from cluster_lab.host import (
     spawn,
     stop_process,
 )
+from cluster_lab.hostview import write_host_views
 from cluster_lab.sim.packages import publish_to_lab_repo
 from cluster_lab.state import LabState, load_state, running_lab, save_state
 from cluster_lab.topology import LabPlan, build_model, load_plan
@@ -215,6 +216,7 @@ def _build(
     config.shared_dir.mkdir(parents=True, exist_ok=True)
     _fresh_steps_dir(config)
     _write_fake_sysfs(config, model)
+    write_host_views(model, config.nodes_dir)
     _write_ssh_files(config, plan)
     _render_lab_inventory(config, plan)
 

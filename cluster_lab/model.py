@@ -105,6 +105,14 @@ class OtherNic(_Open):
     hca_type: str = "MT4129"  # ConnectX-7; a BlueField-3 is MT41692
 
 
+class Cpu(_Open):
+    """The node's CPUs as its profile declares them (what Slurm's node line says)."""
+
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int
+
+
 class Node(_Open):
     name: str
     role: Literal["head", "gpu"]
@@ -117,6 +125,10 @@ class Node(_Open):
     gpus: list[Gpu] = Field(default_factory=list)
     hcas: list[Hca] = Field(default_factory=list)
     other_nics: list[OtherNic] = Field(default_factory=list)
+    # What `lscpu` and /proc/meminfo show on the node (cluster_lab/hostview.py); None: the lab
+    # host's own (the head node).
+    cpu: Cpu | None = None
+    mem_total_kib: int | None = None
 
 
 class Switch(_Open):

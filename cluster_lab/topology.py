@@ -164,8 +164,15 @@ def build_model(plan: LabPlan, lab_name: str) -> hw.HardwareModel:
                 )
                 lid += 1
             other_nics = [_other_nic(nic) for nic in profile.nics]
+            cpu = hw.Cpu(
+                sockets=profile.cpu_sockets,
+                cores_per_socket=profile.cpu_cores_per_socket,
+                threads_per_core=profile.cpu_threads_per_core,
+            )
+            mem_total_kib: int | None = mem_total_kib_of(profile.memory_gib)
         else:
             other_nics = []
+            cpu, mem_total_kib = None, None
         nodes.append(
             hw.Node(
                 name=host.name,
@@ -178,6 +185,8 @@ def build_model(plan: LabPlan, lab_name: str) -> hw.HardwareModel:
                 gpus=gpus,
                 hcas=hcas,
                 other_nics=other_nics,
+                cpu=cpu,
+                mem_total_kib=mem_total_kib,
             )
         )
     sm_lid = switches[0].lid if switches else 0
@@ -200,6 +209,18 @@ def build_model(plan: LabPlan, lab_name: str) -> hw.HardwareModel:
             for link in plan.switch_links
         ],
     )
+
+
+# What the kernel leaves of installed memory as MemTotal, measured on a real H100 SXM5 node with
+# 2 TiB (github.com/project-codeflare/mlbatch, setup.KubeConEU25/README.md: the node's memory
+# capacity, which the kubelet reads from MemTotal, 2113411288 KiB): 98.41 % of 2 TiB; the rest
+# is firmware reservations and the kernel's own.
+MEM_TOTAL_SHARE = 2113411288 / (2048 * 1024 * 1024)
+
+
+def mem_total_kib_of(memory_gib: int) -> int:
+    """The MemTotal a node with `memory_gib` installed shows, as a real one does."""
+    return int(memory_gib * 1024 * 1024 * MEM_TOTAL_SHARE)
 
 
 def _other_nic(nic: Nic) -> hw.OtherNic:

@@ -26,6 +26,18 @@ mount -t overlay overlay \
 hostname "$LAB_NODE"
 
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
+# The node's memory and CPUs as its profile declares them (cluster_lab/hostview.py): the
+# namespace would show this host's, as it would this host's PCI bus.
+if [ -f "$LAB_NODE_DIR/hw/meminfo" ]; then
+    mount --bind "$LAB_NODE_DIR/hw/meminfo" "$R/proc/meminfo"
+    mount -o remount,ro,bind "$R/proc/meminfo"
+fi
+if [ -f "$LAB_NODE_DIR/hw/lscpu" ]; then
+    mkdir -p "$R/usr/local/bin"
+    [ -e "$R/usr/local/bin/lscpu" ] || : >"$R/usr/local/bin/lscpu"
+    mount --bind "$LAB_NODE_DIR/hw/lscpu" "$R/usr/local/bin/lscpu"
+    mount -o remount,ro,bind "$R/usr/local/bin/lscpu"
+fi
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys"
 # Part 2 fills sysfs-class with fake HCAs; sysfs itself takes no new files, an overlay does.
 if [ -d "$LAB_NODE_DIR/sysfs-class" ]; then

@@ -31,6 +31,7 @@ __all__ = [
     "diff_profile",
     "discover",
     "gpu_mismatches",
+    "lspci_gpus",
     "match_hcas",
     "remake_hint",
 ]
@@ -126,6 +127,9 @@ class Discovery:
     unread: tuple[str, ...] = field(default_factory=tuple)
     # RDMA devices that could be compute HCAs but no topology pairs them with a GPU.
     unpaired: tuple[OtherNic, ...] = ()
+    # Whether the GPUs were read at all (nvidia-smi, or lspci on a node without the driver):
+    # no GPU read is then a reading, not a probe that did not run.
+    gpus_read: bool = False
 
     def profile(self, description: str | None = None) -> dict[str, Any]:
         """The discovered node as a spec profile (the keys of `profiles.NAME`). Raises
@@ -155,11 +159,14 @@ class Discovery:
         if self.slurm_real_memory_mib is None or self.mem_total_mib is None:
             missing.append("no memory: /proc/meminfo was not read")
         products = {g.product for g in self.gpus}
+        if products == {None}:
+            missing.append("GPU model: nvidia-smi -q was not read (lspci gave the addresses)")
+            products = set()
         if len(products) > 1:
             missing.append(f"GPUs of more than one model: {', '.join(sorted(map(str, products)))}")
         product = next(iter(products), None)
         model = _gpu_model(product)
-        if self.gpus and model is None:
+        if products and model is None:
             missing.append(f"GPU model not recognised in {product!r}")
         if self.rate_gbps is None:
             missing.append("compute HCA rate: ibstat was not read, or the rates differ")
@@ -215,6 +222,20 @@ def _gpu_model(product: str | None) -> str | None:
     return m.group(1).lower() if m else None
 
 
+# lspci's class names for a GPU: an H100/H200 SXM is a "3D controller" (class 0302); a card
+# with a display engine is a "VGA compatible controller" (0300). An NVSwitch is a "Bridge".
+_GPU_CLASSES = ("3D controller:", "VGA compatible controller:")
+
+
+def lspci_gpus(functions: Sequence[PciFunction]) -> list[str]:
+    """The NVIDIA GPUs among lspci's functions, by PCI address in bus order."""
+    return sorted(
+        f.address
+        for f in functions
+        if f.description.startswith(_GPU_CLASSES) and "NVIDIA" in f.description
+    )
+
+
 def _nearest(codes: Mapping[str, str]) -> str | None:
     """The nearest of several topology codes (NV# between GPUs never occurs here)."""
     known = [c for c in codes.values() if c in _ORDER]
@@ -239,6 +260,11 @@ def discover(
             DiscoveredGpu(i, g.pci, g.product_name, g.memory_total_mib)
             for i, g in enumerate(facts.smi.gpus)
         ]
+    elif facts.lspci is not None:
+        # A node before its driver (a bare install): the PCI bus still lists the GPUs. The
+        # driver numbers them in PCI bus order, as nvidia-smi lists them.
+        gpus = [DiscoveredGpu(i, pci, None, None) for i, pci in enumerate(lspci_gpus(facts.lspci))]
+        unread.append("GPU model and memory: no nvidia-smi -q output (lspci gave the addresses)")
     else:
         unread.append("GPUs: no nvidia-smi -q output")
 
@@ -409,6 +435,7 @@ def discover(
         node=node,
         system=facts.system,
         gpus=tuple(gpus),
+        gpus_read=facts.smi is not None or facts.lspci is not None,
         hcas=tuple(hcas),
         nics=tuple(nics),
         cpu=facts.cpu,
@@ -630,12 +657,16 @@ def diff_profile(profile: NodeProfile, facts: NodeFacts, found: Discovery) -> li
     """`profile discover --diff`: every way the node differs from the profile."""
     node = facts.node
     out = gpu_mismatches(node, profile, found)
-    if found.gpus and len(found.gpus) != profile.gpu_count:
+    if found.gpus_read and len(found.gpus) != profile.gpu_count:
+        # Which of the profile's GPUs the bus does not show (a GPU off the bus, a riser).
+        seen = {g.pci for g in found.gpus}
+        gone = [pci for pci in profile.gpu_pci if pci not in seen]
+        where = f" (none at {', '.join(gone)})" if gone else ""
         out.append(
             _mismatch(
                 node,
                 "GPUs",
-                f"{len(found.gpus)} GPUs; the profile has {profile.gpu_count}",
+                f"{len(found.gpus)} GPUs; the profile has {profile.gpu_count}{where}",
                 expected=profile.gpu_count,
                 observed=len(found.gpus),
             )
@@ -651,7 +682,9 @@ def diff_profile(profile: NodeProfile, facts: NodeFacts, found: Discovery) -> li
                 observed=", ".join(products),
             )
         )
-    out += match_hcas(profile, facts, found).findings
+    names = match_hcas(profile, facts, found)
+    out += names.findings
+    out += _absent_functions(profile, facts, names)
     if found.rate_gbps is not None and found.rate_gbps != profile.expected_rate_gbps:
         out.append(
             _mismatch(
@@ -693,6 +726,47 @@ def diff_profile(profile: NodeProfile, facts: NodeFacts, found: Discovery) -> li
                 f"declares ({profile.slurm_real_memory_mib} MiB): slurmd would drain the node",
                 expected=f">= {profile.slurm_real_memory_mib} MiB",
                 observed=f"{found.mem_total_mib} MiB",
+            )
+        )
+    return out
+
+
+def _absent_functions(profile: NodeProfile, facts: NodeFacts, names: HcaNames) -> list[Finding]:
+    """The profile's HCAs and NICs at a PCI address where the node has none of them: no PCI
+    function there in lspci, or (lspci not read) no RDMA device there. One `match_hcas` names
+    under another name, or already accounts for, is not repeated."""
+    node = facts.node
+    pci_bus = {f.address: f.description for f in facts.lspci or ()}
+    rdma_at = {d.pci: d.device for d in facts.rdma or () if d.pci}
+    if not pci_bus and not rdma_at:
+        return []  # neither read: nothing says where the node's devices are
+    out: list[Finding] = []
+    devices = [(f"rail-{h.rail} HCA", h.device, h.pci) for h in profile.compute_hcas]
+    # An RDMA NIC only: lspci is asked for NVIDIA and Mellanox functions alone (an `eno1` on
+    # the board is not among them).
+    devices += [
+        (f"{n.purpose or 'other'} NIC", n.device, n.pci)
+        for n in profile.nics
+        if n.device.startswith("mlx5_")
+    ]
+    for what, device, pci in devices:
+        if not pci or device in names.names or device in names.accounted:
+            continue
+        if pci_bus:
+            if pci in pci_bus:
+                continue
+            seen = "lspci lists no function there"
+        else:
+            if pci in rdma_at:
+                continue
+            seen = "no RDMA device there"
+        out.append(
+            _mismatch(
+                node,
+                device,
+                f"the profile's {what} {device} is at {pci}; {seen}",
+                expected=f"{device} at {pci}",
+                observed=f"nothing at {pci}",
             )
         )
     return out

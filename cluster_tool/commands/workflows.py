@@ -116,9 +116,11 @@ def preflight(
     ] = None,
     json_out: JsonOpt = False,
 ) -> int:
-    """What a job needs, in seconds: the secrets it reads, every host answering SSH, the gate's
+    """What a job needs, in seconds: the secrets it reads, every host answering SSH, each GPU
+    node's hardware (PCI bus, RDMA devices, CPUs, memory) against its profile, the gate's
     folder (--workdir, or the context's) written here and read back on a GPU node, Slurm. Exit 0
-    all there, 2 a secret missing or the folder not shared, 3 a host or Slurm not answering."""
+    all there, 2 a secret missing, a node unlike its profile or the folder not shared, 3 a host
+    or Slurm not answering. What a bare node cannot show yet is listed as not read."""
     from cluster_tool.bounds import expand_hostlist
     from cluster_tool.commands._context import load_cluster
     from cluster_tool.slurm import connect
@@ -142,6 +144,7 @@ def preflight(
         ssh_transport(cluster, via.ssh_config),
         slurm=connect(via.slurm_via, via.ssh_config) if ask_slurm else None,
         shared=via.gate_workdir,
+        spec=str(spec),
     )
     if result.problems:  # on stderr too: a script's log shows why it stopped
         output.error_line(result.line())
@@ -150,6 +153,10 @@ def preflight(
     else:
         for item, state in result.checked.items():
             output.stdout.print(f"{item:8} {state}", markup=False)
+        for what in result.not_read:
+            output.stdout.print(output.severity_line("info", f"not read: {what}"))
+        for warning in result.warnings:
+            output.stdout.print(output.severity_line("warning", warning))
         for problem in result.problems:
             output.stdout.print(output.severity_line("error", problem.text))
         verdict = "PASS" if not result.problems else "FAIL"
@@ -295,6 +302,15 @@ def validate_after(
     gate_workdir: GateWorkdirOpt = None,
     dcgm: DcgmOpt = True,
     runs_dir: RunsDirOpt = None,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight/--no-preflight",
+            help="First, in seconds: the nodes and the fabric's host answering SSH, Slurm "
+            "answering (with the gate or --admit), before the run starts (exit 3 naming the "
+            "hosts that did not answer as one hostlist).",
+        ),
+    ] = True,
     json_out: JsonOpt = False,
 ) -> int:
     """After maintenance: the whole fabric, then health + gate on the switch's nodes."""
@@ -305,7 +321,7 @@ def validate_after(
         spec, Reach(None, ssh_config, slurm_via, gate_workdir, None), switch=switch, nodes=nodes,
         admit=admit, gate=gate, admit_unproven=admit_unproven, junit=junit, save=save,
         replay=replay, concurrency=concurrency, transport=transport, dcgm=dcgm, runs_dir=runs_dir,
-        burn_in=burn_in,
+        burn_in=burn_in, preflight=preflight,
     )  # fmt: skip
     return validate_after_job(job, json_out)
 

@@ -54,15 +54,16 @@ class Ibdev2netdev(Probe):
 
 
 class RdmaDevices(Probe):
-    """The same map from sysfs, for a node without DOCA's scripts: each
-    /sys/class/infiniband entry, its PCI function and its interfaces."""
+    """The same map from sysfs, for a node without DOCA's scripts (a bare install with the
+    kernel's inbox mlx5 driver): each /sys/class/infiniband entry, its PCI function (the last
+    component of its `device` link, which is always a link) and its interfaces."""
 
     name = "rdma-devices"
     what = "the RDMA devices in /sys/class/infiniband"
 
     def command(self) -> str:
         return (
-            'for d in /sys/class/infiniband/*; do [ -e "$d/device" ] || continue; '
+            'for d in /sys/class/infiniband/*; do [ -L "$d/device" ] || continue; '
             'p=$(readlink -f "$d/device"); printf "%s %s" "${d##*/}" "${p##*/}"; '
             'for n in "$d"/device/net/*; do [ -e "$n" ] && printf " %s" "${n##*/}"; done; '
             "echo; done"

@@ -49,34 +49,46 @@ DISCOVER_PROBES: tuple[Probe, ...] = (
 )
 
 
-def _read(node: str, outputs: Mapping[str, ProbeOutput], probe: Probe) -> Any:
+def _read(
+    node: str,
+    outputs: Mapping[str, ProbeOutput],
+    probe: Probe,
+    unreadable: dict[str, str] | None = None,
+) -> Any:
     """The probe's reading; None when the capture has no clean output of it (the discovery
     then says what it could not read). Output that is there but unreadable is an error: a
-    profile is never made from half a reading."""
+    profile is never made from half a reading. With `unreadable`, the error is filed there
+    under the probe's name instead (the preflight reports what it could not read)."""
     output = outputs.get(probe.name)
     if output is None or output.rc != 0 or not output.stdout.strip():
         return None
     try:
         return probe.process(lines(output.stdout))
     except ParseError as exc:
-        raise exc.with_source(f"{node}/{probe.name}.out") from exc
+        located = exc.with_source(f"{node}/{probe.name}.out")
+        if unreadable is None:
+            raise located from exc
+        unreadable[probe.name] = str(located)
+        return None
 
 
-def facts_from_outputs(node: str, outputs: Mapping[str, ProbeOutput]) -> NodeFacts:
-    """One node's probe outputs, parsed."""
-    rdma = _read(node, outputs, Ibdev2netdev())
+def facts_from_outputs(
+    node: str, outputs: Mapping[str, ProbeOutput], unreadable: dict[str, str] | None = None
+) -> NodeFacts:
+    """One node's probe outputs, parsed (`unreadable`: see `_read`)."""
+    rdma = _read(node, outputs, Ibdev2netdev(), unreadable)
     if rdma is None:
-        rdma = _read(node, outputs, RdmaDevices())
+        rdma = _read(node, outputs, RdmaDevices(), unreadable)
     return NodeFacts(
         node=node,
-        smi=_read(node, outputs, NvidiaSmiQ()),
-        topo=_read(node, outputs, NvidiaSmiTopo()),
-        cas=_read(node, outputs, Ibstat()),
+        smi=_read(node, outputs, NvidiaSmiQ(), unreadable),
+        topo=_read(node, outputs, NvidiaSmiTopo(), unreadable),
+        cas=_read(node, outputs, Ibstat(), unreadable),
         rdma=rdma,
-        lspci=_read(node, outputs, Lspci()),
-        cpu=_read(node, outputs, Lscpu()),
-        mem_total_mib=_read(node, outputs, Meminfo()),
-        system=_read(node, outputs, DmiProduct()),
+        lspci=_read(node, outputs, Lspci(), unreadable),
+        cpu=_read(node, outputs, Lscpu(), unreadable),
+        mem_total_mib=_read(node, outputs, Meminfo(), unreadable),
+        system=_read(node, outputs, DmiProduct(), unreadable),
     )
 
 

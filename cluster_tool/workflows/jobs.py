@@ -100,23 +100,46 @@ def _inventory(cluster: Cluster, given: Path | None, record: RunRecord, check: b
     return out
 
 
-def _preflight(cluster: Cluster, limit: str | None, reach: Reach, progress: Progress) -> None:
-    """The bring-up's preflight: its secrets, and every host it will converge answering SSH
-    (those `limit` names, else all), before a run record or Ansible; PreflightFailed lists
-    every problem."""
-    from cluster_tool.bounds import expand_hostlist
+def _preflight(
+    cluster: Cluster,
+    hosts: Sequence[str],
+    reach: Reach,
+    progress: Progress,
+    spec: Path,
+    *,
+    secrets: bool = True,
+    hardware: bool = True,
+    slurm: SlurmAdmin | None = None,
+) -> None:
+    """A job's preflight, before a run record, Ansible or a drain: the secrets a converge reads
+    (when `secrets`), every one of `hosts` answering SSH with the OS the spec pins, each GPU
+    node's hardware against its profile (when `hardware`), Slurm (when given).
+    PreflightFailed lists every problem."""
     from cluster_tool.workflows import preflight
 
-    hosts = [h.name for h in cluster.hosts()]
-    if limit:
-        named = set(expand_hostlist(limit, "--nodes"))
-        hosts = [h for h in hosts if h in named] or hosts  # a group name: every host
     result = preflight.run_preflight(
-        cluster, hosts, preflight.ssh_transport(cluster, reach.ssh_config)
+        cluster,
+        hosts,
+        preflight.ssh_transport(cluster, reach.ssh_config),
+        slurm=slurm,
+        secrets=secrets,
+        hardware=hardware,
+        spec=str(spec),
     )
     progress(f"preflight: {', '.join(f'{k} {v}' for k, v in result.checked.items())}")
     if result.problems:
         raise preflight.PreflightFailed(result)
+
+
+def _limited(cluster: Cluster, limit: str | None) -> list[str]:
+    """The hosts `limit` names (a hostlist), else all; a group name: every host."""
+    from cluster_tool.bounds import expand_hostlist
+
+    hosts = [h.name for h in cluster.hosts()]
+    if limit:
+        named = set(expand_hostlist(limit, "--nodes"))
+        hosts = [h for h in hosts if h in named] or hosts
+    return hosts
 
 
 def _burn_in(text: str | None, cluster: Cluster, command: str, gate: bool) -> float:
@@ -172,7 +195,7 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
     if job.retry_failed:
         limit = fold_hostlist(last_failed(runs, job.spec), "--retry-failed: the last run's nodes")
     if job.preflight:
-        _preflight(cluster, limit, job.reach, progress)
+        _preflight(cluster, _limited(cluster, limit), job.reach, progress, job.spec)
     inputs = {
         "spec": str(job.spec.resolve()),
         "limit": limit,
@@ -639,6 +662,7 @@ class ValidateAfterJob:
     dcgm: bool = True
     runs_dir: Path | None = None
     burn_in: str | None = None
+    preflight: bool = True  # its nodes and Slurm answering, in seconds, before anything
 
 
 class _Offline:
@@ -725,6 +749,26 @@ def run_validate_after(
         job.transport, job.reach.ssh_config, KnownHosts.for_cluster(cluster.name)
     )
     selected = select_after_maintenance(cluster, job.switch, job.nodes)
+    if job.preflight and job.replay is None:
+        # The same preflight as a bring-up's, before the run record: the maintained nodes and
+        # the fabric's host answering (in seconds, one hostlist of those that do not, exit 3),
+        # Slurm when the run will ask it. Their hardware is not held here: a node that differs
+        # from its profile after maintenance is this run's own profile.mismatch finding, and
+        # is held, not a reason to validate nothing.
+        sm = cluster.fabric.subnet_manager
+        hosts = [*selected, *([sm] if sm in {h.name for h in cluster.hosts()} else [])]
+        _preflight(
+            cluster,
+            list(dict.fromkeys(hosts)),
+            job.reach,
+            progress,
+            job.spec,
+            secrets=False,
+            hardware=False,
+            slurm=connect(job.reach.slurm_via, job.reach.ssh_config)
+            if job.gate or job.admit
+            else None,
+        )
     inputs = {
         "spec": str(job.spec.resolve()),
         "switch": job.switch,

@@ -81,6 +81,7 @@ class Site:
 class Case:
     args: Callable[[Site], list[str]]
     code: int
+    says: str | None = None  # what stderr's line says, where the row pins it
 
 
 Cell = Case | str  # a case, or why the command cannot meet the situation
@@ -230,7 +231,26 @@ TABLE: dict[str, dict[str, Cell]] = {
     },
     "validate-after": {
         "bad input": Case(lambda s: ["validate-after", NOPE, "--nodes", "gpu001"], 2),
+        # Its preflight, before the run starts: the node and the fabric's host as one list.
         "unreachable": Case(
+            lambda s: [
+                "validate-after",
+                LAB,
+                "--nodes",
+                "gpu001",
+                "--ssh-config",
+                s.down,
+                "--no-gate",
+                "--no-dcgm",
+                "--runs-dir",
+                s.runs,
+            ],
+            3,
+            says="cluster-tool: preflight: unreachable over SSH: gpu001,head (ssh: connect to "
+            "host 127.0.0.1 port 1: Connection refused)",
+        ),
+        # The gate's Slurm, asked by the preflight: no client here is the operator's to fix.
+        "no slurm": Case(
             lambda s: [
                 "validate-after",
                 LAB,
@@ -242,9 +262,9 @@ TABLE: dict[str, dict[str, Cell]] = {
                 "--runs-dir",
                 s.runs,
             ],
-            3,
+            2,
+            says="--slurm-via",
         ),
-        "no slurm": "asks Slurm only after its nodes answered (tests/unit/workflows)",
         "failing": Case(
             lambda s: [
                 "validate-after",
@@ -474,3 +494,5 @@ def test_exit_code_and_json_summary(
     if code == 2 or (code == 3 and "error" in summary):
         assert err.strip(), "a refusal says why on stderr"
         assert "internal error" not in err
+    if case.says is not None:
+        assert case.says in err, err

@@ -218,7 +218,9 @@ def test_a_complete_capture_makes_a_profile_the_spec_accepts(tmp_path: Path) -> 
 
 def test_diff_names_each_renamed_hca_at_its_pci_address(tmp_path: Path) -> None:
     # cnode3-011's real ibdev2netdev: the DGX buses c0, ce, dc carry mlx5_8, 9, 10 where the
-    # DGX H100 layout (the built-in profile) names them mlx5_9, 10, 11.
+    # DGX H100 layout (the built-in profile) names them mlx5_9, 10, 11. Its card at bus 170
+    # has one port (enp170s0np0, at aa:00.0): nothing is at aa:00.1, where the DGX has its
+    # in-band port mlx5_8.
     rdma = _fixture(HOST / "ibdev2netdev_h100_11dev_compute_renamed_prompt_line.txt")
     found, facts = discover_from_capture(_capture(tmp_path, "cnode3-011", {"ibdev2netdev": rdma}))
     mismatches = diff_node(builtin_profile("hgx-h100-8x-ndr"), facts, found)
@@ -226,6 +228,7 @@ def test_diff_names_each_renamed_hca_at_its_pci_address(tmp_path: Path) -> None:
         ("profile.mismatch", "mlx5_9", "mlx5_9 at 0000:c0:00.0", "mlx5_8 at 0000:c0:00.0"),
         ("profile.mismatch", "mlx5_10", "mlx5_10 at 0000:ce:00.0", "mlx5_9 at 0000:ce:00.0"),
         ("profile.mismatch", "mlx5_11", "mlx5_11 at 0000:dc:00.0", "mlx5_10 at 0000:dc:00.0"),
+        ("profile.mismatch", "mlx5_8", "mlx5_8 at 0000:aa:00.1", "nothing at 0000:aa:00.1"),
     ]
     assert "cluster-tool profile discover --from CAPTURE --node cnode3-011" in mismatches[0].message
 

@@ -104,5 +104,7 @@ def test_every_host_capture_is_named_here() -> None:
         "ibdev2netdev_h100_11dev_compute_renamed_prompt_line.txt",
         "ibdev2netdev-v_igx_cx7_two_ports_prompt_line.txt",
         "rdma-devices_dgx_h100_user_guide_hand_built.txt",
+        # Read by tests/unit/workflows/test_preflight_hardware.py (the lspci parser's).
+        "lspci_d10de_h100x8_nvswitch_mlbatch.txt",
     }
     assert {p.name for p in Path(HOST).glob("*.txt")} == named

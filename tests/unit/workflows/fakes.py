@@ -4,6 +4,7 @@ applies power actions on a later read, as the sushy-tools emulator's fake driver
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -193,11 +194,20 @@ def os_release(name: str) -> str:
 class AnsweringTransport:
     """SSH to hosts that are up: every script exits 0, `cat /etc/os-release` answers the real
     file of Ubuntu 22.04 (or `runs[host]`'s, a file of tests/fixtures/os-release); `down` hosts
-    fail as ssh does toward a host that is off (exit 255, its last line)."""
+    fail as ssh does toward a host that is off (exit 255, its last line). A probe script (the
+    fan-out's, remote/probes.py) gets each probe's answer from `shows[host][probe]` (an
+    (rc, stdout) pair), else the os-release file for `os-release`, else exit 127 as from a
+    tool that is not installed."""
 
-    def __init__(self, down: set[str] | None = None, runs: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        down: set[str] | None = None,
+        runs: dict[str, str] | None = None,
+        shows: dict[str, dict[str, tuple[int, str]]] | None = None,
+    ) -> None:
         self.down = down or set()
         self.runs = runs or {}
+        self.shows = shows or {}
         self.asked: list[str] = []
 
     def run(self, target: Any, script: str, timeout: float) -> tuple[int, bytes, bytes]:
@@ -206,7 +216,18 @@ class AnsweringTransport:
         self.asked.append(target.name)
         if target.name in self.down:
             raise TransportError(f"ssh: connect to host {target.address} port 22: No route to host")
+        release = os_release(self.runs.get(target.name, "ubuntu-22.04.2.txt"))
         if script.startswith("cat /etc/os-release"):
-            text = os_release(self.runs.get(target.name, "ubuntu-22.04.2.txt"))
-            return 0, text.encode(), b""
-        return 0, b"", b""
+            return 0, release.encode(), b""
+        token = re.search(r"@@cluster-tool (\w+) ", script)
+        if token is None:
+            return 0, b"", b""
+        out = b""
+        for name in re.findall(r"^run ([a-z0-9-]+) ", script, re.M):
+            default = (0, release) if name == "os-release" else (127, "")
+            rc, text = self.shows.get(target.name, {}).get(name, default)
+            err = b"" if rc != 127 else f"sh: 1: {name}: not found\n".encode()
+            data = text.encode()
+            out += f"@@cluster-tool {token[1]} {name} {rc} {len(data)} {len(err)}@@\n".encode()
+            out += data + err
+        return 0, out, b""
