@@ -35,10 +35,10 @@ from cluster_tool.gate.thresholds import SPEC_DEFAULTS
 # Iglewicz & Hoaglin's modified z-score (0.6745 (x - median) / MAD): robust to the bad
 # nodes themselves; the cut is the spec's `straggler_zscore`.
 _MAD_SCALE = 0.6745
-_STRAGGLER_Z = SPEC_DEFAULTS.straggler_zscore
+STRAGGLER_Z = SPEC_DEFAULTS.straggler_zscore
 # A straggler is also at least this far below the fleet's median: a fleet whose busbw never
 # varies (MAD 0) is not flagged for a wobble.
-_MIN_DROP = 0.05
+MIN_DROP = 0.05
 # Below this many measurements a z-score says nothing.
 _MIN_SAMPLES = 5
 
@@ -83,8 +83,8 @@ def fleet_stats(values: Sequence[float]) -> FleetStats | None:
 def is_straggler(
     value: float,
     stats: FleetStats | None,
-    z_cut: float = _STRAGGLER_Z,
-    min_drop: float = _MIN_DROP,
+    z_cut: float = STRAGGLER_Z,
+    min_drop: float = MIN_DROP,
 ) -> bool:
     """Far below the fleet (robust z under -z_cut) and at least `min_drop` below its median."""
     if stats is None:
@@ -94,8 +94,8 @@ def is_straggler(
 
 def stragglers(
     values: Mapping[str, float],
-    z_cut: float = _STRAGGLER_Z,
-    min_drop: float = _MIN_DROP,
+    z_cut: float = STRAGGLER_Z,
+    min_drop: float = MIN_DROP,
 ) -> dict[str, float]:
     """Nodes whose own busbw (e.g. the single rung) is far below the fleet: node -> z-score."""
     stats = fleet_stats(list(values.values()))
@@ -155,8 +155,8 @@ class Localizer:
         su_of: Mapping[str, int] | None = None,
         rotation: int = 0,
         max_fail_share: float = SPEC_DEFAULTS.max_failing_share,
-        straggler_z: float = _STRAGGLER_Z,
-        min_drop: float = _MIN_DROP,
+        straggler_z: float = STRAGGLER_Z,
+        min_drop: float = MIN_DROP,
         # One screen unless asked: the gate asks for the spec's `screens`, and the rails rung
         # re-runs nodes the pairs rung already screened.
         screens: int = 1,

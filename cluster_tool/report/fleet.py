@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from cluster_tool.bounds import HostlistError, fold_hostlist
+from cluster_tool.gate.localize import MIN_DROP, STRAGGLER_Z, fleet_stats, is_straggler
 
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 _OK_STATES = frozenset({"up", "ok"})
@@ -21,10 +22,6 @@ _OK_STATES = frozenset({"up", "ok"})
 GOOD, WARN, BAD, NONE = 0, 1, 2, 3
 # Heat-map rows wrap after this many nodes (a row of 64 tiles fits a laptop screen).
 NODES_PER_ROW = 64
-# A busbw below the rung's median by this robust z-score and by at least this fraction is an
-# outlier even above the floor (the gate's straggler rule: 0.6745 x deviation / MAD).
-OUTLIER_Z = 3.5
-OUTLIER_DROP = 0.05
 # Outliers labelled in a plot; the rest are listed under it.
 LABELLED = 8
 # Rows of one finding id listed in its <details>; findings.json holds them all.
@@ -182,7 +179,7 @@ def heat_cells(
             ran.partners = [n for n in nodes if n != node]
             if ran.floor is not None and value < ran.floor:
                 ran.busbw_level = BAD
-            elif median and value < median * (1 - OUTLIER_DROP):
+            elif median and value < median * (1 - MIN_DROP):
                 ran.busbw_level = WARN
             else:
                 ran.busbw_level = GOOD
@@ -278,21 +275,14 @@ def rung_values(busbw: Sequence[Mapping[str, Any]]) -> dict[str, list[RungValue]
 
 
 def outliers(values: Sequence[RungValue]) -> list[RungValue]:
-    """Below the floor, or far below the rung's median (robust z under -OUTLIER_Z and at least
-    OUTLIER_DROP below it, with 5 samples or more); worst first."""
-    numbers = [v.value for v in values]
-    median = statistics.median(numbers) if numbers else 0.0
-    mad = statistics.median(abs(x - median) for x in numbers) if numbers else 0.0
-    out = []
-    for v in values:
-        below_floor = v.floor is not None and v.value < v.floor
-        far = (
-            len(numbers) >= 5
-            and v.value < median * (1 - OUTLIER_DROP)
-            and (mad == 0 or 0.6745 * (v.value - median) / mad < -OUTLIER_Z)
-        )
-        if below_floor or far:
-            out.append(v)
+    """Below the floor, or a straggler of its rung by the gate's own rule (far below the rung's
+    median by robust z-score and by a share of it, with enough samples); worst first."""
+    stats = fleet_stats([v.value for v in values])
+    out = [
+        v
+        for v in values
+        if (v.floor is not None and v.value < v.floor) or is_straggler(v.value, stats)
+    ]
     return sorted(out, key=lambda v: v.value)
 
 
@@ -395,8 +385,8 @@ def distributions_html(busbw: Sequence[Mapping[str, Any]], min_jobs: int) -> str
         )
         more = f"<li>and {len(low) - 50} more</li>" if len(low) > 50 else ""
         caption = (
-            f"{len(low)} outlier(s): below the floor, or {OUTLIER_DROP:.0%} and a robust "
-            f"z-score of {OUTLIER_Z:g} below the rung's median"
+            f"{len(low)} outlier(s): below the floor, or {MIN_DROP:.0%} and a robust "
+            f"z-score of {STRAGGLER_Z:g} below the rung's median"
         )
         figures.append(
             f'<figure class="rung-distribution" id="dist-{escape(rung)}">'
