@@ -79,6 +79,10 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
     the rule); `fabric.cables` names the HCAs cabled elsewhere, or not at all, as they are."""
     fabric = cluster.fabric
     elsewhere = {(c.node, c.hca): c for c in fabric.cables}
+    # The switch map's first leaf per (SU, rail), as `Fabric.leaf_name` takes it, looked up once.
+    mapped: dict[tuple[int, int], str] = {}
+    for name, leaf in fabric.leaves.items():
+        mapped.setdefault((leaf.su, leaf.rail), name)
     rows: list[CablingRow] = []
     for node in cluster.gpu_nodes():
         assert node.profile is not None and node.su is not None and node.index_in_su is not None
@@ -96,7 +100,9 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
                     gpu=hca.gpu,
                     rail=hca.rail,
                     su=node.su,
-                    leaf=leaf or fabric.leaf_name(node.su, hca.rail),
+                    leaf=leaf
+                    or mapped.get((node.su, hca.rail))
+                    or fabric.leaf_name(node.su, hca.rail),
                     leaf_port=port,
                 )
             )
