@@ -68,7 +68,10 @@ def leaves(cluster: Cluster) -> list[Leaf]:
 
 
 def spines(cluster: Cluster) -> list[str]:
-    """Every spine name, spine01 first."""
+    """Every spine name, spine01 first; an adopted fabric's as it names them (none, when its
+    leaves have no uplink)."""
+    if cluster.fabric.placement and not cluster.fabric.spine_switches:
+        return []
     return [cluster.fabric.spine_name(n) for n in range(1, cluster.spine_count + 1)]
 
 
@@ -116,7 +119,7 @@ def switch_links(cluster: Cluster) -> list[SwitchLink]:
     are handed out leaf by leaf, so spine port p belongs to leaf (p-1) // (uplinks/S).
     """
     fabric = cluster.fabric
-    if fabric.uplinks:  # as cabled (an adopted fabric)
+    if fabric.uplinks or fabric.placement:  # as cabled (an adopted fabric): none is none
         return [SwitchLink(*link) for link in fabric.uplinks]
     spine_names = spines(cluster)
     if not spine_names:

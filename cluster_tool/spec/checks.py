@@ -504,7 +504,7 @@ def _check_fabric(cluster: Cluster) -> list[Problem]:
                 "give the spine count",
             )
         )
-    elif not fabric.uplinks:  # the round-robin rule's arithmetic; as cabled, it is what it is
+    elif not (fabric.uplinks or fabric.placement):  # the round-robin rule's arithmetic only
         if uplinks % spines:
             problems.append(
                 (

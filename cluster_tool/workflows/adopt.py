@@ -139,8 +139,7 @@ def _draft(
         "expected_rate_gbps": profile.expected_rate_gbps,
     }
     fabric.update(adopted.spec_fabric())
-    if not adopted.uplinks:
-        fabric.pop("uplinks")
+    if not adopted.spines:  # leaves alone (no spine yet): the placement says there is none
         fabric.pop("spine_switches")
         fabric["spines"] = 1
     data["fabric"] = fabric

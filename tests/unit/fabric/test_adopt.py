@@ -21,6 +21,7 @@ from cluster_tool.fabric.plan import (
     plan_for,
     read_cabling_csv,
     read_switch_links_csv,
+    spines,
     switch_links,
 )
 from cluster_tool.parsers.ibnetdiscover import SWITCH, parse_ibnetdiscover
@@ -284,3 +285,16 @@ def test_a_real_quantum2_fabric() -> None:
     # The draft is a spec: spec check reads it as written.
     loaded = load_spec_text(result.text, "draft.yml")
     assert len(loaded.gpu_nodes()) == 18
+
+
+def test_leaves_without_spines(tmp_path: Path) -> None:
+    # One SU whose leaves have no uplinks yet (a first SU racked before its spines).
+    cluster = generated_spec(32)
+    rows, _links = real_style(cabling_plan(cluster), switch_links(cluster))
+    text = FabricText.from_plan(rows, []).text()
+    result = adopted(text)
+    rendered_rows, uplinks, plan = rendered(result.cluster, tmp_path)
+    assert (rendered_rows, uplinks) == cabled(text)
+    assert uplinks == set()
+    assert check_fabric(result.cluster, parse_ibnetdiscover(text), plan=plan) == []
+    assert spines(result.cluster) == []
