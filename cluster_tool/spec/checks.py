@@ -843,11 +843,16 @@ def problems_as_text(problems: list[Problem]) -> list[str]:
 
 
 def dotted(loc: tuple[Any, ...]) -> str:
-    """`('nodes', 0, 'hosts')` -> `nodes[0].hosts`."""
+    """`('nodes', 0, 'hosts')` -> `nodes[0].hosts`. A mapping key is the spec's own text (a
+    switch name an adopted fabric gave it): a line break or control character in it is shown
+    escaped, so a problem stays one line and never reaches the terminal raw."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            if not text.isprintable():
+                text = text.encode("unicode_escape").decode("ascii")
+            out += ("." if out else "") + text
     return out

@@ -111,8 +111,10 @@ def test_the_switch_map_names_what_exists() -> None:
 
 
 def test_names_from_the_fabric_are_typed() -> None:
-    for bad in ("leaf\nname", "A09;rm", "-lead"):
+    for bad in ("leaf\nINJECTED: x\x1b[2J", "A09;rm", "-lead"):
         problems = problems_of(lab_with(leaves={bad: {"su": 1, "rail": 0}}))
         assert len(problems) == 1 and ": fabric.leaves." in problems[0], problems
+        # The key is shown escaped: the problem is one line, no escape reaches a terminal.
+        assert "\n" not in problems[0] and "\x1b" not in problems[0], problems
     problems = problems_of(lab_with(spine_switches={"S1": {"guid": "2c5e"}}))
     assert any("GUID" in p for p in problems), problems
