@@ -84,8 +84,8 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
     elsewhere = {(c.node, c.hca): c for c in fabric.cables}
     # The switch map's first leaf per (SU, rail), as `Fabric.leaf_name` takes it, looked up once.
     mapped: dict[tuple[int, int], str] = {}
-    for name, leaf in fabric.leaves.items():
-        mapped.setdefault((leaf.su, leaf.rail), name)
+    for name, place in fabric.leaves.items():
+        mapped.setdefault((place.su, place.rail), name)
     rows: list[CablingRow] = []
     for node in cluster.gpu_nodes():
         assert node.profile is not None and node.su is not None and node.index_in_su is not None
