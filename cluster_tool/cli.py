@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from cluster_tool import __version__, output
+from cluster_tool.commands import adopt as adopt_commands
 from cluster_tool.commands import checks as checks_commands
 from cluster_tool.commands import contexts as context_commands
 from cluster_tool.commands import gate as gate_commands
@@ -72,6 +73,7 @@ _AREAS: tuple = (
     watch_commands,
     profile_commands,
     context_commands,
+    adopt_commands,
 )
 for _module in _AREAS:
     _module.register(app)

@@ -218,6 +218,24 @@ CHECKS: dict[str, CheckInfo] = _table(
         plan="fabric",
     ),
     _check(
+        "fabric.departure",
+        "fabric",
+        "warning",
+        "the plan itself departs from the rail-optimized rule (an adopted fabric, kept as cabled)",
+        section="fabric",
+        what=(
+            "the cabling plan (an adopted spec's, as the cluster is cabled) departs from the "
+            "rail-optimized rule: a rail split across leaves, an HCA on another SU's or another "
+            "rail's leaf, a node's HCAs on different ports or two on one leaf, a rail uncabled, "
+            "a leaf with fewer uplinks than the others or none to a spine"
+        ),
+        shows="the departure, with the switches and ports as cabled",
+        action="recable to the rule when a window allows (then adopt again), or accept it",
+        needs=("fabric.discover",),
+        probe="ibnetdiscover",
+        plan="fabric",
+    ),
+    _check(
         "fabric.unexpected",
         "fabric",
         "error, warning, info",

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from cluster_tool.checks.counters import CounterSnapshot, judge_counters
 from cluster_tool.errors import ParseError
+from cluster_tool.fabric.departures import departures
 from cluster_tool.fabric.plan import CablingRow, FabricPlan, plan_for
 from cluster_tool.findings import Finding, Severity
 from cluster_tool.parsers.ibcounters import (
@@ -233,6 +234,11 @@ def check_fabric(
 
     # --- leaf-spine links ---------------------------------------------------------------------
     findings.extend(_spine_links(expected, plan, fabric, sw, missing_switches))
+
+    # --- the plan's own departures from the rail-optimized rule (an adopted fabric) ----------
+    findings.extend(
+        f for f in departures(plan, cluster) if only is None or f.node is None or f.node in only
+    )
 
     # --- counters -------------------------------------------------------------------------------
     if counters is not None:

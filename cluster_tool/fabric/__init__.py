@@ -6,6 +6,8 @@
     topology.py   where nodes sit (SU, leaf per rail, spines per leaf): the gate's view
     links.py      the rail x node link matrix of a run (up, or the fabric finding on each HCA):
                   the run record's and the report's view
+    departures.py where a plan departs from the rail-optimized rule (fabric.departure)
+    adopt.py      a running fabric read as cabled, in the spec's words (`cluster-tool adopt`)
 
 Checks, the gate, the run record, the report and the lab read these; none rebuilds its own.
 """

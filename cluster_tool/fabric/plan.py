@@ -55,8 +55,11 @@ class Leaf:
 
 
 def leaves(cluster: Cluster) -> list[Leaf]:
-    """Every leaf, SU by SU, rail by rail (one leaf per rail per SU)."""
+    """Every leaf, SU by SU, rail by rail (one leaf per rail per SU); a spec's explicit
+    switch map as it lists them (an adopted fabric may split a rail over two leaves)."""
     fabric = cluster.fabric
+    if fabric.leaves:
+        return [Leaf(name, leaf.su, leaf.rail) for name, leaf in fabric.leaves.items()]
     return [
         Leaf(fabric.leaf_name(su, rail), su, rail)
         for su in range(1, cluster.su_count + 1)
@@ -65,17 +68,34 @@ def leaves(cluster: Cluster) -> list[Leaf]:
 
 
 def spines(cluster: Cluster) -> list[str]:
-    """Every spine name, spine01 first."""
+    """Every spine name, spine01 first; an adopted fabric's as it names them (none, when its
+    leaves have no uplink)."""
+    if cluster.fabric.placement and not cluster.fabric.spine_switches:
+        return []
     return [cluster.fabric.spine_name(n) for n in range(1, cluster.spine_count + 1)]
 
 
 def cabling_plan(cluster: Cluster) -> list[CablingRow]:
-    """One row per compute HCA of every GPU node, in node then rail order."""
+    """One row per compute HCA of every GPU node, in node then rail order.
+
+    A node's HCAs go to its SU's leaf of their rail at its down-port (`fabric.placement`, or
+    the rule); `fabric.cables` names the HCAs cabled elsewhere, or not at all, as they are."""
     fabric = cluster.fabric
+    elsewhere = {(c.node, c.hca): c for c in fabric.cables}
+    # The switch map's first leaf per (SU, rail), as `Fabric.leaf_name` takes it, looked up once.
+    mapped: dict[tuple[int, int], str] = {}
+    for name, place in fabric.leaves.items():
+        mapped.setdefault((place.su, place.rail), name)
     rows: list[CablingRow] = []
     for node in cluster.gpu_nodes():
         assert node.profile is not None and node.su is not None and node.index_in_su is not None
         for hca in node.profile.compute_hcas:
+            leaf, port = None, node.index_in_su
+            cable = elsewhere.get((node.name, hca.device))
+            if cable is not None:
+                if cable.leaf is None or cable.port is None:
+                    continue  # not cabled: no row, so the plan is what is cabled
+                leaf, port = cable.leaf, cable.port
             rows.append(
                 CablingRow(
                     node=node.name,
@@ -83,8 +103,10 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
                     gpu=hca.gpu,
                     rail=hca.rail,
                     su=node.su,
-                    leaf=fabric.leaf_name(node.su, hca.rail),
-                    leaf_port=node.index_in_su,
+                    leaf=leaf
+                    or mapped.get((node.su, hca.rail))
+                    or fabric.leaf_name(node.su, hca.rail),
+                    leaf_port=port,
                 )
             )
     return rows
@@ -97,6 +119,8 @@ def switch_links(cluster: Cluster) -> list[SwitchLink]:
     are handed out leaf by leaf, so spine port p belongs to leaf (p-1) // (uplinks/S).
     """
     fabric = cluster.fabric
+    if fabric.uplinks or fabric.placement:  # as cabled (an adopted fabric): none is none
+        return [SwitchLink(*link) for link in fabric.uplinks]
     spine_names = spines(cluster)
     if not spine_names:
         return []

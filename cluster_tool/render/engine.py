@@ -744,7 +744,8 @@ def _context(cluster: Cluster) -> dict[str, Any]:
     su_switches = []
     for su in range(1, cluster.su_count + 1):
         members = [n.name for n in gpu_nodes if n.su == su]
-        su_switches.append({"name": f"su{su}", "nodes": _fold(members)})
+        if members:  # an adopted fabric's SUs keep their site numbers, with gaps between
+            su_switches.append({"name": f"su{su}", "nodes": _fold(members)})
 
     return {
         "header": HEADER,

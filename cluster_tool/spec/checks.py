@@ -479,8 +479,11 @@ def _check_fabric(cluster: Cluster) -> list[Problem]:
     problems += _check_link(
         fabric.expected_speed, fabric.expected_width, fabric.expected_rate_gbps, ("fabric",)
     )
+    problems += _check_as_cabled(cluster)
     uplinks = fabric.uplink_count
-    if fabric.su_size + uplinks > fabric.leaf_ports:
+    if fabric.placement or fabric.uplinks:
+        pass  # cabled as it is (an adopted fabric): the ports are judged one by one above
+    elif fabric.su_size + uplinks > fabric.leaf_ports:
         field = "uplinks_per_leaf" if fabric.uplinks_per_leaf else "su_size"
         loc: Loc = ("fabric", field)
         problems.append(
@@ -501,7 +504,7 @@ def _check_fabric(cluster: Cluster) -> list[Problem]:
                 "give the spine count",
             )
         )
-    else:
+    elif not (fabric.uplinks or fabric.placement):  # the round-robin rule's arithmetic only
         if uplinks % spines:
             problems.append(
                 (
@@ -520,11 +523,18 @@ def _check_fabric(cluster: Cluster) -> list[Problem]:
                 )
             )
     leaf_fields = _format_fields(fabric.leaf_name_pattern)
-    if leaf_fields is None or not leaf_fields <= {"su", "rail"} or "rail" not in leaf_fields:
+    if (
+        leaf_fields is None
+        or not leaf_fields <= {"su", "rail", "rail1"}
+        or not leaf_fields & {"rail", "rail1"}
+    ):
         problems.append(
-            (("fabric", "leaf_name_pattern"), "must be a format string over {su} and {rail}")
+            (
+                ("fabric", "leaf_name_pattern"),
+                "must be a format string over {su} and {rail} (0-based) or {rail1} (1-based)",
+            )
         )
-    elif su_count > 1 and "su" not in leaf_fields:
+    elif su_count > 1 and "su" not in leaf_fields and not fabric.leaves:
         problems.append(
             (("fabric", "leaf_name_pattern"), "needs {su}: leaves of different SUs share names")
         )
@@ -542,6 +552,68 @@ def _check_fabric(cluster: Cluster) -> list[Problem]:
             )
     if "%h" not in fabric.node_description_format:
         problems.append((("fabric", "node_description_format"), "must contain %h to name the host"))
+    return problems
+
+
+def _check_as_cabled(cluster: Cluster) -> list[Problem]:
+    """An adopted fabric's switch map, placement, cables and uplinks name what exists."""
+    fabric = cluster.fabric
+    problems: list[Problem] = []
+    gpu = {node.name: node for node in cluster.gpu_nodes()}
+    switches = set(fabric.leaves) | set(fabric.spine_switches)
+    for name in fabric.placement:
+        if name not in gpu:
+            problems.append((("fabric", "placement", name), f"{name} is not a GPU node"))
+    for name, place in fabric.placement.items():
+        if place.port > fabric.leaf_ports:
+            problems.append(
+                (
+                    ("fabric", "placement", name, "port"),
+                    f"port {place.port} on a leaf of {fabric.leaf_ports} ports",
+                )
+            )
+    if fabric.placement:
+        unplaced = [name for name in gpu if name not in fabric.placement]
+        if unplaced:
+            problems.append(
+                (
+                    ("fabric", "placement"),
+                    f"{len(unplaced)} GPU nodes have no placement (first: {unplaced[0]})",
+                )
+            )
+    if fabric.leaves:
+        # Every HCA cabled by its node's placement needs its SU's leaf of its rail.
+        elsewhere = {(c.node, c.hca) for c in fabric.cables}
+        wanted = {
+            (node.su, hca.rail)
+            for node in gpu.values()
+            if node.profile is not None
+            for hca in node.profile.hcas
+            if (node.name, hca.device) not in elsewhere
+        }
+        have = {(leaf.su, leaf.rail) for leaf in fabric.leaves.values()}
+        for su, rail in sorted(w for w in wanted - have if w[0] is not None):
+            problems.append(
+                (("fabric", "leaves"), f"no leaf for SU {su} rail {rail}, which GPU nodes use")
+            )
+    for i, cable in enumerate(fabric.cables):
+        loc: Loc = ("fabric", "cables", i)
+        node = gpu.get(cable.node)
+        if node is None:
+            problems.append(((*loc, "node"), f"{cable.node} is not a GPU node"))
+        elif node.profile is not None and cable.hca not in {h.device for h in node.profile.hcas}:
+            problems.append(((*loc, "hca"), f"{cable.hca} is not a compute HCA of {cable.node}"))
+        if cable.leaf is not None and switches and cable.leaf not in switches:
+            problems.append(((*loc, "leaf"), f"{cable.leaf} is not in fabric.leaves"))
+    spine_ports = fabric.spine_port_count
+    for i, (leaf, leaf_port, spine, spine_port) in enumerate(fabric.uplinks):
+        loc = ("fabric", "uplinks", i)
+        if fabric.leaves and leaf not in fabric.leaves:
+            problems.append((loc, f"{leaf} is not in fabric.leaves"))
+        if fabric.spine_switches and spine not in fabric.spine_switches:
+            problems.append((loc, f"{spine} is not in fabric.spine_switches"))
+        if leaf_port > fabric.leaf_ports or spine_port > spine_ports:
+            problems.append((loc, f"a port past the switch's ({fabric.leaf_ports}/{spine_ports})"))
     return problems
 
 
@@ -771,11 +843,16 @@ def problems_as_text(problems: list[Problem]) -> list[str]:
 
 
 def dotted(loc: tuple[Any, ...]) -> str:
-    """`('nodes', 0, 'hosts')` -> `nodes[0].hosts`."""
+    """`('nodes', 0, 'hosts')` -> `nodes[0].hosts`. A mapping key is the spec's own text (a
+    switch name an adopted fabric gave it): a line break or control character in it is shown
+    escaped, so a problem stays one line and never reaches the terminal raw."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = str(part)
+            if not text.isprintable():
+                text = text.encode("unicode_escape").decode("ascii")
+            out += ("." if out else "") + text
     return out

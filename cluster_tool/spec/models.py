@@ -232,7 +232,7 @@ Label = Annotated[
 ]
 
 # Python format strings that become switch names or BMC addresses: fields in single braces.
-_NAME_PATTERN_RE = r"[A-Za-z0-9_.:-]*(\{[a-z_]+(:[0-9]{0,3}d)?\}[A-Za-z0-9_.:-]*)*"
+_NAME_PATTERN_RE = r"[A-Za-z0-9_.:-]*(\{[a-z_][a-z0-9_]*(:[0-9]{0,3}d)?\}[A-Za-z0-9_.:-]*)*"
 NamePattern = Annotated[
     str,
     _matching(
@@ -529,6 +529,62 @@ class Bmc(StrictModel):
 
 DEFAULT_SWITCH_NAME_PATTERN = r"^(?:[^;\s]*;)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?::\S*)?$"
 
+# A switch's own name, as the default switch-name pattern extracts it from its node description
+# (an IB node description holds 64 bytes): what the spec may name a leaf or spine.
+_SWITCH_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+SwitchName = Annotated[
+    str,
+    _matching("a switch name (letters, digits, `_`, `.`, `-`)", _SWITCH_RE, 64),
+    _schema(f"^{_SWITCH_RE}$", 64, "A switch name, e.g. `A09-P1-IBLEAF-04-04`."),
+]
+# A node GUID as ibnetdiscover prints it (`0x2c5eab0300b87b40`), kept for the operator.
+_GUID_RE = r"0x[0-9a-f]{16}"
+Guid = Annotated[
+    str,
+    _matching("a GUID (`0x` and 16 lower-case hex digits)", _GUID_RE, 18),
+    _schema(f"^{_GUID_RE}$", 18, "A node GUID, e.g. `0x2c5eab0300b87b40`."),
+]
+
+
+class LeafSwitch(StrictModel):
+    """One leaf of an explicit switch map: the SU and the rail it carries."""
+
+    su: int = Field(ge=1, description="Scalable unit (1-based).")
+    rail: int = Field(ge=0, description="Rail (0-based) the leaf carries.")
+    guid: Guid | None = Field(None, description="Its node GUID as discovered (for the operator).")
+
+
+class SpineSwitch(StrictModel):
+    """One spine of an explicit switch map."""
+
+    guid: Guid | None = Field(None, description="Its node GUID as discovered (for the operator).")
+
+
+class NodePlacement(StrictModel):
+    """Where a GPU node is cabled: its SU, and the leaf down-port its HCAs use on every rail."""
+
+    su: int = Field(ge=1, description="Scalable unit (1-based).")
+    port: int = Field(ge=1, description="Leaf down-port of every rail's HCA.")
+
+
+class HcaCable(StrictModel):
+    """One HCA cabled other than its node's placement says (or not cabled at all)."""
+
+    node: HostName
+    hca: str = Field(pattern=r"^mlx5_\d+$", max_length=16, description="RDMA device, `mlx5_3`.")
+    leaf: SwitchName | None = Field(None, description="The switch it is on; none: not cabled.")
+    port: int | None = Field(None, ge=1, description="The switch port it is on.")
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> HcaCable:
+        if (self.leaf is None) != (self.port is None):
+            raise ValueError("give both `leaf` and `port`, or neither (the HCA is not cabled)")
+        return self
+
+
+# A leaf up-port and the spine port it is cabled to: [leaf, leaf_port, spine, spine_port].
+Uplink = tuple[SwitchName, Annotated[int, Field(ge=1)], SwitchName, Annotated[int, Field(ge=1)]]
+
 
 class Fabric(StrictModel):
     """The rail-optimised InfiniBand compute fabric (DGX SuperPOD style, two tiers)."""
@@ -555,8 +611,36 @@ class Fabric(StrictModel):
     switch_model: Label = Field("MQM9700", description="Switch model, for reports.")
     leaf_name_pattern: NamePattern = Field(
         "su{su}-leaf-r{rail}",
-        description="Leaf switch name over {su} (1-based) and {rail} (0-based). "
-        "Default `su{su}-leaf-r{rail}`.",
+        description="Leaf switch name over {su} (1-based), {rail} (0-based) or {rail1} "
+        "(1-based), each zero-padded as asked (`{su:02d}`). Default `su{su}-leaf-r{rail}`. "
+        "Names no pattern fits go in `leaves`.",
+    )
+    leaves: dict[SwitchName, LeafSwitch] = Field(
+        default_factory=dict,
+        description="Explicit switch map, leaf name -> {su, rail, guid}, for names no "
+        "`leaf_name_pattern` fits (`A09-P1-IBLEAF-04-04`); given, it replaces the pattern. "
+        "`cluster-tool adopt` writes it.",
+    )
+    spine_switches: dict[SwitchName, SpineSwitch] = Field(
+        default_factory=dict,
+        description="Explicit spines by name (-> {guid}), spine 1 first; given, they replace "
+        "`spine_name_pattern` and `spines`.",
+    )
+    placement: dict[HostName, NodePlacement] = Field(
+        default_factory=dict,
+        description="Where each GPU node is cabled ({su, port}), as a running cluster is; "
+        "given, every GPU node needs one and it replaces the rule (SU by hostlist order, "
+        "down-port by index in the SU). `cluster-tool adopt` writes it.",
+    )
+    cables: list[HcaCable] = Field(
+        default_factory=list,
+        description="HCAs cabled elsewhere than their node's placement on their rail's leaf "
+        "(a departure from the rail-optimized rule, kept as it is), or not at all.",
+    )
+    uplinks: list[Uplink] = Field(
+        default_factory=list,
+        description="Leaf-to-spine links as cabled, `[leaf, port, spine, port]`; given, they "
+        "replace the round-robin rule.",
     )
     spine_name_pattern: NamePattern = Field(
         "spine{n:02d}", description="Spine switch name over {n} (1-based). Default `spine{n:02d}`."
@@ -618,14 +702,25 @@ class Fabric(StrictModel):
 
     def spine_count(self, su_count: int) -> int | None:
         """Spine switches for `su_count` SUs; None when the reference table has no answer."""
+        if self.spine_switches:
+            return len(self.spine_switches)
         return self.spines or SUPERPOD_SPINES.get(su_count)
 
     def leaf_name(self, su: int, rail: int) -> str:
-        """Name of the leaf for rail `rail` (0-based) in SU `su` (1-based)."""
-        return self.leaf_name_pattern.format(su=su, rail=rail)
+        """Name of the leaf for rail `rail` (0-based) in SU `su` (1-based): from the switch
+        map when there is one (the first leaf it lists for that SU and rail), else the pattern.
+        KeyError when the map has none."""
+        if self.leaves:
+            for name, leaf in self.leaves.items():
+                if (leaf.su, leaf.rail) == (su, rail):
+                    return name
+            raise KeyError(f"no leaf for SU {su} rail {rail} in fabric.leaves")
+        return self.leaf_name_pattern.format(su=su, rail=rail, rail1=rail + 1)
 
     def spine_name(self, n: int) -> str:
         """Name of spine `n` (1-based)."""
+        if self.spine_switches:
+            return list(self.spine_switches)[n - 1]
         return self.spine_name_pattern.format(n=n)
 
     def switch_name(self, node_description: str) -> str | None:
@@ -1328,6 +1423,10 @@ class Cluster(StrictModel):
     @property
     def su_count(self) -> int:
         """Scalable units the GPU nodes fill."""
+        sus = [leaf.su for leaf in self.fabric.leaves.values()]
+        sus += [place.su for place in self.fabric.placement.values()]
+        if sus:
+            return max(sus)
         count = len(self.gpu_nodes())
         return max(1, -(-count // self.fabric.su_size))
 
@@ -1408,6 +1507,9 @@ def _derive_hosts(cluster: Cluster) -> list[Node]:
             base_role = ROLE_MANAGEMENT
             if group.profile:
                 su, index_in_su = gpu_seen // su_size + 1, gpu_seen % su_size + 1
+                placed = cluster.fabric.placement.get(name)
+                if placed is not None:  # cabled as it is, not by the rule
+                    su, index_in_su = placed.su, placed.port
                 gpu_seen += 1
                 base_role = ROLE_GPU
             node = Node(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import shutil
 import subprocess
@@ -97,6 +98,45 @@ def test_ibnetdiscover_shows_the_planned_spine_links(lab: LabHandle) -> None:
     for link in links:
         peer = ports[(f"MF0;{link.leaf}:MQM8700/U1", link.leaf_port)]
         assert peer == (f"MF0;{link.spine}:MQM8700/U1", link.spine_port)
+
+
+def test_adopt_the_running_lab(lab: LabHandle, tmp_path: Path) -> None:
+    """`cluster-tool adopt` of the lab's fabric as the head's ibnetdiscover reads it (real tool,
+    ibsim): the draft's cabling and uplinks are the ones the lab was cabled from (its rendered
+    cabling.csv and switch-links.csv), spec check takes it, and fabric check of it passes."""
+    import yaml
+
+    from cluster_tool.spec import load_spec
+
+    result = lab.ssh("head", "ibnetdiscover", timeout=90)
+    assert result.returncode == 0, result.stderr
+    captured = tmp_path / "fabric.txt"
+    captured.write_text(result.stdout)
+    profile = load_spec(Path(lab.spec)).profile("lab-h100-8x-hdr")
+    profile_file = tmp_path / "profile.yml"
+    profile_file.write_text(yaml.safe_dump({"lab-h100-8x-hdr": profile.model_dump()}))
+    draft = tmp_path / "adopted.yml"
+    adopt = [*CLI, "adopt", str(captured), "--profile", str(profile_file), "-o", str(draft)]
+    ran = subprocess.run([*adopt, "--json"], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["departures"] == []
+    out = tmp_path / "inventory"
+    for args in (["spec", "check", str(draft)], ["render", str(draft), "-o", str(out)]):
+        ran = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+
+    def hosts(path: Path) -> set[tuple[str, str, str, int]]:
+        return {(r.node, r.hca, r.leaf, r.leaf_port) for r in read_cabling_csv(path)}
+
+    def uplinks(path: Path) -> set[tuple[str, int, str, int]]:
+        return {(x.leaf, x.leaf_port, x.spine, x.spine_port) for x in read_switch_links_csv(path)}
+
+    assert hosts(out / "cabling.csv") == hosts(lab.inventory / "cabling.csv")
+    assert uplinks(out / "switch-links.csv") == uplinks(lab.inventory / "switch-links.csv")
+    check = [*CLI, "fabric", "check", "--spec", str(draft), "--ibnetdiscover", str(captured)]
+    ran = subprocess.run([*check, "--json"], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert json.loads(ran.stdout)["findings"] == []
 
 
 def test_an_unlinked_cable_disappears_from_ibnetdiscover_and_relink_restores_it(

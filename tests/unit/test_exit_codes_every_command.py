@@ -125,6 +125,15 @@ TABLE: dict[str, dict[str, Cell]] = {
             1,
         ),
     },
+    "adopt": {
+        # Not ibnetdiscover text: this module's own source.
+        "bad input": Case(
+            lambda s: ["adopt", __file__, "-p", "hgx-h100-8x-ndr", "-o", str(s.tmp / "a.yml")], 2
+        ),
+        "unreachable": "reads a saved ibnetdiscover capture, reaches no host",
+        "no slurm": "reads a saved ibnetdiscover capture, asks nothing of Slurm",
+        "failing": "judges nothing: departures are warnings in the draft, `fabric check` judges",
+    },
     "init": {
         "bad input": Case(lambda s: ["init", "--profile", "no-such-profile"], 2),
         "unreachable": "writes a starter spec, reaches no host",

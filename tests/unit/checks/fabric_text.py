@@ -148,3 +148,27 @@ class FabricText:
                 "",
             ]
         return "\n".join(out) + "\n"
+
+
+def real_style(
+    rows: Iterable[CablingRow], links: Iterable[SwitchLink], *, racks_per_su: int = 2
+) -> tuple[list[CablingRow], list[SwitchLink]]:
+    """The plan with switches named as sites name them: leaves `A09-P1-IBLEAF-SS-RR` (SU, then
+    the 1-based rail, zero-padded; the first half of the rails in rack row A, the rest in B,
+    a rack per 8 SUs), spines `C10-P1-IBSPINE-NN`. No format string fits both rack rows."""
+    rows, links = list(rows), list(links)
+    rails = max(r.rail for r in rows) + 1
+    leaf_place = {r.leaf: (r.su, r.rail) for r in rows}
+
+    def leaf(name: str) -> str:
+        su, rail = leaf_place[name]
+        row = "A" if rail < rails // racks_per_su else "B"
+        return f"{row}{9 + (su - 1) // 8:02d}-P1-IBLEAF-{su:02d}-{rail + 1:02d}"
+
+    def spine(name: str) -> str:
+        return f"C10-P1-IBSPINE-{int(name.removeprefix('spine')):02d}"
+
+    return (
+        [replace(r, leaf=leaf(r.leaf)) for r in rows],
+        [replace(s, leaf=leaf(s.leaf), spine=spine(s.spine)) for s in links],
+    )
