@@ -101,9 +101,11 @@ def peak_mb(run: Callable[[], object]) -> float:
         tracemalloc.stop()
 
 
-def cluster_tool_exe() -> str:
-    beside = Path(sys.executable).parent / "cluster-tool"
-    return str(beside) if beside.is_file() else "cluster-tool"
+def cluster_tool_argv() -> list[str]:
+    """`cluster-tool` as its console script runs it, from this checkout (whichever is
+    installed), so a copy of an older commit measures its own code."""
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from cluster_tool.cli import main; "
+    return [sys.executable, "-c", code + "sys.exit(main())"]
 
 
 # The child is started from a small Python that waits for it: a child forked from this
@@ -175,16 +177,16 @@ def main() -> int:
         )
 
     # The command itself, in a fresh process per size.
-    tool = cluster_tool_exe()
+    tool = cluster_tool_argv()
     print("\nthe command in a child process (CPU user+sys, peak RSS, best of the runs):")
-    version = min((child([tool, "--version"]) for _ in range(args.repeat)), key=lambda r: r[0])
+    version = min((child([*tool, "--version"]) for _ in range(args.repeat)), key=lambda r: r[0])
     print(f"  cluster-tool --version            {version[0]:6.3f} s  {version[1]:6.0f} MB")
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:
             spec_path, fabric_path = Path(tmp, f"spec{n}.yml"), Path(tmp, f"fabric{n}.txt")
             spec_path.write_text(inputs[n][0])
             fabric_path.write_text(inputs[n][1])
-            argv = [tool, "fabric", "check", "--spec", str(spec_path)]
+            argv = [*tool, "fabric", "check", "--spec", str(spec_path)]
             argv += ["--ibnetdiscover", str(fabric_path)]
             cpu, rss, code = min((child(argv) for _ in range(args.repeat)), key=lambda r: r[0])
             assert code == 1, f"fabric check exited {code}, expected 1 (one swapped pair)"

@@ -73,9 +73,13 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
     """One row per compute HCA of every GPU node, in node then rail order."""
     fabric = cluster.fabric
     rows: list[CablingRow] = []
+    leaf_names: dict[tuple[int, int], str] = {}  # formatted once per leaf, not once per HCA
     for node in cluster.gpu_nodes():
         assert node.profile is not None and node.su is not None and node.index_in_su is not None
         for hca in node.profile.compute_hcas:
+            leaf = leaf_names.get((node.su, hca.rail))
+            if leaf is None:
+                leaf = leaf_names[(node.su, hca.rail)] = fabric.leaf_name(node.su, hca.rail)
             rows.append(
                 CablingRow(
                     node=node.name,
@@ -83,7 +87,7 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
                     gpu=hca.gpu,
                     rail=hca.rail,
                     su=node.su,
-                    leaf=fabric.leaf_name(node.su, hca.rail),
+                    leaf=leaf,
                     leaf_port=node.index_in_su,
                 )
             )
