@@ -17,6 +17,7 @@ from cluster_tool.checks.counters import CounterSnapshot, judge_counters
 from cluster_tool.errors import ParseError
 from cluster_tool.fabric.plan import CablingRow, FabricPlan, plan_for
 from cluster_tool.findings import Finding, Severity
+from cluster_tool.parsers.base import collector_paused
 from cluster_tool.parsers.ibcounters import (
     IbQueryErrors,
     PerfCounters,
@@ -126,6 +127,7 @@ def _split_description(description: str) -> tuple[str, str | None]:
     return host, device
 
 
+@collector_paused()
 def check_fabric(
     cluster: Cluster,
     fabric: Fabric,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cluster_tool.errors import ParseError
 from cluster_tool.parsers._ibcommon import link_rate_gbps, normalize_guid
-from cluster_tool.parsers.base import noise_recorder, parser
+from cluster_tool.parsers.base import collector_paused, noise_recorder, parser
 
 __all__ = [
     "CaUplink",
@@ -416,6 +416,7 @@ def _build(b: _NodeBuilder, line: str, guids: dict[str, str]) -> FabricNode:
         r"|(?:Switch|Ca|Hca|Rt)\s+\d)"
     ),
 )
+@collector_paused()
 def parse_ibnetdiscover(text: str) -> Fabric:
     """A fabric from `ibnetdiscover` output (also reads ibsim net files, which share the format)."""
     nodes: list[FabricNode] = []
