@@ -79,7 +79,8 @@ class FabricPort:
         return link_rate_gbps(self.width, self.speed)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, as FabricPort: 34,000 records of 13 fields at 4,096 nodes.
+@dataclass(slots=True, unsafe_hash=True)
 class FabricNode:
     """A switch, CA or router record: its header, its identifiers and its connected ports."""
 
