@@ -87,6 +87,7 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
     for name, place in fabric.leaves.items():
         mapped.setdefault((place.su, place.rail), name)
     rows: list[CablingRow] = []
+    leaf_names: dict[tuple[int, int], str] = {}  # formatted once per leaf, not once per HCA
     for node in cluster.gpu_nodes():
         assert node.profile is not None and node.su is not None and node.index_in_su is not None
         for hca in node.profile.compute_hcas:
@@ -96,6 +97,12 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
                 if cable.leaf is None or cable.port is None:
                     continue  # not cabled: no row, so the plan is what is cabled
                 leaf, port = cable.leaf, cable.port
+            if leaf is None:
+                leaf = leaf_names.get((node.su, hca.rail))
+            if leaf is None:
+                leaf = leaf_names[(node.su, hca.rail)] = mapped.get(
+                    (node.su, hca.rail)
+                ) or fabric.leaf_name(node.su, hca.rail)
             rows.append(
                 CablingRow(
                     node=node.name,
@@ -103,9 +110,7 @@ def cabling_plan(cluster: Cluster) -> list[CablingRow]:
                     gpu=hca.gpu,
                     rail=hca.rail,
                     su=node.su,
-                    leaf=leaf
-                    or mapped.get((node.su, hca.rail))
-                    or fabric.leaf_name(node.su, hca.rail),
+                    leaf=leaf,
                     leaf_port=port,
                 )
             )

@@ -3,11 +3,13 @@ step in front of every parser, and JSON output."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
+import gc
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +28,27 @@ __all__ = [
     "ParseError",
     "ParserKind",
     "PartialParse",
+    "collector_paused",
     "noise_recorder",
     "parser",
     "read",
     "to_jsonable",
 ]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a function builds a large acyclic structure
+    (records of str, int and tuples): at 4,096 nodes its passes over the growing heap were
+    0.44 s of a 2.9 s `fabric check`. Back on at the end if it was on (nested and concurrent
+    uses leave it on once the one that found it on is done). Usable as a decorator."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 class PartialParse(ParseError):

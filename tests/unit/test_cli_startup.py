@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+import cluster_tool
 import cluster_tool.parsers
+
+EXAMPLE_1SU = Path(__file__).resolve().parents[2] / "examples" / "h100-1su.yml"
 
 # Each is a library only some commands use; none may load just to declare the commands.
 HEAVY_FOR_EVERY_START = (
@@ -74,7 +77,7 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
 
 
 def test_importing_the_cli_loads_no_command_library() -> None:
-    modules, _ = _modules_after("import cluster_tool.cli")
+    modules, _ = _modules_after("import cluster_tool.cli\ncluster_tool.cli.app")
     assert "cluster_tool.commands.workflows" in modules  # every area registered
     # rich too: output's consoles are made on first use.
     assert _loaded(modules, (*HEAVY_FOR_EVERY_START, "rich")) == []
@@ -104,6 +107,82 @@ def test_version_and_help_load_no_command_library(argv: list[str], heavy: tuple[
     modules, proc = _modules_after(code)
     assert proc.stdout.splitlines()[0] == "0", proc.stderr
     assert _loaded(modules, heavy) == []
+
+
+def test_version_starts_without_typer_or_any_command_area() -> None:
+    # `--version` alone is answered before the app is built: no Typer, no area, no scan of the
+    # installed distributions for extra areas.
+    code = (
+        "import contextlib, io\n"
+        "from cluster_tool.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    code = main(['--version'])\n"
+        "print(code, out.getvalue().strip())\n"
+    )
+    modules, proc = _modules_after(code)
+    assert proc.stdout.splitlines()[0] == f"0 cluster-tool {cluster_tool.__version__}"
+    assert _loaded(modules, ("typer", "click", "rich", "importlib.metadata")) == []
+    assert _loaded(modules, ("cluster_tool.commands",)) == []
+
+
+def test_a_command_registers_only_its_own_area(tmp_path: Path) -> None:
+    # `spec check` builds the app with the spec area alone: the planner, the gate, the
+    # workflows and the extra areas' entry points are not loaded to run it.
+    code = (
+        "import contextlib, io\n"
+        "from cluster_tool.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main(['spec', 'check', {str(EXAMPLE_1SU)!r}])\n"
+        "print(code)\n"
+    )
+    modules, proc = _modules_after(code)
+    assert proc.stdout.splitlines()[0] == "0", proc.stderr
+    areas = [m for m in modules if m.startswith("cluster_tool.commands.")]
+    assert [m for m in areas if not m.split(".")[-1].startswith("_")] == [
+        "cluster_tool.commands.spec"
+    ]
+    assert _loaded(modules, ("cluster_tool.plan", "cluster_tool.gate", "cluster_lab")) == []
+
+
+def test_the_area_of_every_command_is_the_one_that_registers_it() -> None:
+    # The first word of a command picks the one area registered for the run: the table must
+    # name, for every command each area registers, that area, and nothing else.
+    import typer
+    import typer.main
+
+    from cluster_tool import cli
+
+    registered = {}
+    for area in cli.AREAS:
+        app = typer.Typer()
+        app.callback()(lambda: None)
+        cli._area(area).register(app)
+        for name in typer.main.get_command(app).commands:  # type: ignore[attr-defined]
+            registered[name] = area
+    assert registered == cli.AREA_OF
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["spec", "check", str(EXAMPLE_1SU)],
+        ["--json", "spec", "check", str(EXAMPLE_1SU)],
+        ["--json", "spec", "check", "NOPE.yml"],
+        ["--debug", "fabric", "check"],
+        ["fabric", "check", "--help"],
+        ["gate", "simulate", "--help"],
+        ["spec", "chek"],
+    ],
+)
+def test_one_area_runs_a_command_as_the_whole_app_does(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cluster_tool import cli
+
+    one = (cli.main(argv), *capsys.readouterr())
+    monkeypatch.setattr(cli, "_areas_for", lambda args: None)
+    whole = (cli.main(argv), *capsys.readouterr())
+    assert one == whole
 
 
 def test_node_check_loads_only_what_the_node_checks_need(tmp_path: Path) -> None:
