@@ -155,7 +155,10 @@ while :; do
 done
 HELPER
 }
-srun --overlap --ntasks-per-node=1 --nodes="$NNODES" bash -c "$(sync_helper)" _ \
+# One task per node: the step would otherwise inherit the job's task count (SLURM_NTASKS) and
+# srun ignores --ntasks-per-node against it, starting a helper per rank.
+srun --overlap --ntasks="$NNODES" --ntasks-per-node=1 --nodes="$NNODES" \
+    bash -c "$(sync_helper)" _ \
     "${ORDERED[0]}" "$NNODES" "$CKPT" "$LOCAL" "$REPORT" &
 SYNC_PID=$!
 
@@ -169,8 +172,10 @@ on_usr1() {
 trap on_usr1 USR1
 
 # --- the trainer ----------------------------------------------------------------------------
+# python3: a host without a container (Debian, Ubuntu 22.04) has no `python` unless
+# python-is-python3 is installed; NGC's containers have both.
 srun --distribution=arbitrary --kill-on-bad-exit=1 "${CONTAINER[@]}" \
-    python "$TRAINER" "${MEGATRON_ARGS[@]}" \
+    python3 "$TRAINER" "${MEGATRON_ARGS[@]}" \
     --save "$LOCAL" --load "$CKPT" --save-interval "$SAVE_INTERVAL" --exit-signal-handler &
 TRAIN_PID=$!
 status=0

@@ -116,7 +116,9 @@ def test_the_job_resumes_from_the_newest_complete_checkpoint_never_a_torn_one(
     _stub(
         bin_dir,
         "srun",
-        f'case "$1" in --overlap) exit 0;; esac\necho "$@" > {tmp_path}/srun.args\n',
+        f'case "$1" in --overlap) echo "$@" > {tmp_path}/helper.args; exit 0;; esac\n'
+        # (the trainer's lasts a moment: the job ends its helpers once it has ended)
+        f'echo "$@" > {tmp_path}/srun.args; sleep 0.5\n',
     )
     env = {
         **os.environ,
@@ -138,6 +140,13 @@ def test_the_job_resumes_from_the_newest_complete_checkpoint_never_a_torn_one(
     assert f"--load {run}" in launched and f"--save {scratch}/checkpoints/llama3-8b" in launched
     hostfile = (shared / "jobs" / "77" / "hostfile").read_text().split()
     assert hostfile[:1] == ["gpu001"] and len(hostfile) == 16  # the placement's order, 8 per node
+    # A host without a container has python3 and no `python` (Ubuntu 22.04 without
+    # python-is-python3: the lab's nodes); NGC's containers have both.
+    assert " python3 /opt/megatron-lm/pretrain_gpt.py " in launched, launched
+    # One sync helper per node: the step inherits the job's 16 tasks (SLURM_NTASKS) unless it
+    # says how many, and real srun then ignores --ntasks-per-node=1 (8 helpers per node).
+    helper = (tmp_path / "helper.args").read_text().split()
+    assert "--ntasks=2" in helper and "--ntasks-per-node=1" in helper, helper
 
 
 @pytest.mark.parametrize("scratch", [True, False], ids=["scratch", "no-scratch"])
