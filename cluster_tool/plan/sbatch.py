@@ -109,7 +109,6 @@ HOSTFILE="$REPORT/hostfile"
 for h in "${ORDERED[@]}"; do
     for _ in $(seq "$SLURM_NTASKS_PER_NODE"); do echo "$h" >> "$HOSTFILE"; done
 done
-export SLURM_HOSTFILE="$HOSTFILE"
 
 # --- the background sync: local scratch -> shared filesystem, one helper per node -----------
 # Megatron-LM writes its tracker on rank 0's node once every rank has saved; that node's helper
@@ -174,7 +173,9 @@ trap on_usr1 USR1
 # --- the trainer ----------------------------------------------------------------------------
 # python3: a host without a container (Debian, Ubuntu 22.04) has no `python` unless
 # python-is-python3 is installed; NGC's containers have both.
-srun --distribution=arbitrary --kill-on-bad-exit=1 "${CONTAINER[@]}" \
+# The hostfile for this step only: srun reads SLURM_HOSTFILE for any step, and the helpers'
+# would take its first lines (every helper on rank 0's node).
+SLURM_HOSTFILE="$HOSTFILE" srun --distribution=arbitrary --kill-on-bad-exit=1 "${CONTAINER[@]}" \
     python3 "$TRAINER" "${MEGATRON_ARGS[@]}" \
     --save "$LOCAL" --load "$CKPT" --save-interval "$SAVE_INTERVAL" --exit-signal-handler &
 TRAIN_PID=$!

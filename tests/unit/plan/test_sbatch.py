@@ -116,9 +116,10 @@ def test_the_job_resumes_from_the_newest_complete_checkpoint_never_a_torn_one(
     _stub(
         bin_dir,
         "srun",
-        f'case "$1" in --overlap) echo "$@" > {tmp_path}/helper.args; exit 0;; esac\n'
+        'case "$1" in --overlap) '
+        f'echo "$@" "hostfile=${{SLURM_HOSTFILE:-}}" > {tmp_path}/helper.args; exit 0;; esac\n'
         # (the trainer's lasts a moment: the job ends its helpers once it has ended)
-        f'echo "$@" > {tmp_path}/srun.args; sleep 0.5\n',
+        f'echo "$@" "hostfile=${{SLURM_HOSTFILE:-}}" > {tmp_path}/srun.args; sleep 0.5\n',
     )
     env = {
         **os.environ,
@@ -147,6 +148,11 @@ def test_the_job_resumes_from_the_newest_complete_checkpoint_never_a_torn_one(
     # says how many, and real srun then ignores --ntasks-per-node=1 (8 helpers per node).
     helper = (tmp_path / "helper.args").read_text().split()
     assert "--ntasks=2" in helper and "--ntasks-per-node=1" in helper, helper
+    # The rank order is the trainer's step's alone: srun reads SLURM_HOSTFILE for any step, and
+    # the helpers' took its first two lines, both rank 0's node (the lab's first run: gpu002's
+    # part never synced, no checkpoint ever completed).
+    assert helper[-1] == "hostfile=", helper
+    assert launched.split()[-1] == f"hostfile={shared}/jobs/77/hostfile", launched
 
 
 @pytest.mark.parametrize("scratch", [True, False], ids=["scratch", "no-scratch"])
