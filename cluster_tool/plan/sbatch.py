@@ -119,12 +119,20 @@ sync_helper() {
 set -u
 # Slurm's name for this node, as ORDERED holds it (a site's hostname may be the FQDN).
 first=$1 nnodes=$2 ckpt=$3 local=$4 report=$5 me=${SLURMD_NODENAME:-$(hostname -s)}
+# What an earlier run of the job (before a requeue or a kill) left on this node is not this
+# run's: its tracker would flag, sync and complete a checkpoint of that run, even one the job
+# has just set aside as torn. The trainer writes its first checkpoint well after this.
+[ "$local" = "$ckpt" ] || rm -rf "$local"
 mkdir -p "$local"
 while :; do
     if [ "$me" = "$first" ] && [ -f "$local/latest_checkpointed_iteration.txt" ]; then
         it=$(cat "$local/latest_checkpointed_iteration.txt")
         dir=$(printf 'iter_%07d' "$it")
-        [ -f "$ckpt/$dir/.complete" ] || { mkdir -p "$ckpt/$dir"; touch "$ckpt/$dir/.saved"; }
+        # .saved holds when the trainer wrote it (the tracker's time), for the watcher.
+        [ -f "$ckpt/$dir/.complete" ] || [ -f "$ckpt/$dir/.saved" ] || {
+            mkdir -p "$ckpt/$dir"
+            stat -c %Y "$local/latest_checkpointed_iteration.txt" > "$ckpt/$dir/.saved"
+        }
     fi
     for flag in "$ckpt"/iter_*/.saved; do
         [ -f "$flag" ] || continue
@@ -142,7 +150,9 @@ while :; do
             touch "$ckpt/$dir/.complete"
             it=$((10#${dir#iter_}))
             echo "$it" > "$ckpt/latest_checkpointed_iteration.txt"
-            printf '{"iteration": %d, "at": %d}\n' "$it" "$(date +%s)" > "$report/checkpoint.tmp"
+            saved_at=$(cat "$ckpt/$dir/.saved" 2>/dev/null || echo 0)
+            printf '{"iteration": %d, "at": %d, "saved_at": %d}\n' \
+                "$it" "$(date +%s)" "$((10#${saved_at:-0}))" > "$report/checkpoint.tmp"
             mv "$report/checkpoint.tmp" "$report/checkpoint"
             # Older local parts are safe on the shared filesystem now.
             if [ "$local" != "$ckpt" ]; then
@@ -166,7 +176,13 @@ REQUEUED=0
 on_usr1() {
     echo "SIGUSR1: asking the trainer to checkpoint and stop"
     REQUEUED=1
-    [ -n "${TRAIN_PID:-}" ] && kill -TERM "$TRAIN_PID" 2>/dev/null || true
+    # SIGTERM to the trainer's tasks, through Slurm, to its step alone: srun takes a SIGTERM of
+    # its own as "kill the step" (every task SIGKILLed, nothing saved), and the job's other
+    # steps are the helpers that must finish the sync.
+    local step
+    step=$(squeue --steps --jobs="$SLURM_JOB_ID" --noheader --format='%i %j' 2>/dev/null |
+        awk '$2 == "trainer" { print $1; exit }') || true
+    [ -n "$step" ] && scancel --signal=TERM "$step" || true
 }
 trap on_usr1 USR1
 
@@ -175,7 +191,8 @@ trap on_usr1 USR1
 # python-is-python3 is installed; NGC's containers have both.
 # The hostfile for this step only: srun reads SLURM_HOSTFILE for any step, and the helpers'
 # would take its first lines (every helper on rank 0's node).
-SLURM_HOSTFILE="$HOSTFILE" srun --distribution=arbitrary --kill-on-bad-exit=1 "${CONTAINER[@]}" \
+SLURM_HOSTFILE="$HOSTFILE" srun --job-name=trainer --distribution=arbitrary --kill-on-bad-exit=1 \
+    "${CONTAINER[@]}" \
     python3 "$TRAINER" "${MEGATRON_ARGS[@]}" \
     --save "$LOCAL" --load "$CKPT" --save-interval "$SAVE_INTERVAL" --exit-signal-handler &
 TRAIN_PID=$!
