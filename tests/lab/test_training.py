@@ -188,14 +188,21 @@ def test_a_flapping_link_drains_its_node_and_the_run_resumes_elsewhere_from_its_
         ]
         baseline = _cycle(converged, spec, state, took)
         assert baseline["actions"] == [], baseline["actions"]
-        time.sleep(3.5)  # at least one flap after the baseline
-        acting = _cycle(converged, spec, state, took)
-        complete_before = max(_complete(ckpt))
-        shown = [(f["check"], f["node"], f["message"][:160]) for f in acting["findings"]]
-        actions = [(a["action"], a["node"], a["job_id"]) for a in acting["actions"]]
-        assert sorted(actions) == sorted(
-            [("drain", flapped, None), ("drain", BYSTANDER, None), ("signal", flapped, job)]
-        ), (actions, shown)
+        # Within a few cycles (each node's flaps are its own, a cycle may see one before the
+        # other): both drained, the training job signalled.
+        expected = {("drain", flapped, None), ("drain", BYSTANDER, None), ("signal", flapped, job)}
+        acting: list[dict[str, Any]] = []
+        for _ in range(4):
+            time.sleep(3.5)  # at least one more flap
+            out = _cycle(converged, spec, state, took)
+            acting += out["actions"]
+            actions = {(a["action"], a["node"], a["job_id"]) for a in acting}
+            if any(a["action"] == "signal" for a in out["actions"]):
+                complete_before = max(_complete(ckpt))
+            if expected <= actions:
+                break
+        shown = [(f["check"], f["node"], f["message"][:160]) for f in out["findings"]]
+        assert sorted(actions) == sorted(expected), (actions, shown)
         states = converged.sinfo()
         for node in (flapped, BYSTANDER):
             leaf, port = _cable(converged, node)
@@ -206,7 +213,7 @@ def test_a_flapping_link_drains_its_node_and_the_run_resumes_elsewhere_from_its_
 
         # The job saves, completes that checkpoint, requeues itself and leaves; the watcher
         # releases Slurm's hold once it is PENDING for BeginTime; it runs on the two nodes left.
-        every: list[dict[str, Any]] = [*baseline["actions"], *acting["actions"]]
+        every: list[dict[str, Any]] = [*baseline["actions"], *acting]
         for _ in range(20):
             time.sleep(2)
             out = _cycle(converged, spec, state, took)
