@@ -33,7 +33,9 @@ TEST_PREFIX = os.environ.get("CLUSTER_TOOL_TEST_LAB_PREFIX", "ctt")
 TEST_BRIDGE = f"{TEST_PREFIX}lab0"
 # For iterating on one lab test by hand: `CLUSTER_TOOL_TEST_LAB_KEEP=1` leaves the lab (and the
 # converged bring-up) up at the end and reuses them in the next session; `lab down` (or a session
-# without it) takes them down. Never set on CI: each session there starts from bare nodes.
+# without it) takes them down. Never set on CI: each session there starts from bare nodes. Seen
+# once: the head's OpenSM exited as the first session ended, so in the next the fabric reads
+# (ibqueryerrors) failed; a test that reads the fabric needs a fresh session to be believed.
 KEEP = os.environ.get("CLUSTER_TOOL_TEST_LAB_KEEP") == "1"
 CLI = [str(REPO / ".venv" / "bin" / "cluster-tool")]
 CONVERGED_SUMMARY = "converged-bringup.json"
