@@ -154,10 +154,11 @@ while :; do
             printf '{"iteration": %d, "at": %d, "saved_at": %d}\n' \
                 "$it" "$(date +%s)" "$((10#${saved_at:-0}))" > "$report/checkpoint.tmp"
             mv "$report/checkpoint.tmp" "$report/checkpoint"
-            # Older local parts are safe on the shared filesystem now.
-            if [ "$local" != "$ckpt" ]; then
-                for old in "$local"/iter_*; do [ "$old" \< "$local/$dir" ] && rm -rf "$old"; done
-            fi
+        fi
+        # Older local parts are safe on the shared filesystem once a newer checkpoint is
+        # complete, on every node (not only rank 0's: the others' scratch would fill).
+        if [ -f "$ckpt/$dir/.complete" ] && [ "$local" != "$ckpt" ]; then
+            for old in "$local"/iter_*; do [ "$old" \< "$local/$dir" ] && rm -rf "$old"; done
         fi
     done
     sleep 5

@@ -157,6 +157,16 @@ def test_the_job_resumes_from_the_newest_complete_checkpoint_never_a_torn_one(
     assert launched.split()[-1] == f"hostfile={shared}/jobs/77/hostfile", launched
 
 
+def _started(local: Path, gone: Path | None = None) -> None:
+    """Wait until a helper has started: it has cleared what an earlier run left in its scratch
+    (`gone`) and made the folder again. Never a fixed sleep: a loaded machine starts bash late,
+    and the helper would clear what the test wrote after the sleep."""
+    deadline = time.monotonic() + 20
+    while not local.is_dir() or (gone is not None and gone.exists()):
+        assert time.monotonic() < deadline, "the helper never started"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("scratch", [True, False], ids=["scratch", "no-scratch"])
 def test_the_sync_helper_completes_a_checkpoint_with_and_without_local_scratch(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, scratch: bool
@@ -186,7 +196,7 @@ def test_the_sync_helper_completes_a_checkpoint_with_and_without_local_scratch(
     run = subprocess.Popen(["bash", "-c", helper, "_", *args], env=env)
     done = ckpt / "iter_0000500"
     try:  # it loops (a pass every 5 s) until the job ends
-        time.sleep(1.5)
+        _started(local, gone=local / "iter_0000400" if scratch else None)
         save(500)
         written = int((local / "latest_checkpointed_iteration.txt").stat().st_mtime)
         deadline = time.monotonic() + 15
@@ -202,6 +212,36 @@ def test_the_sync_helper_completes_a_checkpoint_with_and_without_local_scratch(
     # When the trainer wrote it (its tracker's time): the watcher tells a checkpoint saved on
     # its signal from a periodic one saved before it and completed after.
     assert reported["saved_at"] == written, reported
+
+
+def test_every_nodes_helper_deletes_its_parts_of_checkpoints_older_than_a_complete_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Not only rank 0's node: gpu002's helper, once iteration 500 is complete on the shared
+    filesystem, deletes its part of 400 from its scratch (before, only rank 0's node did and
+    every other node's scratch filled, one checkpoint part per save interval)."""
+    _, text = _plan(capsys, "h100-1su.yml", "llama3-8b", tmp_path)
+    helper = text.split("<<'HELPER'\n", 1)[1].split("\nHELPER\n", 1)[0]
+    ckpt, local, report = tmp_path / "shared", tmp_path / "scratch", tmp_path / "report"
+    done = ckpt / "iter_0000500"
+    done.mkdir(parents=True)
+    for name in (".saved", ".synced.gpu001", ".synced.gpu002", ".complete"):
+        (done / name).touch()
+    report.mkdir()
+    env = {**os.environ, "SLURMD_NODENAME": "gpu002"}
+    args = ["gpu001", "2", str(ckpt), str(local), str(report)]
+    run = subprocess.Popen(["bash", "-c", helper, "_", *args], env=env)
+    try:
+        _started(local)
+        for it in (400, 500):
+            (local / f"iter_{it:07d}").mkdir(parents=True)
+        deadline = time.monotonic() + 15  # its next pass, 5 s after the first
+        while (local / "iter_0000400").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        run.wait()
+    assert sorted(p.name for p in local.iterdir()) == ["iter_0000500"]
 
 
 def test_a_sharp_run_exports_collnet_in_its_job_as_in_its_launch_line(
