@@ -125,9 +125,14 @@ first=$1 nnodes=$2 ckpt=$3 local=$4 report=$5 me=${SLURMD_NODENAME:-$(hostname -
 [ "$local" = "$ckpt" ] || rm -rf "$local"
 mkdir -p "$local"
 while :; do
+    it=""
     if [ "$me" = "$first" ] && [ -f "$local/latest_checkpointed_iteration.txt" ]; then
         it=$(cat "$local/latest_checkpointed_iteration.txt")
-        dir=$(printf 'iter_%07d' "$it")
+    fi
+    # Megatron-LM writes its tracker in place: read mid-write it is empty, never iteration 0.
+    case $it in '' | *[!0-9]*) it="" ;; esac
+    if [ -n "$it" ]; then
+        dir=$(printf 'iter_%07d' "$((10#$it))")
         # .saved holds when the trainer wrote it (the tracker's time), for the watcher.
         [ -f "$ckpt/$dir/.complete" ] || [ -f "$ckpt/$dir/.saved" ] || {
             mkdir -p "$ckpt/$dir"

@@ -244,6 +244,30 @@ def test_every_nodes_helper_deletes_its_parts_of_checkpoints_older_than_a_comple
     assert sorted(p.name for p in local.iterdir()) == ["iter_0000500"]
 
 
+def test_a_tracker_read_while_being_written_is_no_checkpoint(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Megatron-LM writes latest_checkpointed_iteration.txt in place (open "w", write): the
+    helper can read it empty. Read as iteration 0 it flagged `iter_0000000`; without scratch it
+    completed it and pointed the shared tracker at 0, so a restart would start from scratch."""
+    _, text = _plan(capsys, "h100-1su.yml", "llama3-8b", tmp_path)
+    helper = text.split("<<'HELPER'\n", 1)[1].split("\nHELPER\n", 1)[0]
+    ckpt, report = tmp_path / "shared", tmp_path / "report"
+    (ckpt / "iter_0000500").mkdir(parents=True)
+    (ckpt / "iter_0000500" / ".complete").touch()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("")  # mid-write
+    report.mkdir()
+    env = {**os.environ, "SLURMD_NODENAME": "gpu001"}
+    args = ["gpu001", "1", str(ckpt), str(ckpt), str(report)]
+    with pytest.raises(subprocess.TimeoutExpired):  # one pass, then it sleeps
+        subprocess.run(["bash", "-c", helper, "_", *args], env=env, timeout=3, check=False)
+    assert sorted(p.name for p in ckpt.iterdir()) == [
+        "iter_0000500",
+        "latest_checkpointed_iteration.txt",
+    ]
+    assert not (report / "checkpoint").exists()
+
+
 def test_a_sharp_run_exports_collnet_in_its_job_as_in_its_launch_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
