@@ -109,7 +109,6 @@ HOSTFILE="$REPORT/hostfile"
 for h in "${ORDERED[@]}"; do
     for _ in $(seq "$SLURM_NTASKS_PER_NODE"); do echo "$h" >> "$HOSTFILE"; done
 done
-export SLURM_HOSTFILE="$HOSTFILE"
 
 # --- the background sync: local scratch -> shared filesystem, one helper per node -----------
 # Megatron-LM writes its tracker on rank 0's node once every rank has saved; that node's helper
@@ -120,12 +119,25 @@ sync_helper() {
 set -u
 # Slurm's name for this node, as ORDERED holds it (a site's hostname may be the FQDN).
 first=$1 nnodes=$2 ckpt=$3 local=$4 report=$5 me=${SLURMD_NODENAME:-$(hostname -s)}
+# What an earlier run of the job (before a requeue or a kill) left on this node is not this
+# run's: its tracker would flag, sync and complete a checkpoint of that run, even one the job
+# has just set aside as torn. The trainer writes its first checkpoint well after this.
+[ "$local" = "$ckpt" ] || rm -rf "$local"
 mkdir -p "$local"
 while :; do
+    it=""
     if [ "$me" = "$first" ] && [ -f "$local/latest_checkpointed_iteration.txt" ]; then
         it=$(cat "$local/latest_checkpointed_iteration.txt")
-        dir=$(printf 'iter_%07d' "$it")
-        [ -f "$ckpt/$dir/.complete" ] || { mkdir -p "$ckpt/$dir"; touch "$ckpt/$dir/.saved"; }
+    fi
+    # Megatron-LM writes its tracker in place: read mid-write it is empty, never iteration 0.
+    case $it in '' | *[!0-9]*) it="" ;; esac
+    if [ -n "$it" ]; then
+        dir=$(printf 'iter_%07d' "$((10#$it))")
+        # .saved holds when the trainer wrote it (the tracker's time), for the watcher.
+        [ -f "$ckpt/$dir/.complete" ] || [ -f "$ckpt/$dir/.saved" ] || {
+            mkdir -p "$ckpt/$dir"
+            stat -c %Y "$local/latest_checkpointed_iteration.txt" > "$ckpt/$dir/.saved"
+        }
     fi
     for flag in "$ckpt"/iter_*/.saved; do
         [ -f "$flag" ] || continue
@@ -143,19 +155,25 @@ while :; do
             touch "$ckpt/$dir/.complete"
             it=$((10#${dir#iter_}))
             echo "$it" > "$ckpt/latest_checkpointed_iteration.txt"
-            printf '{"iteration": %d, "at": %d}\n' "$it" "$(date +%s)" > "$report/checkpoint.tmp"
+            saved_at=$(cat "$ckpt/$dir/.saved" 2>/dev/null || echo 0)
+            printf '{"iteration": %d, "at": %d, "saved_at": %d}\n' \
+                "$it" "$(date +%s)" "$((10#${saved_at:-0}))" > "$report/checkpoint.tmp"
             mv "$report/checkpoint.tmp" "$report/checkpoint"
-            # Older local parts are safe on the shared filesystem now.
-            if [ "$local" != "$ckpt" ]; then
-                for old in "$local"/iter_*; do [ "$old" \< "$local/$dir" ] && rm -rf "$old"; done
-            fi
+        fi
+        # Older local parts are safe on the shared filesystem once a newer checkpoint is
+        # complete, on every node (not only rank 0's: the others' scratch would fill).
+        if [ -f "$ckpt/$dir/.complete" ] && [ "$local" != "$ckpt" ]; then
+            for old in "$local"/iter_*; do [ "$old" \< "$local/$dir" ] && rm -rf "$old"; done
         fi
     done
     sleep 5
 done
 HELPER
 }
-srun --overlap --ntasks-per-node=1 --nodes="$NNODES" bash -c "$(sync_helper)" _ \
+# One task per node: the step would otherwise inherit the job's task count (SLURM_NTASKS) and
+# srun ignores --ntasks-per-node against it, starting a helper per rank.
+srun --overlap --ntasks="$NNODES" --ntasks-per-node=1 --nodes="$NNODES" \
+    bash -c "$(sync_helper)" _ \
     "${ORDERED[0]}" "$NNODES" "$CKPT" "$LOCAL" "$REPORT" &
 SYNC_PID=$!
 
@@ -164,13 +182,24 @@ REQUEUED=0
 on_usr1() {
     echo "SIGUSR1: asking the trainer to checkpoint and stop"
     REQUEUED=1
-    [ -n "${TRAIN_PID:-}" ] && kill -TERM "$TRAIN_PID" 2>/dev/null || true
+    # SIGTERM to the trainer's tasks, through Slurm, to its step alone: srun takes a SIGTERM of
+    # its own as "kill the step" (every task SIGKILLed, nothing saved), and the job's other
+    # steps are the helpers that must finish the sync.
+    local step
+    step=$(squeue --steps --jobs="$SLURM_JOB_ID" --noheader --format='%i %j' 2>/dev/null |
+        awk '$2 == "trainer" { print $1; exit }') || true
+    [ -n "$step" ] && scancel --signal=TERM "$step" || true
 }
 trap on_usr1 USR1
 
 # --- the trainer ----------------------------------------------------------------------------
-srun --distribution=arbitrary --kill-on-bad-exit=1 "${CONTAINER[@]}" \
-    python "$TRAINER" "${MEGATRON_ARGS[@]}" \
+# python3: a host without a container (Debian, Ubuntu 22.04) has no `python` unless
+# python-is-python3 is installed; NGC's containers have both.
+# The hostfile for this step only: srun reads SLURM_HOSTFILE for any step, and the helpers'
+# would take its first lines (every helper on rank 0's node).
+SLURM_HOSTFILE="$HOSTFILE" srun --job-name=trainer --distribution=arbitrary --kill-on-bad-exit=1 \
+    "${CONTAINER[@]}" \
+    python3 "$TRAINER" "${MEGATRON_ARGS[@]}" \
     --save "$LOCAL" --load "$CKPT" --save-interval "$SAVE_INTERVAL" --exit-signal-handler &
 TRAIN_PID=$!
 status=0

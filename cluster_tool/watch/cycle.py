@@ -779,7 +779,11 @@ def _requeue(
 def _saved_since(reports: JobReports | None, job_id: str, sig: Mapping[str, Any]) -> int | None:
     """The iteration of a complete checkpoint the job reported after it was signalled."""
     cp = reports.checkpoint(job_id) if reports is not None else None
-    if cp is None or cp.at < sig["at"]:
+    # Written after the signal, not only completed after it: a periodic checkpoint the trainer
+    # saved just before the signal completes (synced) after it, while the one the job saves on
+    # the signal is still being written; requeueing then kills that write (the lab's test:
+    # iteration 15 completed 4 s after the signal, the job's own 18 was set aside torn).
+    if cp is None or (cp.saved_at if cp.saved_at is not None else cp.at) < sig["at"]:
         return None
     if sig.get("before") is not None and cp.iteration <= sig["before"]:
         return None

@@ -1,7 +1,8 @@
 """What an opted-in job tells the watcher, in a folder it shares with the watcher's host
 (`training.reports_dir`, one folder per job id, written by `plan --sbatch` jobs): `checkpoint`,
-its newest complete checkpoint (`{"iteration": N, "at": UNIX}`, replaced atomically after the
-checkpoint's `.complete` marker), and `steps/<host>.<rank>`, each rank's recent step times.
+its newest complete checkpoint (`{"iteration": N, "at": UNIX, "saved_at": UNIX}`: marked
+complete at, written by the trainer at; replaced atomically after the checkpoint's `.complete`
+marker), and `steps/<host>.<rank>`, each rank's recent step times.
 
 Job output is data from elsewhere: each file is read bounded, and what does not parse is
 ignored as no report at all, never an error that stops a cycle."""
@@ -27,10 +28,13 @@ _RANK_FILE = re.compile(r"(?P<host>[a-z0-9][a-z0-9-]{0,62})\.(?P<rank>[0-9]{1,7}
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A job's newest complete checkpoint: its iteration and when it was marked complete."""
+    """A job's newest complete checkpoint: its iteration, when it was marked complete and, when
+    the job says, when the trainer wrote it (`saved_at`): a periodic checkpoint written before
+    the checkpoint signal may complete after it, and is not the job's answer to the signal."""
 
     iteration: int
     at: float
+    saved_at: float | None = None
 
 
 class JobReports(Protocol):
@@ -84,8 +88,11 @@ class FileJobReports:
             return None
         try:
             data = json.loads(text)
-            return Checkpoint(int(data["iteration"]), float(data["at"]))
-        except (ValueError, KeyError, TypeError):
+            saved = data.get("saved_at")
+            return Checkpoint(
+                int(data["iteration"]), float(data["at"]), None if saved is None else float(saved)
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def step_times(self, job_id: str) -> dict[str, list[float]]:

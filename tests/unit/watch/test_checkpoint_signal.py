@@ -86,6 +86,22 @@ def test_a_job_that_reports_its_checkpoint_within_the_grace_is_requeued_then(
     assert 'cluster_tool_watch_checkpoint_grace_seconds{job="101"} 60.0' in text
 
 
+def test_a_periodic_checkpoint_saved_before_the_signal_is_not_the_jobs_answer(
+    tmp_path: Path,
+) -> None:
+    """Seen in the lab: the trainer saved iteration 15 on its schedule 2 s before the signal; its
+    sync completed 4 s after it, while the job was saving 18, its answer to the signal. Taken as
+    the answer, the watcher requeued the job then and killed that write (18 set aside torn, 3
+    steps lost). Only a checkpoint the trainer wrote after the signal answers it."""
+    fake, sources, watch, reports = _flap(tmp_path)
+    reports.done["101"] = Checkpoint(600, 1064.0, saved_at=1058.0)
+    assert _cycle(tmp_path, fake, sources, watch, 1070.0, reports) == []  # still within its grace
+    assert fake.requeued == []
+    reports.done["101"] = Checkpoint(612, 1075.0, saved_at=1061.0)  # the one it saved on the signal
+    actions = _cycle(tmp_path, fake, sources, watch, 1080.0, reports)
+    assert actions == [("requeue", "101", 20.0)] and fake.requeued == ["101"]
+
+
 def test_a_job_that_never_reports_is_requeued_when_its_grace_is_over(tmp_path: Path) -> None:
     fake, sources, watch, reports = _flap(tmp_path)
     assert _cycle(tmp_path, fake, sources, watch, 1120.0, reports) == []  # 60 s of 120
@@ -124,6 +140,8 @@ def test_reports_are_read_bounded_and_a_bad_one_is_no_report(tmp_path: Path) -> 
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "checkpoint").write_text('{"iteration": 40, "at": 12.5}\n')
     assert reports.checkpoint("7") == Checkpoint(40, 12.5)
+    (tmp_path / "7" / "checkpoint").write_text('{"iteration": 40, "at": 12, "saved_at": 9}\n')
+    assert reports.checkpoint("7") == Checkpoint(40, 12.0, saved_at=9.0)
     (tmp_path / "8").mkdir()
     (tmp_path / "8" / "checkpoint").write_text("not json")
     assert reports.checkpoint("8") is None
