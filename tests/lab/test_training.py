@@ -85,8 +85,11 @@ def _plan(converged: Converged, spec: Path, run: str) -> Path:
     return folder
 
 
-def _submit(converged: Converged, folder: Path) -> str:
-    out = converged.lab.ssh("head", f"cd {folder} && sbatch --parsable job.sbatch")
+def _submit(converged: Converged, folder: Path, nodelist: str = "") -> str:
+    """The plan's script submitted as it is; `nodelist` (a hostlist squeue printed) pins the job
+    on the command line, the script unchanged."""
+    pin = f"--nodelist='{nodelist}' " if nodelist else ""
+    out = converged.lab.ssh("head", f"cd {folder} && sbatch --parsable {pin}job.sbatch")
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().split(";")[0]
 
@@ -303,10 +306,12 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_previous_compl
             assert killed.returncode == 0, (node, killed.stderr)
         _wait("the killed run to end", lambda: _job(converged, first)[0] in ("", "FAILED"), 60)
         assert max(_complete(ckpt)) == previous, (_complete(ckpt), "the kill came too late")
-        # Resubmitted once its nodes are idle again, so that it lands on them (first fit) and
-        # finds the killed run's parts in their scratch.
+        # Resubmitted onto the same nodes once they are idle again, so that it finds the killed
+        # run's parts in their scratch. Pinned: first fit is not enough, since a node an earlier
+        # test drained can come back in between (CI: the first run got gpu[002,004], and the
+        # second, unpinned, gpu[001-002]).
         _wait("the nodes idle", lambda: all(converged.sinfo()[n][0] == "idle" for n in nodes), 60)
-        second = _submit(converged, folder)
+        second = _submit(converged, folder, hostlist)
         log = _wait(
             "the resubmitted run to resume",
             lambda: "resumed from checkpoint" in (t := _log(folder, second)) and t, 90,
