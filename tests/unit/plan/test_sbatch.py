@@ -200,7 +200,10 @@ def test_the_sync_helper_completes_a_checkpoint_with_and_without_local_scratch(
         save(500)
         written = int((local / "latest_checkpointed_iteration.txt").stat().st_mtime)
         deadline = time.monotonic() + 15
-        while not (done / ".complete").exists() and time.monotonic() < deadline:
+        # `.complete`, then the report (moved into place): the helper is stopped after both.
+        while time.monotonic() < deadline and not (
+            (done / ".complete").exists() and (report / "checkpoint").exists()
+        ):
             time.sleep(0.1)
     finally:
         run.kill()
