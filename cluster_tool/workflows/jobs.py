@@ -368,16 +368,17 @@ class ReimagePlan:
 
 
 def _reimage_preflight(
-    cluster: Cluster, job: ReimageJob, tls: TlsPolicy, progress: Progress
+    cluster: Cluster,
+    job: ReimageJob,
+    tls: TlsPolicy,
+    batches: list[list[str]],
+    progress: Progress,
 ) -> None:
     """Before the first drain: Slurm answers the way the run asks it, and every BMC of the nodes
     takes a connection; PreflightFailed lists every problem. The nodes' SSH is not asked: a
     node is often re-imaged because it is down."""
     from cluster_tool.workflows import preflight
 
-    # The operator's input first (nodes, batches, burn-in): a bad one is exit 2 before anything
-    # is asked of Slurm or a BMC.
-    _, batches = _plan_batches(cluster, job, tls)
     gpu = {n.name: n for n in cluster.gpu_nodes()}
     wanted = [n for b in batches for n in b]
     bmcs = {n: tls.url(gpu[n].bmc_address or "") for n in wanted if gpu[n].bmc_address}
@@ -437,13 +438,16 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
     from cluster_tool.workflows.reimage import run_reimage as reimage_batches
 
     tls, credentials = _bmc_access(cluster, job, progress)
-    if job.preflight and job.nodes and job.resume is None:
-        _reimage_preflight(cluster, job, tls, progress)
+    # A new run's batches are planned once, from the operator's input (nodes, batches,
+    # burn-in): a bad one is exit 2 before anything is asked of Slurm or a BMC.
+    planned = _plan_batches(cluster, job, tls) if job.resume is None else None
+    if job.preflight and planned is not None:
+        _reimage_preflight(cluster, job, tls, planned[1], progress)
     secrets = run_secrets(cluster)
     secrets.add(credentials.password)
 
     gpu = {n.name: n for n in cluster.gpu_nodes()}
-    record, inputs, batches = _reimage_record(cluster, job, tls, secrets)
+    record, inputs, batches = _reimage_record(cluster, job, secrets, planned)
     progress(f"run record: {record.path}  (resume with --resume {record.run_id})")
     inv = _inventory(cluster, job.reach.inventory, record, False)
     slurm = connect(job.reach.slurm_via, job.reach.ssh_config)
@@ -538,10 +542,14 @@ def run_reimage(cluster: Cluster, job: ReimageJob, *, progress: Progress = _quie
 
 
 def _reimage_record(
-    cluster: Cluster, job: ReimageJob, tls: TlsPolicy, secrets: Secrets
+    cluster: Cluster,
+    job: ReimageJob,
+    secrets: Secrets,
+    new_plan: tuple[dict[str, Any], list[list[str]]] | None,
 ) -> tuple[RunRecord, dict[str, Any], list[list[str]]]:
-    """The run record with its inputs and batches: a new one planned from `job.nodes`, or the
-    run `job.resume` names, checked to be a re-image of the same nodes."""
+    """The run record with its inputs and batches: a new one with what `_plan_batches` planned
+    from `job.nodes`, or the run `job.resume` names, checked to be a re-image of the same
+    nodes."""
     from cluster_tool.bounds import bounded_hostlist, expand_hostlist, host_name
 
     runs = job.runs_dir or default_runs_dir()
@@ -568,7 +576,8 @@ def _reimage_record(
             )
         record.log("run", "resumed")
         return record, inputs, [list(b) for b in batches]
-    inputs, batches = _plan_batches(cluster, job, tls)
+    assert new_plan is not None  # a new run is planned before its record
+    inputs, batches = new_plan
     return RunRecord.create(runs, "reimage", inputs, secrets), inputs, batches
 
 

@@ -179,6 +179,41 @@ def test_a_reimage_whose_bmcs_do_not_answer_drains_nothing(
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_new_reimage_plans_its_batches_once_for_the_preflight_and_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cluster_tool.errors import UsageError
+    from cluster_tool.workflows import jobs, reimage, runs
+    from tests.unit.workflows.fakes import SlurmCluster, admin_slurm
+
+    slurm = SlurmCluster(["gpu001", "gpu002", "gpu003", "gpu004"])
+    monkeypatch.setattr(jobs, "connect", lambda *_: admin_slurm(slurm))
+    monkeypatch.setattr(preflight, "bmc_unanswered", lambda urls: {})
+    planned: list[list[list[str]]] = []
+    plan = reimage.plan_batches
+
+    def counted(*args: object, **kwargs: object) -> list[list[str]]:
+        planned.append(plan(*args, **kwargs))  # type: ignore[arg-type]
+        return planned[-1]
+
+    recorded: list[dict[str, object]] = []
+
+    def created(*args: object, **kwargs: object) -> None:
+        recorded.append(args[2])  # type: ignore[arg-type]  # the inputs the record would keep
+        raise UsageError("stopped before the first drain")
+
+    monkeypatch.setattr(reimage, "plan_batches", counted)
+    monkeypatch.setattr(runs.RunRecord, "create", created)
+    monkeypatch.setenv("LAB_BMC_USERNAME", "admin")
+    monkeypatch.setenv("LAB_BMC_PASSWORD", "a-lab-only-bmc-password")
+    lab = str(REPO / "examples" / "lab.yml")
+    args = ["reimage", lab, "--nodes", "gpu[002-004]", "--batch", "2", "--per-su", "2"]
+    code = main([*args, "--insecure-bmc", "--bmc-scheme", "http", "--runs-dir", str(tmp_path)])
+    assert code == 2 and "stopped before the first drain" in capsys.readouterr().err
+    assert planned == [[["gpu002", "gpu003"], ["gpu004"]]]
+    assert recorded[0]["batches"] == planned[0]
+
+
 def test_a_bmc_port_nobody_listens_on_is_unanswered_and_one_that_listens_is_not() -> None:
     import socket
 
