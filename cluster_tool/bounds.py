@@ -132,11 +132,6 @@ def host_name(text: object, what: str) -> str:
     return text
 
 
-def bounded_hostlist(text: str, option: str, limit: int = MAX_HOSTS) -> list[str]:
-    """The hosts of a hostlist given on the command line (`expand_hostlist`)."""
-    return expand_hostlist(text, option, limit)
-
-
 def format_widths(pattern: str) -> list[int]:
     """The widths and precisions the fields of a Python format string ask for (`{number:03d}`
     -> [3]); empty when the text is not a format string."""

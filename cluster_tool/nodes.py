@@ -8,7 +8,7 @@ from collections.abc import Collection
 
 from ClusterShell.NodeSet import NodeSet
 
-from cluster_tool.bounds import bounded_hostlist
+from cluster_tool.bounds import expand_hostlist
 from cluster_tool.errors import UsageError
 from cluster_tool.spec.models import Cluster
 
@@ -27,7 +27,7 @@ def select_gpu_nodes(
     gpu = [n.name for n in cluster.gpu_nodes()]
     if hostlist is None:
         return gpu
-    wanted = set(bounded_hostlist(hostlist, option))
+    wanted = set(expand_hostlist(hostlist, option))
     strangers = wanted - set(gpu) - set(also)
     if strangers:
         raise UsageError(

@@ -265,9 +265,9 @@ class ClusterShape:
 
 def parse_hostlist(text: str, what: str = "hostlist") -> list[str]:
     """`gpu[001-004],gpu017` → names; a malformed or oversized hostlist is a usage error."""
-    from cluster_tool.bounds import bounded_hostlist
+    from cluster_tool.bounds import expand_hostlist
 
-    return bounded_hostlist(text, what)
+    return expand_hostlist(text, what)
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ class BringupJob:
 
 def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quiet) -> RunOutcome:
     """Render, converge (site.yml), validate, gate, admit what is proven; the run's record."""
-    from cluster_tool.bounds import bounded_hostlist, fold_hostlist
+    from cluster_tool.bounds import expand_hostlist, fold_hostlist
     from cluster_tool.workflows.bringup import BringupDeps, BringupOptions, PhaseProgress
     from cluster_tool.workflows.bringup import run_bringup as bring_up
     from cluster_tool.workflows.burnin import BurnInLive
@@ -190,7 +190,7 @@ def run_bringup(cluster: Cluster, job: BringupJob, *, progress: Progress = _quie
     if job.diff and not job.check:
         raise UsageError("--diff goes with --check")
     if limit:
-        bounded_hostlist(limit, "--nodes")  # any host of the inventory, not only GPU nodes
+        expand_hostlist(limit, "--nodes")  # any host of the inventory, not only GPU nodes
     burn_in_s = _burn_in(job.burn_in, cluster, "bringup", job.gate)
     if job.retry_failed:
         limit = fold_hostlist(last_failed(runs, job.spec), "--retry-failed: the last run's nodes")
@@ -550,7 +550,7 @@ def _reimage_record(
     """The run record with its inputs and batches: a new one with what `_plan_batches` planned
     from `job.nodes`, or the run `job.resume` names, checked to be a re-image of the same
     nodes."""
-    from cluster_tool.bounds import bounded_hostlist, expand_hostlist, host_name
+    from cluster_tool.bounds import expand_hostlist, host_name
 
     runs = job.runs_dir or default_runs_dir()
     if job.resume is not None:
@@ -570,7 +570,7 @@ def _reimage_record(
         if not set(names) <= planned:
             raise UsageError(f"{where}: batches name nodes the run does not re-image")
         nodes = job.nodes
-        if nodes and set(bounded_hostlist(nodes, "--nodes")) != planned:
+        if nodes and set(expand_hostlist(nodes, "--nodes")) != planned:
             raise UsageError(
                 f"--resume {job.resume}: that run re-images {inputs['nodes']}, not {nodes}"
             )
