@@ -312,3 +312,17 @@ def test_hosts_running_another_os_are_named_with_both(
     assert code == 2
     assert "gpu[007-008] runs Ubuntu 20.04.6 LTS; the spec says ubuntu2204" in line
     assert "head01 runs Debian GNU/Linux 12 (bookworm); the spec says ubuntu2204" in line
+
+
+def test_the_preflight_asks_the_slurmdbd_password_length_the_slurm_role_asserts() -> None:
+    # Two layers hold the rule: the role refuses a short password on the host, the preflight
+    # before anything runs. They must agree, or one of them turns away what the other allows.
+    import re
+
+    import yaml
+
+    tasks = yaml.safe_load((REPO / "roles" / "slurm" / "tasks" / "validate.yml").read_text())
+    that = [t for task in tasks for t in task.get("ansible.builtin.assert", {}).get("that", [])]
+    lengths = [re.search(r"slurm_dbd_storage_pass \| length >= (\d+)", t) for t in that]
+    found = [int(m.group(1)) for m in lengths if m]
+    assert found == [preflight.SLURMDBD_PASSWORD_MIN]
