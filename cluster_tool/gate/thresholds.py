@@ -42,11 +42,20 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ConfigDict
+
 from cluster_tool.spec.thresholds import NcclGateThresholds
+
+
+class _Defaults(NcclGateThresholds):
+    """The same model, frozen: one shared instance that nothing may change under the others."""
+
+    model_config = ConfigDict(frozen=True)
+
 
 # The gate's tunables at the spec's defaults (`thresholds.nccl_gate`): each default is written in
 # that model's field and nowhere else; what in the gate needs a default reads it from here.
-SPEC_DEFAULTS = NcclGateThresholds.model_validate({})
+SPEC_DEFAULTS: NcclGateThresholds = _Defaults.model_validate({})
 
 # Per-direction NVLink bandwidth per GPU in GB/s, by GPU model (NVLink4 = 18 links x 25 GB/s).
 NVLINK_GBS_PER_GPU: dict[str, float] = {"h100": 450.0, "h200": 450.0}

@@ -95,3 +95,14 @@ def test_the_default_options_are_the_specs() -> None:
     options = GateOptions.from_spec(spec)
     assert (options.max_fail_share, options.screens, options.straggler_z) == (0.5, 3, 3.5)
     assert GateOptions() == GateOptions.from_spec(NcclGateThresholds())
+
+
+def test_the_shared_defaults_cannot_be_changed_under_their_readers() -> None:
+    import pydantic
+    import pytest
+
+    from cluster_tool.gate.thresholds import SPEC_DEFAULTS
+
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        SPEC_DEFAULTS.busbw_fraction = 0.1
+    assert SPEC_DEFAULTS.busbw_fraction == NcclGateThresholds.model_validate({}).busbw_fraction
