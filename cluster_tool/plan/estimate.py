@@ -53,6 +53,11 @@ ZERO_STAGES = ("0", "1", "2", "3", "fsdp")
 RECOMPUTE = ("none", "selective", "full")
 PRECISIONS = ("bf16", "fp8")
 STATE_DTYPES = ("fp32", "bf16")
+# How context parallelism moves K and V (Megatron-LM's --cp-comm-type): `p2p` is the ring
+# (Megatron-Core's default, Transformer Engine's P2P CP), each chunk sent on beside the
+# attention of the one held; `allgather` gathers K and V whole before attention starts (the
+# Llama 3 paper, Section 3.3.2, "all-gather based" CP), so nothing hides the transfer.
+CP_COMM_TYPES = ("p2p", "allgather")
 
 # What the CUDA context, NCCL's buffers and the cuBLAS / Transformer Engine workspaces take on
 # each GPU before any tensor of the model: about 0.5 GiB of context, NCCL's channels' buffers
@@ -90,12 +95,18 @@ class Assumptions:
     peak_tflops: float | None = None
     # How MFU counts FLOPs (`ModelSpec.model_flops_per_token`).
     flops_convention: str = "full"
+    # Megatron-LM --cp-comm-type (`CP_COMM_TYPES`).
+    cp_comm: str = "p2p"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.memory_margin < 1.0:
             raise UsageError(f"memory_margin must be within 0..1, got {self.memory_margin}")
         if self.reserved_gib < 0:
             raise UsageError(f"reserved_gib cannot be negative, got {self.reserved_gib}")
+        if self.cp_comm not in CP_COMM_TYPES:
+            raise UsageError(
+                f"CP communication {self.cp_comm!r}: one of {', '.join(CP_COMM_TYPES)}"
+            )
         if self.flops_convention not in FLOPS_CONVENTIONS:
             raise UsageError(
                 f"FLOP convention {self.flops_convention!r}: one of {', '.join(FLOPS_CONVENTIONS)}"
@@ -538,7 +549,18 @@ def _layer(
         tp_exposed = tp_total - overlapped * one * cal.overlap
 
     cp_total = cp_exposed = 0.0
-    if cp > 1:
+    if cp > 1 and a.cp_comm == "allgather":
+        # K and V gathered whole from the CP group before attention starts, gathered again for
+        # the backward (the gathered copy is not kept between the passes) and their gradients
+        # reduce-scattered after it: each waits, nothing runs beside it.
+        kv_width = model.head_dim * max(1, model.kv_heads // t)
+        gathered = 2.0 * 2.0 * tokens * kv_width * cp  # K and V of the whole sequence, bf16
+        per_node = max(1, min(cp, g // t))
+        gather = fabric.ring_time("all_gather", gathered, cp, per_node)
+        scatter = fabric.ring_time("reduce_scatter", gathered, cp, per_node)
+        passes = 2 if training.recompute == "full" else 1
+        cp_total = cp_exposed = passes * gather + gather + scatter
+    elif cp > 1:
         # Ring attention (Megatron-Core's CP): c − 1 rounds, each sending this rank's K and V
         # chunk on while attending to the one it holds; backward sends K, V and their
         # gradients. A round costs only what its transfer takes beyond the attention it hides
@@ -551,8 +573,8 @@ def _layer(
         bwd_round = fabric.p2p_time(2 * chunk, across)
         attn_round_fwd = attn_fwd / cp / (bf16_peak * cal.attention)
         attn_round_bwd = attn_round_fwd * ATTENTION_BACKWARD_RATIO
-        fwd_exposed = fwd_round - cal.overlap * min(fwd_round, attn_round_fwd)
-        bwd_exposed = bwd_round - cal.overlap * min(bwd_round, attn_round_bwd)
+        fwd_exposed = fwd_round - cal.cp_overlap * min(fwd_round, attn_round_fwd)
+        bwd_exposed = bwd_round - cal.cp_overlap * min(bwd_round, attn_round_bwd)
         passes = 2 if training.recompute == "full" else 1
         cp_total = rounds * (passes * fwd_round + bwd_round)
         cp_exposed = rounds * (passes * fwd_exposed + bwd_exposed)
@@ -765,7 +787,9 @@ def estimate(
             "cp",
             m * stages[slowest] * layer.cp_total,
             m * stages[slowest] * layer.cp_exposed,
-            "ring attention sends the next K/V chunk while attending to the current one",
+            "ring attention sends the next K/V chunk while attending to the current one"
+            if a.cp_comm == "p2p"
+            else "--cp-comm-type allgather: K and V are gathered whole before attention starts",
         ),
         Overlap(
             "pp",

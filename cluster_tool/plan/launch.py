@@ -60,6 +60,8 @@ def megatron_args(
     if lay.dp * lay.cp > 1:
         # The cost model counts on these (cluster_tool.plan.estimate._dp_comm).
         args += ["--overlap-grad-reduce", "--overlap-param-gather"]
+    if lay.cp > 1 and assumptions.cp_comm != "p2p":
+        args.append(f"--cp-comm-type {assumptions.cp_comm}")
     if lay.tp > 1 and assumptions.tp_overlap:
         args.append("--tp-comm-overlap")
     if model.moe:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cluster_tool.errors import ParseError, UsageError
-from cluster_tool.plan.estimate import Assumptions, Estimate, Layout, Training
+from cluster_tool.plan.estimate import CP_COMM_TYPES, Assumptions, Estimate, Layout, Training
 from cluster_tool.plan.model import FLOPS_CONVENTIONS, ModelSpec
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ class PublishedRun:
     precision: str
     recompute: str | None
     tp_overlap: bool | None
+    cp_comm: str | None
     zero: str | None
     grad_dtype: str | None
     optimizer_dtype: str | None
@@ -226,6 +227,7 @@ def load_runs(path: Path = RUNS_CSV, models_path: Path = MODELS_CSV) -> tuple[Pu
             precision=row.choice("precision", tuple(H100_PEAK_TFLOPS)),
             recompute=row.maybe_choice("recompute", RECOMPUTE),
             tp_overlap=None if overlap is None else overlap == "yes",
+            cp_comm=row.maybe_choice("cp_comm", CP_COMM_TYPES),
             zero=row.maybe_choice("zero", ("1", "2")),
             grad_dtype=row.maybe_choice("grad_dtype", ("fp32", "bf16")),
             optimizer_dtype=row.maybe_choice("optimizer_dtype", ("fp32", "bf16")),
@@ -268,14 +270,18 @@ def run_training(run: PublishedRun) -> Training:
 
 def run_assumptions(run: PublishedRun) -> Assumptions:
     """The planner's assumptions for the run: TP communication overlapped unless the source
-    says it was not (the planner's own default, and what Megatron-LM's and NeMo's recipes set)."""
-    return Assumptions(tp_overlap=run.tp_overlap is not False)
+    says it was not (the planner's own default, and what Megatron-LM's and NeMo's recipes set);
+    context parallelism as the source says it moved K and V (the ring where it does not)."""
+    return Assumptions(tp_overlap=run.tp_overlap is not False, cp_comm=run.cp_comm or "p2p")
 
 
 def run_cluster(run: PublishedRun) -> ClusterShape:
-    """An H100 cluster of the run's size, 8 GPUs and 8 rails per node, 32 nodes to an SU."""
+    """An H100 cluster of the run's size, 8 GPUs and 8 rails per node, 32 nodes to an SU; a
+    run on fewer than 8 GPUs (NeMo's 4-GPU long-sequence row) gets one node of that many."""
     from cluster_tool.plan.cluster import ClusterShape
 
+    if run.gpus < 8:
+        return ClusterShape.synthetic(nodes=1, gpu="h100", gpus_per_node=run.gpus)
     return ClusterShape.synthetic(nodes=run.gpus // 8, gpu="h100")
 
 

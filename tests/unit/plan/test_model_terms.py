@@ -3,8 +3,11 @@ Megatron's documented sharding, the FLOP conventions, overlap per kind, experts.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from cluster_tool.errors import UsageError
 from cluster_tool.plan import (
     FITTED,
     PRESETS,
@@ -17,6 +20,7 @@ from cluster_tool.plan import (
 )
 from cluster_tool.plan.comm import NETWORK_CAPTURE, NVLINK_CAPTURE, BusbwCurve, Fabric
 from cluster_tool.plan.estimate import gemm_efficiency, memory
+from cluster_tool.plan.published import load_models
 
 GIB = 1024**3
 
@@ -182,3 +186,55 @@ def test_fitted_constants_stay_in_their_sources_ranges() -> None:
     assert 0 < FITTED.gemm_bf16 <= 0.99 and 0 < FITTED.gemm_fp8 <= 0.99
     assert 0.35 <= FITTED.attention <= 0.75
     assert 0 < FITTED.overlap < 1
+
+
+def test_the_context_parallel_ring_hides_by_its_own_constant() -> None:
+    """Ring attention's K/V sends run beside FlashAttention, not beside GEMMs: the share they
+    hide is `cp_overlap`, fitted apart from the other kinds' `overlap`. At 256K tokens on CP 8
+    (NeMo's long-sequence layout for Llama 2 7B, TP 4) every round's transfer is shorter than
+    the attention of the chunk held, so a ring that hid all of it would expose nothing, and one
+    that hid none would expose all of it, whatever the other kinds do."""
+    model = load_models()["llama2-7b"].with_seq(262144)
+    cluster = ClusterShape.synthetic(nodes=32)
+    training = Training(global_batch=16, precision="fp8")
+    lay = Layout(tp=4, pp=1, dp=8, cp=8)
+
+    def cp(**constants: float) -> tuple[float, float]:
+        a = Assumptions(calibration=replace(FITTED, **constants))
+        est = estimate(model, cluster, training, lay, a)
+        ring = next(o for o in est.overlaps if o.kind == "cp")
+        return ring.total_s, ring.exposed_s
+
+    total, hidden_all = cp(cp_overlap=1.0)
+    assert total > 0 and hidden_all == pytest.approx(0.0, abs=1e-12)
+    assert cp(cp_overlap=1e-9)[1] == pytest.approx(total, rel=1e-6)
+    # The other kinds' overlap does not move the ring.
+    assert cp(overlap=0.1, cp_overlap=0.5) == cp(overlap=0.9, cp_overlap=0.5)
+
+
+def test_all_gather_context_parallelism_hides_nothing() -> None:
+    """The Llama 3 paper (3.3.2) gathers K and V whole before attention starts, where
+    Megatron-Core's ring sends each chunk beside the attention of the one held: the same
+    Llama 3.1 405B layout at 128K tokens exposes all of an all-gather CP and only part of the
+    ring, and is slower for it; Megatron is told with `--cp-comm-type allgather`."""
+    from cluster_tool.plan.launch import megatron_args
+
+    model = PRESETS["llama3-405b"].with_seq(131072)
+    cluster = ClusterShape.synthetic(nodes=2048)
+    training = Training(global_batch=128)
+    lay = Layout(tp=8, pp=16, dp=8, cp=16, vp=4)
+    ring = estimate(model, cluster, training, lay)
+    gather_a = Assumptions(cp_comm="allgather")
+    gathered = estimate(model, cluster, training, lay, gather_a)
+    ring_cp = next(o for o in ring.overlaps if o.kind == "cp")
+    gathered_cp = next(o for o in gathered.overlaps if o.kind == "cp")
+    assert ring_cp.exposed_s < ring_cp.total_s
+    assert gathered_cp.exposed_s == gathered_cp.total_s > ring_cp.exposed_s
+    assert "allgather" in gathered_cp.reason
+    assert gathered.step_time_s > ring.step_time_s
+    assert "--cp-comm-type allgather" in megatron_args(model, training, gathered, gather_a)
+    assert not any(
+        "--cp-comm-type" in f for f in megatron_args(model, training, ring, Assumptions())
+    )
+    with pytest.raises(UsageError, match="one of p2p, allgather"):
+        Assumptions(cp_comm="ring")

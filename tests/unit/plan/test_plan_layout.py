@@ -101,3 +101,23 @@ def test_custom_plain_mlp_and_moe_models(capsys: pytest.CaptureFixture[str]) -> 
     assert "--num-experts 8" in doc["launch"]["megatron_args"]
     assert main([*nemotron, "--top-k", "2"]) == 2
     assert main(["plan", "--nodes", "8", "--model", "llama3-8b", "--mlp", "plain"]) == 2
+
+
+def test_cp_comm_allgather_is_estimated_and_launched_as_megatron_is_told(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--cp-comm allgather` (Megatron's --cp-comm-type allgather, the Llama 3 paper's CP): the
+    CP transfer is all exposed, the layout slower than with the ring, and the launch line says
+    so; anything else is refused with one line and exit 2."""
+    args = ["plan", "--nodes", "256", "--model", "llama3-70b", "--seq", "65536"]
+    args += ["--global-batch", "64", "--layout", "8,4,4,16"]
+    ring = _json(capsys, args)["layout"]
+    gathered_doc = _json(capsys, [*args, "--cp-comm", "allgather"])
+    gathered = gathered_doc["layout"]
+    cp = next(o for o in gathered["overlap"] if o["kind"] == "cp")
+    assert cp["exposed_s"] == cp["total_s"] > 0 and "allgather" in cp["reason"]
+    assert gathered["step_time_s"] > ring["step_time_s"]
+    assert "--cp-comm-type allgather" in gathered_doc["launch"]["megatron_args"]
+    assert main([*args, "--cp-comm", "ring"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "one of p2p, allgather" in err[0]
